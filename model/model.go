@@ -1,0 +1,149 @@
+// Package model holds the domain of subscriberd: subscribers, their statuses, the name rule,
+// the input validation rules of the contract and the sentinel errors every layer shares.
+// It is pure Go: it imports no project package and no framework.
+package model
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Status is a subscriber's state.
+type Status string
+
+// The subscriber states.
+const (
+	StatusActive       Status = "active"
+	StatusPending      Status = "pending"
+	StatusUnsubscribed Status = "unsubscribed"
+)
+
+// Statuses lists every state, in the order the contract names them.
+var Statuses = []Status{StatusActive, StatusPending, StatusUnsubscribed}
+
+// InputStatuses lists the states a client may ask for on create or update.
+var InputStatuses = []Status{StatusActive, StatusPending}
+
+// ParseStatus returns the Status named s, or false when s names none.
+func ParseStatus(s string) (Status, bool) {
+	for _, st := range Statuses {
+		if string(st) == s {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// Subscriber is one subscriber of one newsletter.
+type Subscriber struct {
+	ID           uuid.UUID
+	NewsletterID uuid.UUID
+	Email        string
+	FirstName    string
+	LastName     string
+	Status       Status
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Name joins the stored first and last name the way the contract returns it.
+func (s Subscriber) Name() string { return JoinName(s.FirstName, s.LastName) }
+
+// Newsletter is the tenant that owns subscribers and API keys.
+type Newsletter struct {
+	ID        uuid.UUID
+	Name      string
+	APIAccess bool
+	CreatedAt time.Time
+}
+
+// APIKey is a stored API key: never the key itself, only its hash and a display prefix.
+type APIKey struct {
+	ID           uuid.UUID
+	NewsletterID uuid.UUID
+	Prefix       string
+	Hash         []byte
+	Label        string
+	CreatedAt    time.Time
+	RevokedAt    *time.Time
+}
+
+// Principal is what a verified API key grants: the newsletter it acts for.
+type Principal struct {
+	KeyID        uuid.UUID
+	NewsletterID uuid.UUID
+	APIAccess    bool
+}
+
+// SplitName applies the storage rule: trim, then split at the first space into first and last
+// name, the last with its own leading spaces trimmed. "John Doe Jr" → "John", "Doe Jr".
+func SplitName(name string) (first, last string) {
+	name = strings.TrimSpace(name)
+	first, last, _ = strings.Cut(name, " ")
+	return first, strings.TrimSpace(last)
+}
+
+// JoinName is the inverse of SplitName as the contract returns it: first + " " + last, trimmed.
+func JoinName(first, last string) string {
+	return strings.TrimSpace(first + " " + last)
+}
+
+// EmailKey is the form under which emails are unique within a newsletter: case-insensitive.
+func EmailKey(email string) string { return strings.ToLower(email) }
+
+// NewSubscriber is a validated request to create one subscriber.
+type NewSubscriber struct {
+	Email     string
+	FirstName string
+	LastName  string
+	Status    Status
+}
+
+// SubscriberPatch is a validated update; nil fields keep their stored values.
+type SubscriberPatch struct {
+	Email  *string
+	Name   *string // already trimmed; "" clears the name
+	Status *Status
+}
+
+// ListQuery selects one page of a newsletter's subscribers.
+type ListQuery struct {
+	Page   int
+	Limit  int
+	Status Status // "" means every status
+}
+
+// Offset is the number of rows before the page.
+func (q ListQuery) Offset() int { return (q.Page - 1) * q.Limit }
+
+// Paging defaults and bounds of the list operation.
+const (
+	DefaultPage  = 1
+	DefaultLimit = 25
+	MaxLimit     = 100
+	MaxBulkItems = 100
+)
+
+// Sentinel errors. Layers below wrap them with %w; the API maps them to HTTP once.
+var (
+	ErrNotFound    = errors.New("subscriber not found")
+	ErrEmailTaken  = errors.New("email is already subscribed to this newsletter")
+	ErrUnavailable = errors.New("storage unavailable")
+	// ErrKeyNotFound is returned for an unknown or revoked API key.
+	ErrKeyNotFound = errors.New("api key not found")
+	// ErrNewsletterNotFound is returned for an unknown newsletter id.
+	ErrNewsletterNotFound = errors.New("newsletter not found")
+)
+
+// EmailTakenError reports which items of a bulk create collided with stored subscribers.
+type EmailTakenError struct {
+	Indexes []int // zero-based input positions whose email already exists
+}
+
+func (e *EmailTakenError) Error() string { return ErrEmailTaken.Error() }
+
+// Unwrap makes errors.Is(err, ErrEmailTaken) hold.
+func (e *EmailTakenError) Unwrap() error { return ErrEmailTaken }

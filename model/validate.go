@@ -1,0 +1,395 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Field limits of the contract, counted in Unicode code points.
+const (
+	MaxEmailLength = 254
+	MaxNameLength  = 255
+	maxLocalLength = 64
+	maxDomainLabel = 63
+	maxDomain      = 253
+)
+
+// InputFields are the only properties a SubscriberInput may carry.
+var InputFields = []string{"email", "name", "status"}
+
+// ValidationError is a failed validation: messages keyed by field, Laravel style
+// ("email", "2.email", "body"). It maps to 422 validation_error.
+type ValidationError struct {
+	Fields map[string][]string
+}
+
+func (e *ValidationError) Error() string {
+	keys := make([]string, 0, len(e.Fields))
+	for k := range e.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return "validation failed: " + strings.Join(keys, ", ")
+}
+
+// Add records msg under key, creating the error if needed, and returns it.
+func (e *ValidationError) Add(key, msg string) *ValidationError {
+	if e == nil {
+		e = &ValidationError{}
+	}
+	if e.Fields == nil {
+		e.Fields = map[string][]string{}
+	}
+	e.Fields[key] = append(e.Fields[key], msg)
+	return e
+}
+
+// Merge adds every message of other to e and returns the result.
+func (e *ValidationError) Merge(other *ValidationError) *ValidationError {
+	if other == nil {
+		return e
+	}
+	keys := make([]string, 0, len(other.Fields))
+	for k := range other.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, m := range other.Fields[k] {
+			e = e.Add(k, m)
+		}
+	}
+	return e
+}
+
+// QueryError is an invalid query parameter. It maps to 400 validation_error without field errors.
+type QueryError struct{ Message string }
+
+func (e *QueryError) Error() string { return e.Message }
+
+// Messages of the contract (API.md §3). %s is the attribute: "email", "2.email".
+const (
+	msgRequired     = "The %s field is required."
+	msgString       = "The %s field must be a string."
+	msgEmail        = "The %s field must be a valid email address."
+	msgMax          = "The %s field must not be greater than %d characters."
+	msgInvalidChars = "The %s field contains invalid characters."
+	msgSelected     = "The selected %s is invalid."
+	msgProhibited   = "The %s field is prohibited."
+	msgObject       = "The %s field must be an object."
+	msgDistinct     = "The %s field has a duplicate value."
+	msgBulkMin      = "The body field must have at least 1 items."
+	msgBulkMax      = "The body field must not have more than %d items."
+	msgPatchEmpty   = "At least one of email, name or status must be provided."
+	msgQueryPage    = "The page parameter must be an integer greater than or equal to 1."
+	msgQueryLimit   = "The limit parameter must be an integer between 1 and 100."
+	msgQueryStatus  = "The status filter must be one of: active, pending, unsubscribed."
+	maxPage         = 1<<31 - 1
+	attrBody        = "body"
+	attrEmail       = "email"
+	attrName        = "name"
+	attrStatus      = "status"
+)
+
+// EmailTakenMessage is the message for an email that already exists in the newsletter.
+const EmailTakenMessage = "Email is already subscribed to this newsletter."
+
+// ParseCreate validates one SubscriberInput object (decoded JSON) for create.
+func ParseCreate(obj map[string]any) (NewSubscriber, *ValidationError) {
+	return parseInput(obj, "")
+}
+
+// ParseBulk validates a bulk create body: 1 to MaxBulkItems SubscriberInput objects, no two
+// with the same email (case-insensitive). Keys are "<index>.<field>".
+func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
+	var verr *ValidationError
+	switch {
+	case len(items) < 1:
+		return nil, verr.Add(attrBody, msgBulkMin)
+	case len(items) > MaxBulkItems:
+		return nil, verr.Add(attrBody, fmt.Sprintf(msgBulkMax, MaxBulkItems))
+	}
+	out := make([]NewSubscriber, len(items))
+	seen := make(map[string]struct{}, len(items))
+	for i, item := range items {
+		prefix := strconv.Itoa(i) + "."
+		obj, ok := item.(map[string]any)
+		if !ok {
+			verr = verr.Add(strconv.Itoa(i), fmt.Sprintf(msgObject, strconv.Itoa(i)))
+			continue
+		}
+		ns, itemErr := parseInput(obj, prefix)
+		if itemErr != nil {
+			verr = verr.Merge(itemErr)
+			continue
+		}
+		key := EmailKey(ns.Email)
+		if _, dup := seen[key]; dup {
+			verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
+			continue
+		}
+		seen[key] = struct{}{}
+		out[i] = ns
+	}
+	if verr != nil {
+		return nil, verr
+	}
+	return out, nil
+}
+
+// BulkEmailTaken builds the 422 for bulk items whose email already exists in the newsletter.
+func BulkEmailTaken(indexes []int) *ValidationError {
+	var verr *ValidationError
+	for _, i := range indexes {
+		verr = verr.Add(strconv.Itoa(i)+"."+attrEmail, EmailTakenMessage)
+	}
+	return verr
+}
+
+// ParsePatch validates an update body: any of email, name, status; at least one.
+func ParsePatch(obj map[string]any) (SubscriberPatch, *ValidationError) {
+	var (
+		p    SubscriberPatch
+		verr = prohibitUnknown(obj, "", nil)
+	)
+	if len(obj) == 0 {
+		return p, verr.Add(attrBody, msgPatchEmpty)
+	}
+	if raw, ok := obj[attrEmail]; ok {
+		email, msg := checkEmail(raw, attrEmail)
+		if msg != "" {
+			verr = verr.Add(attrEmail, msg)
+		} else {
+			p.Email = &email
+		}
+	}
+	if raw, ok := obj[attrName]; ok {
+		name, msg := checkName(raw, attrName)
+		if msg != "" {
+			verr = verr.Add(attrName, msg)
+		} else {
+			p.Name = &name
+		}
+	}
+	if raw, ok := obj[attrStatus]; ok {
+		st, msg := checkStatus(raw, attrStatus)
+		if msg != "" {
+			verr = verr.Add(attrStatus, msg)
+		} else {
+			p.Status = &st
+		}
+	}
+	if verr != nil {
+		return SubscriberPatch{}, verr
+	}
+	return p, nil
+}
+
+func parseInput(obj map[string]any, prefix string) (NewSubscriber, *ValidationError) {
+	verr := prohibitUnknown(obj, prefix, nil)
+	ns := NewSubscriber{Status: StatusActive}
+
+	attr := prefix + attrEmail
+	if raw, ok := obj[attrEmail]; ok {
+		email, msg := checkEmail(raw, attr)
+		if msg != "" {
+			verr = verr.Add(attr, msg)
+		}
+		ns.Email = email
+	} else {
+		verr = verr.Add(attr, fmt.Sprintf(msgRequired, attr))
+	}
+
+	if raw, ok := obj[attrName]; ok {
+		attr := prefix + attrName
+		name, msg := checkName(raw, attr)
+		if msg != "" {
+			verr = verr.Add(attr, msg)
+		}
+		ns.FirstName, ns.LastName = SplitName(name)
+	}
+
+	if raw, ok := obj[attrStatus]; ok {
+		attr := prefix + attrStatus
+		st, msg := checkStatus(raw, attr)
+		if msg != "" {
+			verr = verr.Add(attr, msg)
+		}
+		ns.Status = st
+	}
+	if verr != nil {
+		return NewSubscriber{}, verr
+	}
+	return ns, nil
+}
+
+// prohibitUnknown reports every property that is not an input field, in a stable order.
+func prohibitUnknown(obj map[string]any, prefix string, verr *ValidationError) *ValidationError {
+	var unknown []string
+	for k := range obj {
+		if k != attrEmail && k != attrName && k != attrStatus {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
+	}
+	return verr
+}
+
+// checkEmail returns the trimmed email, or the message that rejects raw.
+func checkEmail(raw any, attr string) (string, string) {
+	s, ok := raw.(string)
+	switch {
+	case raw == nil:
+		return "", fmt.Sprintf(msgRequired, attr)
+	case !ok:
+		return "", fmt.Sprintf(msgString, attr)
+	}
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return "", fmt.Sprintf(msgRequired, attr)
+	case utf8.RuneCountInString(s) > MaxEmailLength:
+		return "", fmt.Sprintf(msgMax, attr, MaxEmailLength)
+	case !ValidEmail(s):
+		return "", fmt.Sprintf(msgEmail, attr)
+	}
+	return s, ""
+}
+
+// checkName returns the trimmed name ("" for null), or the message that rejects raw.
+func checkName(raw any, attr string) (string, string) {
+	if raw == nil {
+		return "", ""
+	}
+	s, ok := raw.(string)
+	switch {
+	case !ok:
+		return "", fmt.Sprintf(msgString, attr)
+	case utf8.RuneCountInString(s) > MaxNameLength:
+		return "", fmt.Sprintf(msgMax, attr, MaxNameLength)
+	case strings.IndexFunc(s, isControl) >= 0:
+		return "", fmt.Sprintf(msgInvalidChars, attr)
+	}
+	return strings.TrimSpace(s), ""
+}
+
+func checkStatus(raw any, attr string) (Status, string) {
+	s, _ := raw.(string)
+	for _, st := range InputStatuses {
+		if string(st) == s {
+			return st, ""
+		}
+	}
+	return "", fmt.Sprintf(msgSelected, attr)
+}
+
+func isControl(r rune) bool { return r <= 0x1f || r == 0x7f }
+
+// ValidEmail reports whether s is one plain address local@domain: no display name, no spaces
+// or quotes, a dot-atom local part of at most 64 characters, and a domain of at least two
+// labels of letters (Unicode allowed), digits and inner hyphens.
+func ValidEmail(s string) bool {
+	at := strings.LastIndexByte(s, '@')
+	if at <= 0 || at == len(s)-1 {
+		return false
+	}
+	return validLocal(s[:at]) && validDomain(s[at+1:])
+}
+
+func validLocal(local string) bool {
+	if utf8.RuneCountInString(local) > maxLocalLength {
+		return false
+	}
+	for _, atom := range strings.Split(local, ".") {
+		if atom == "" {
+			return false // leading, trailing or doubled dot
+		}
+		for _, r := range atom {
+			if !isAtext(r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isAtext(r rune) bool {
+	switch {
+	case r < utf8.RuneSelf:
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			strings.ContainsRune("!#$%&'*+/=?^_`{|}~-", r)
+	default:
+		return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
+	}
+}
+
+func validDomain(domain string) bool {
+	if utf8.RuneCountInString(domain) > maxDomain {
+		return false
+	}
+	labels := strings.Split(domain, ".")
+	if len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || utf8.RuneCountInString(l) > maxDomainLabel || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' ||
+				r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r))) {
+				return false
+			}
+		}
+	}
+	// A top-level label of digits only is an IP address, not a domain.
+	tld := labels[len(labels)-1]
+	return strings.TrimFunc(tld, func(r rune) bool { return r >= '0' && r <= '9' }) != ""
+}
+
+// ParseListQuery validates the list parameters; "" means absent. Invalid values give a
+// *QueryError (400).
+func ParseListQuery(page, limit, status string) (ListQuery, error) {
+	q := ListQuery{Page: DefaultPage, Limit: DefaultLimit}
+	if page != "" {
+		n, ok := parseBoundedInt(page, 1, maxPage)
+		if !ok {
+			return ListQuery{}, &QueryError{msgQueryPage}
+		}
+		q.Page = n
+	}
+	if limit != "" {
+		n, ok := parseBoundedInt(limit, 1, MaxLimit)
+		if !ok {
+			return ListQuery{}, &QueryError{msgQueryLimit}
+		}
+		q.Limit = n
+	}
+	if status != "" {
+		st, ok := ParseStatus(status)
+		if !ok {
+			return ListQuery{}, &QueryError{msgQueryStatus}
+		}
+		q.Status = st
+	}
+	return q, nil
+}
+
+// parseBoundedInt accepts only plain decimal digits within [lo, hi].
+func parseBoundedInt(s string, lo, hi int) (int, bool) {
+	if len(s) > 10 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,94 @@
+// Package telemetry sets up what makes subscriberd observable: the OpenTelemetry tracer
+// provider, the Prometheus collectors and the structured logger. It imports no project package.
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ServiceName is the default OpenTelemetry service name (OTEL_SERVICE_NAME overrides it).
+const ServiceName = "subscriberd"
+
+// SetupTracing installs the global tracer provider and W3C propagators, configured by the
+// standard OTEL_* variables. Spans are always recorded in process (so logs and exemplars get
+// ids); they are exported over OTLP only when an OTLP endpoint variable is set. The returned
+// function flushes and stops the provider.
+func SetupTracing(ctx context.Context, version string, getenv func(string) string) (func(context.Context) error, error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return func(context.Context) error { return nil }, nil
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewWithAttributes(semconv.SchemaURL,
+		semconv.ServiceVersion(version)))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	if getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
+		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(ServiceName)))
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// NewLogger returns a slog logger writing to w in format "json" or "text" at level
+// ("debug", "info", "warn", "error"). Records logged with a context that carries a span get
+// trace_id and span_id.
+func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("LOG_LEVEL: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
+	switch format {
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("LOG_FORMAT: %q is not one of json, text", format)
+	}
+	return slog.New(traceHandler{h}), nil
+}
+
+// traceHandler adds the trace and span ids of the record's context.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
+
+// Discard is a logger that writes nothing, for tests and tools.
+var Discard = slog.New(slog.NewTextHandler(io.Discard, nil))
