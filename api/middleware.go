@@ -17,6 +17,11 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -26,6 +31,9 @@ const MaxBodyBytes = 1 << 20
 
 // RouteUnmatched is the route of requests that matched no operation.
 const RouteUnmatched = "unmatched"
+
+// tracer makes the API's own spans through the global tracer provider (set up by cmd).
+var tracer = otel.Tracer("github.com/subscriberd/subscriberd/api")
 
 type ctxKey int
 
@@ -174,9 +182,16 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 }
 
 // routeInfo records the matched operation's route template for the log and metrics.
+// It also names the request's server span "METHOD /route" with http.route, as the HTTP
+// semantic conventions ask (the tracing middleware outside the mux cannot see the route).
 func (s *Server) routeInfo(ctx huma.Context, next func(huma.Context)) {
+	op := ctx.Operation()
 	if info, ok := ctx.Context().Value(infoKey).(*requestInfo); ok {
-		info.route = ctx.Operation().Path
+		info.route = op.Path
+	}
+	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
+		span.SetName(op.Method + " " + op.Path)
+		span.SetAttributes(attribute.String("http.route", op.Path))
 	}
 	next(ctx)
 }
@@ -187,7 +202,29 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		next(ctx)
 		return
 	}
-	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
+	// One span per authentication: its outcome and the key's public id, never the key.
+	actx, span := tracer.Start(ctx.Context(), "auth")
+	header := ctx.Header("Authorization")
+	p, err := s.principal(actx, header)
+	outcome := authOK
+	var apiErr *Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.status == http.StatusUnauthorized:
+		outcome = authFailure(header)
+	case err != nil:
+		outcome = "error"
+		span.SetStatus(codes.Error, "key lookup failed")
+	case !p.APIAccess:
+		outcome = authPlanDisabled
+	}
+	span.SetAttributes(attribute.String("app.auth.outcome", outcome))
+	if p.KeyID != uuid.Nil {
+		span.SetAttributes(attribute.String("app.api_key.id", p.KeyID.String()))
+	}
+	span.End()
+	if outcome != authOK && outcome != "error" {
+		s.metrics.AuthFailure(outcome)
+	}
 	if err != nil {
 		s.writeErr(ctx, err)
 		return
@@ -197,6 +234,22 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	next(huma.WithValue(ctx, principalKey, p))
+}
+
+// Authentication outcomes, as the auth span's app.auth.outcome and the AuthFailure reason.
+const (
+	authOK           = "ok"
+	authMissing      = "missing"       // no Authorization header, or another scheme
+	authInvalid      = "invalid"       // malformed, unknown or revoked key (not told apart)
+	authPlanDisabled = "plan_disabled" // the newsletter's plan has API access disabled
+)
+
+// authFailure classifies the header of a request refused with 401.
+func authFailure(header string) string {
+	if scheme, _, ok := strings.Cut(header, " "); !ok || !strings.EqualFold(scheme, "Bearer") {
+		return authMissing
+	}
+	return authInvalid
 }
 
 // principal verifies an Authorization header value.

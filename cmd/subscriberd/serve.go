@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer db.Close()
 
 	metrics := telemetry.NewMetrics(version)
+	if err := metrics.RegisterDB(db.DB); err != nil {
+		return err
+	}
 	accounts := repo.NewAccounts(db)
 	public := api.New(api.Config{
 		Store:   repo.NewSubscribers(db),
@@ -69,7 +73,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	var draining atomic.Bool
 	admin := adminHandler(db, metrics, &draining)
 
-	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], public, log)
+	// One server span per request; server.address is the public name, never the Host header.
+	traced := telemetry.NewHTTPHandler(public, serverAddress(cfg["PUBLIC_BASE_URL"]), nil)
+	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], traced, log)
 	adminSrv := newHTTPServer(cfg["ADMIN_ADDR"], admin, log)
 	publicLn, err := net.Listen("tcp", cfg["LISTEN_ADDR"])
 	if err != nil {
@@ -188,4 +194,12 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// serverAddress is the host[:port] of the public base URL, the fixed server.address of spans.
+func serverAddress(publicBaseURL string) string {
+	if u, err := url.Parse(publicBaseURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return telemetry.ServiceName
 }
