@@ -4,128 +4,28 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
-var (
-	serverDSN    string // a database on the test server, used to create and drop test databases
-	templateName string
-	createMu     sync.Mutex
-	dbCounter    atomic.Int64
-)
+var pg *testdb.Server
 
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	ctx := context.Background()
-	dsn := os.Getenv("TEST_DATABASE_URL")
-	if dsn == "" {
-		img := os.Getenv("POSTGRES_IMAGE")
-		if img == "" {
-			img = "postgres:15"
-		}
-		ctr, err := tcpostgres.Run(ctx, img,
-			tcpostgres.WithDatabase("subscriberd"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-			// initdb takes its encoding from the locale: make the cluster UTF-8 whatever the
-			// image's default (pgdriver refuses other encodings).
-			testcontainers.WithEnv(map[string]string{"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}),
-			testcontainers.WithWaitStrategy(wait.ForAll(
-				wait.ForLog("database system is ready to accept connections").WithOccurrence(2),
-				wait.ForListeningPort("5432/tcp"),
-			).WithDeadline(2*time.Minute)))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "integration: no PostgreSQL: set TEST_DATABASE_URL or make Docker available (POSTGRES_IMAGE=%s): %v\n", img, err)
-			return 1
-		}
-		defer testcontainers.TerminateContainer(ctr) //nolint:errcheck // best effort at exit
-		if dsn, err = ctr.ConnectionString(ctx, "sslmode=disable"); err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			return 1
-		}
-		fmt.Fprintln(os.Stderr, "integration: using a PostgreSQL container from", img)
-	} else {
-		fmt.Fprintln(os.Stderr, "integration: using TEST_DATABASE_URL")
-	}
-	serverDSN = dsn
-	templateName = fmt.Sprintf("subscriberd_tmpl_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	if err := createTemplate(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "integration: preparing the template database:", err)
-		return 1
-	}
-	code := m.Run()
-	dropDatabase(ctx, templateName)
-	return code
-}
-
-// dsnFor is serverDSN pointed at another database.
-func dsnFor(name string) string {
-	u, err := url.Parse(serverDSN)
-	if err != nil {
-		panic(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
-func adminExec(ctx context.Context, query string) error {
-	db, err := repo.Open(serverDSN, repo.Options{MaxConns: 1})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = db.ExecContext(ctx, query)
-	return err
-}
-
-func createTemplate(ctx context.Context) error {
-	if err := adminExec(ctx, `CREATE DATABASE "`+templateName+`" ENCODING 'UTF8' TEMPLATE template0`); err != nil {
-		return err
-	}
-	db, err := repo.Open(dsnFor(templateName), repo.Options{MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = repo.Migrate(ctx, db)
-	return err
-}
-
-func dropDatabase(ctx context.Context, name string) {
-	adminExec(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`) //nolint:errcheck // cleanup
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
 // freshDatabase clones the migrated template into a new database, dropped when t ends.
-func freshDatabase(t testing.TB) (dsn string) {
-	t.Helper()
-	name := fmt.Sprintf("%s_%d", templateName, dbCounter.Add(1))
-	createMu.Lock()
-	err := adminExec(context.Background(), `CREATE DATABASE "`+name+`" TEMPLATE "`+templateName+`"`)
-	createMu.Unlock()
-	if err != nil {
-		t.Fatalf("create test database: %v", err)
-	}
-	t.Cleanup(func() { dropDatabase(context.Background(), name) })
-	return dsnFor(name)
-}
+func freshDatabase(t testing.TB) string { return pg.Fresh(t) }
 
 // env is one service instance on its own database, with one newsletter and key.
 type env struct {
