@@ -8,7 +8,6 @@ import (
 
 	"github.com/felixge/httpsnoop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -76,11 +75,12 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		next.ServeHTTP(w, r)
 
 		span := trace.SpanFromContext(r.Context())
-		route := spanRoute(span)
-		if route == "" {
-			if route = patternRoute(r.Pattern); route != "" {
-				nameSpan(span, r.Method, route)
-			}
+		// The route is known here only when next is the ServeMux itself; otherwise the
+		// application names the span, and url.path relies on the generic redaction (tokens are
+		// longer than any identifier, so they are caught either way).
+		route := patternRoute(r.Pattern)
+		if route != "" {
+			nameSpan(span, r.Method, route)
 		}
 		if p := redactPath(r.URL.Path, route); p != r.URL.Path {
 			span.SetAttributes(semconv.URLPath(p))
@@ -111,20 +111,6 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		}
 		traced.ServeHTTP(w, r2)
 	})
-}
-
-// spanRoute returns the http.route attribute already on span, if the SDK lets it be read.
-func spanRoute(span trace.Span) string {
-	ro, ok := span.(interface{ Attributes() []attribute.KeyValue })
-	if !ok {
-		return ""
-	}
-	for _, kv := range ro.Attributes() {
-		if kv.Key == semconv.HTTPRouteKey {
-			return kv.Value.AsString()
-		}
-	}
-	return ""
 }
 
 func nameSpan(span trace.Span, method, route string) {

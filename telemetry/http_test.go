@@ -140,8 +140,9 @@ func TestServerSpanShape(t *testing.T) {
 	}
 }
 
-// A route set by the application on the span (as a Huma middleware does) wins, even when the
-// request reaches the mux as a copy, so the pattern is not visible to the wrappers.
+// A route set by the application on the span (as a Huma middleware does) stays, even when the
+// request reaches the mux as a copy, so the pattern is not visible to the wrappers; the token
+// is still cut from url.path.
 func TestRouteSetByApplication(t *testing.T) {
 	mux := testMux(t)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +156,10 @@ func TestRouteSetByApplication(t *testing.T) {
 	if len(spans) != 1 {
 		t.Fatalf("got %d spans", len(spans))
 	}
-	if got := attrs(spans[0])["url.path"].AsString(); got != "/confirm/{token}" {
+	if spans[0].Name() != "GET /confirm/{token}" || attrs(spans[0])["http.route"].AsString() != "/confirm/{token}" {
+		t.Errorf("span %q route %q: the application's route was lost", spans[0].Name(), attrs(spans[0])["http.route"].AsString())
+	}
+	if got := attrs(spans[0])["url.path"].AsString(); got != "/confirm/{redacted}" {
 		t.Errorf("url.path = %q", got)
 	}
 	assertClean(t, spans)

@@ -196,10 +196,19 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 	return mux
 }
 
-// serverAddress is the host[:port] of the public base URL, the fixed server.address of spans.
+// serverAddress is host:port of the public base URL, the fixed server.address and server.port
+// of spans (with the scheme's default port, so the client's Host header never supplies one).
 func serverAddress(publicBaseURL string) string {
-	if u, err := url.Parse(publicBaseURL); err == nil && u.Host != "" {
-		return u.Host
+	u, err := url.Parse(publicBaseURL)
+	if err != nil || u.Hostname() == "" {
+		return telemetry.ServiceName
 	}
-	return telemetry.ServiceName
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
