@@ -135,6 +135,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
+			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
+				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
+				_, info.route, _ = strings.Cut(pattern, " ")
+				nameSpan(r, info.route)
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}
@@ -156,6 +161,16 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 	})
 }
 
+// nameSpan names the request's server span "METHOD /route" and sets http.route, as the HTTP
+// semantic conventions ask: the tracing handler outside cannot see the route, because the
+// middleware here hands the mux a copy of the request.
+func nameSpan(r *http.Request, route string) {
+	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
+		span.SetName(r.Method + " " + route)
+		span.SetAttributes(attribute.String("http.route", route))
+	}
+}
+
 // headerRecorder captures what the mux would answer to an unrouted request.
 type headerRecorder struct {
 	header http.Header
@@ -174,21 +189,6 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	return r.body.Write(b)
-}
-
-// routeInfo records the matched operation's route template for the log and metrics.
-// It also names the request's server span "METHOD /route" with http.route, as the HTTP
-// semantic conventions ask (the tracing middleware outside the mux cannot see the route).
-func (s *Server) routeInfo(ctx huma.Context, next func(huma.Context)) {
-	op := ctx.Operation()
-	if info, ok := ctx.Context().Value(infoKey).(*requestInfo); ok {
-		info.route = op.Path
-	}
-	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
-		span.SetName(op.Method + " " + op.Path)
-		span.SetAttributes(attribute.String("http.route", op.Path))
-	}
-	next(ctx)
 }
 
 // authenticate checks the bearer key and the plan (API.md §5 steps 2–3).
