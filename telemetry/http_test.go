@@ -47,7 +47,7 @@ func assertClean(t *testing.T, spans []sdktrace.ReadOnlySpan) {
 	t.Helper()
 	for _, s := range spans {
 		for _, kv := range s.Attributes() {
-			v := kv.Value.Emit()
+			v := kv.Value.String()
 			for _, bad := range []string{"@", "sk_", testToken, testIP} {
 				if strings.Contains(v, bad) {
 					t.Errorf("span %q attribute %s=%q contains %q", s.Name(), kv.Key, v, bad)
@@ -124,7 +124,7 @@ func TestServerSpanShape(t *testing.T) {
 			}
 			for _, k := range []attribute.Key{"client.address", "network.peer.address"} {
 				if v, ok := a[k]; ok {
-					t.Errorf("%s = %q: raw IPs must not be recorded", k, v.Emit())
+					t.Errorf("%s = %q: raw IPs must not be recorded", k, v.String())
 				}
 			}
 			errType, hasErrType := a["error.type"]
@@ -140,13 +140,15 @@ func TestServerSpanShape(t *testing.T) {
 	}
 }
 
+type copyKey struct{}
+
 // A route set by the application on the span (as a Huma middleware does) stays, even when the
 // request reaches the mux as a copy, so the pattern is not visible to the wrappers; the token
 // is still cut from url.path.
 func TestRouteSetByApplication(t *testing.T) {
 	mux := testMux(t)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(context.WithValue(r.Context(), struct{}{}, 1))
+		r = r.WithContext(context.WithValue(r.Context(), copyKey{}, 1))
 		mux.ServeHTTP(w, r)
 		span := trace.SpanFromContext(r.Context())
 		span.SetName("GET /confirm/{token}")
