@@ -43,6 +43,8 @@ func (e OutboxEmail) Name() string { return JoinName(e.FirstName, e.LastName) }
 type Confirmation struct {
 	SubscriberID   uuid.UUID
 	NewsletterName string
+	// Confirmed is set when this token already confirmed the subscription.
+	Confirmed bool
 }
 
 // Errors of the email outbox and confirmation tokens.
