@@ -93,7 +93,7 @@ func TestPageCSPAllowsExactlyTheInlineCode(t *testing.T) {
 	}
 }
 
-func TestLogTransportKeepsTheLinkAtDebug(t *testing.T) {
+func TestLogTransportKeepsLinkAndAddressAtDebug(t *testing.T) {
 	m := composeTest(t)
 	for _, tc := range []struct {
 		level    slog.Level
@@ -108,8 +108,11 @@ func TestLogTransportKeepsTheLinkAtDebug(t *testing.T) {
 		if got := strings.Contains(out, "T0KEN"); got != tc.wantLink {
 			t.Errorf("level %v: token in log = %v, want %v:\n%s", tc.level, got, tc.wantLink, out)
 		}
-		if !strings.Contains(out, m.ID) || !strings.Contains(out, "ann@example.com") {
-			t.Errorf("level %v: log lacks the message id or recipient:\n%s", tc.level, out)
+		if !strings.Contains(out, m.ID) || !strings.Contains(out, "a***@example.com") {
+			t.Errorf("level %v: log lacks the message id or masked recipient:\n%s", tc.level, out)
+		}
+		if got := strings.Contains(out, "ann@example.com"); got != tc.wantLink {
+			t.Errorf("level %v: full address in log = %v, want %v", tc.level, got, tc.wantLink)
 		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	gomail "github.com/wneessen/go-mail"
 )
@@ -155,8 +157,9 @@ func classify(err error) error {
 }
 
 // LogTransport writes emails to a logger instead of sending them: the transport when no
-// SMTP_URL is configured. Recipient, subject and Message-ID are logged at info; the link,
-// which holds the token, only at debug.
+// SMTP_URL is configured. At info it logs the Message-ID, the subject and the recipient with its
+// local part masked; the full recipient, the link (which holds the token) and the text only at
+// debug.
 type LogTransport struct {
 	Log *slog.Logger
 }
@@ -164,8 +167,18 @@ type LogTransport struct {
 // Send logs m.
 func (t LogTransport) Send(ctx context.Context, m *Message) error {
 	t.Log.InfoContext(ctx, "email not sent: SMTP_URL is not set",
-		slog.String("message_id", m.ID), slog.String("to", m.To.Address), slog.String("subject", m.Subject))
-	t.Log.DebugContext(ctx, "email content", slog.String("message_id", m.ID),
+		slog.String("message_id", m.ID), slog.String("to", maskAddress(m.To.Address)), slog.String("subject", m.Subject))
+	t.Log.DebugContext(ctx, "email content", slog.String("message_id", m.ID), slog.String("to", m.To.Address),
 		slog.String("link", m.Link), slog.String("text", m.Text))
 	return nil
+}
+
+// maskAddress keeps the first character of the local part and the domain: a***@example.com.
+func maskAddress(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at <= 0 {
+		return "***"
+	}
+	r, _ := utf8.DecodeRuneInString(addr)
+	return string(r) + "***" + addr[at:]
 }

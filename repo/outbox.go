@@ -172,7 +172,7 @@ func (o *Outbox) Release(ctx context.Context, ids []uuid.UUID) error {
 	}
 	now := o.now()
 	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?0
-WHERE id IN (?1) AND state = 'pending'`, now, bun.In(ids)).Exec(ctx)
+WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
 
