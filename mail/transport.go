@@ -28,6 +28,7 @@ type PermanentError struct {
 	Err  error
 }
 
+// Error describes the refusal.
 func (e *PermanentError) Error() string {
 	return fmt.Sprintf("permanent SMTP failure (%d): %v", e.Code, e.Err)
 }
