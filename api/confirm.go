@@ -40,9 +40,6 @@ func (s *Server) HandleConfirmations(c Confirmer) {
 func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 	resolve func(context.Context, []byte) (model.Confirmation, error), ok mail.Page) {
 	ctx := r.Context()
-	if info, found := ctx.Value(infoKey).(*requestInfo); found {
-		info.route = ConfirmRoute
-	}
 	// The token is a secret: it goes into no log, error or span, only into its hash.
 	token := r.PathValue("token")
 	if !mail.WellFormedToken(token) {
