@@ -35,6 +35,7 @@ type fakeOutbox struct {
 	rows     []*fakeRow
 	released []uuid.UUID
 	claims   chan int // when set, receives the size of every claim
+	failing  int      // the next claims that fail, as with the database down
 }
 
 func (o *fakeOutbox) add(e model.OutboxEmail) *fakeRow {
@@ -63,6 +64,11 @@ func (o *fakeOutbox) row(id uuid.UUID) *fakeRow {
 func (o *fakeOutbox) Claim(_ context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.failing > 0 {
+		o.failing--
+		o.report(-1)
+		return nil, fmt.Errorf("claim: %w", model.ErrUnavailable)
+	}
 	now := time.Now()
 	var out []model.OutboxEmail
 	for _, r := range o.rows {
@@ -71,10 +77,18 @@ func (o *fakeOutbox) Claim(_ context.Context, limit int, lease time.Duration) ([
 			out = append(out, r.email)
 		}
 	}
-	if o.claims != nil {
-		o.claims <- len(out)
-	}
+	o.report(len(out))
 	return out, nil
+}
+
+// report tells the test about a claim, never blocking the worker.
+func (o *fakeOutbox) report(n int) {
+	if o.claims != nil {
+		select {
+		case o.claims <- n:
+		default:
+		}
+	}
 }
 
 func (o *fakeOutbox) IssueToken(_ context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error {
@@ -373,5 +387,33 @@ func TestWorkerRunWakesOnSignalAndStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestWorkerRunSurvivesClaimErrors(t *testing.T) {
+	f := newFixture(t, WorkerConfig{PollInterval: time.Millisecond})
+	f.outbox.failing = 3
+	f.outbox.claims = make(chan int, 100)
+	f.transport.got = make(chan *Message, 1)
+	f.outbox.add(model.OutboxEmail{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.worker.Run(ctx) }()
+	select {
+	case <-f.transport.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no email after the database came back")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	for range 3 {
+		if n := <-f.outbox.claims; n != -1 {
+			t.Fatalf("claim answered %d, want the three failures first", n)
+		}
+	}
+	if got := strings.Count(f.logs.String(), "claiming due emails failed"); got != 3 {
+		t.Errorf("%d claim failures logged, want 3:\n%s", got, f.logs)
 	}
 }
