@@ -299,3 +299,37 @@ func TestNewSMTPURLs(t *testing.T) {
 		}
 	}
 }
+
+func TestSMTPUnicodeNamesRoundTrip(t *testing.T) {
+	ts := startServer(t, "", "")
+	s, _ := NewSMTP("smtp://"+ts.addr, 5*time.Second)
+	c, _ := NewComposer("Café Brief <brief@example.com>", "https://example.com")
+	e := testEmail()
+	e.FirstName, e.LastName, e.NewsletterName = "Zoë", "Ünal-Śmith", "Café ☕ Weekly"
+	m, err := c.Compose(e, "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := netmail.ReadMessage(strings.NewReader(string(ts.messages()[0].Data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
+	if err != nil || subject != "Confirm your subscription to Café ☕ Weekly" {
+		t.Errorf("Subject %q (%v)", subject, err)
+	}
+	to, err := msg.Header.AddressList("To")
+	if err != nil || to[0].Name != "Zoë Ünal-Śmith" {
+		t.Errorf("To %q: %v", msg.Header.Get("To"), err)
+	}
+	from, err := msg.Header.AddressList("From")
+	if err != nil || from[0].Name != "Café Brief" {
+		t.Errorf("From %q: %v", msg.Header.Get("From"), err)
+	}
+	if p := parts(t, msg); !strings.Contains(p["text/plain"], "Hello Zoë Ünal-Śmith,") || !strings.Contains(p["text/html"], "Café ☕ Weekly") {
+		t.Errorf("parts do not carry the names in UTF-8: %q", p)
+	}
+}
