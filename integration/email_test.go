@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	netmail "net/mail"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -36,9 +37,9 @@ type mailEnv struct {
 
 const testFrom = "Test News <news@example.org>"
 
-func newMailEnv(t *testing.T) *mailEnv {
+func newMailEnv(t *testing.T, opts ...func(*envOptions)) *mailEnv {
 	t.Helper()
-	e := newEnv(t)
+	e := newEnv(t, opts...)
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
 	hs := httptest.NewServer(srv)
@@ -631,4 +632,109 @@ func TestEmailShutdownFinishesTheEmailInHand(t *testing.T) {
 	if n := len(m.smtp.Messages()); n != 3 {
 		t.Errorf("%d messages in all, want 3", n)
 	}
+}
+
+// viaProxy is a fresh database reached through a proxy that can cut it off.
+func viaProxy(t *testing.T) (*tcpProxy, func(*envOptions)) {
+	t.Helper()
+	direct, err := url.Parse(freshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, direct.Host)
+	via := *direct
+	via.Host = proxy.addr
+	return proxy, func(o *envOptions) { o.dsn = via.String() }
+}
+
+// settle runs worker batches until one claims nothing, letting the pool get past connections
+// that died with an outage.
+func (m *mailEnv) settle(w *mail.Worker) {
+	m.t.Helper()
+	for range 20 {
+		if n, err := w.RunOnce(context.Background()); err == nil && n == 0 {
+			return
+		}
+	}
+	m.t.Fatal("the outbox did not settle")
+}
+
+func TestEmailDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	proxy, opt := viaProxy(t)
+	m := newMailEnv(t, opt)
+	id := m.create("outage@example.com", "pending")
+	m.drain()
+	link := m.smtp.Messages()[0].Link
+
+	proxy.cut()
+	for _, method := range []string{"GET", "POST"} {
+		code, h, body := m.page(method, link)
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || !strings.Contains(body, "try again") {
+			t.Errorf("%s during the outage: %d, Retry-After %q:\n%s", method, code, h.Get("Retry-After"), body)
+		}
+	}
+	if _, err := m.worker(testWorkerConfig()).RunOnce(context.Background()); err == nil {
+		t.Error("a claim during the outage reported no error")
+	}
+
+	proxy.restore()
+	var code int
+	for range 3 {
+		if code, _, _ = m.page("POST", link); code == http.StatusOK {
+			break
+		}
+	}
+	if code != http.StatusOK {
+		t.Fatalf("POST after the outage = %d, want 200: the link must survive an outage", code)
+	}
+	if s := m.status(id); s != "active" {
+		t.Errorf("status %s, want active", s)
+	}
+}
+
+// cutAfterSend loses the database right after the SMTP server accepted an email, as a crash
+// between the send and its bookkeeping would.
+type cutAfterSend struct {
+	mail.Transport
+	cut func()
+}
+
+func (c cutAfterSend) Send(ctx context.Context, m *mail.Message) error {
+	err := c.Transport.Send(ctx, m)
+	if err == nil {
+		c.cut()
+	}
+	return err
+}
+
+// TestEmailLostBookkeepingResendsOnce: when the outcome of a delivered email cannot be recorded,
+// the email goes out once more when its lease ends — with the same Message-ID, so receivers can
+// drop it — and is never lost. Only the last copy's link works.
+func TestEmailLostBookkeepingResendsOnce(t *testing.T) {
+	t.Parallel()
+	proxy, opt := viaProxy(t)
+	m := newMailEnv(t, opt)
+	m.create("crash@example.com", "pending")
+	tr, err := mail.NewSMTP(m.smtp.URL(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testWorkerConfig()
+	cfg.Lease = time.Millisecond // the "crashed" worker's lease ends at once
+	if n, _ := mail.NewWorker(m.outbox, cutAfterSend{tr, proxy.cut}, m.composer, cfg).RunOnce(context.Background()); n != 1 {
+		t.Fatalf("claimed %d, want 1", n)
+	}
+	proxy.restore()
+	m.settle(m.worker(cfg))
+
+	msgs := m.smtp.Messages()
+	if len(msgs) != 2 || msgs[0].MessageID != msgs[1].MessageID || msgs[0].Link == msgs[1].Link {
+		t.Fatalf("%d messages %v, want the same email twice with the same Message-ID and new links", len(msgs), links(msgs))
+	}
+	if n := m.count("SELECT count(*) FROM email_outbox WHERE state = 'sent'"); n != 1 {
+		t.Errorf("sent rows = %d, want 1", n)
+	}
+	m.wantPage("POST", msgs[0].Link, http.StatusNotFound, invalidText)
+	m.wantPage("POST", msgs[1].Link, http.StatusOK, subscribedText)
 }

@@ -125,7 +125,7 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 		return translate(err)
 	})
 	if err != nil {
-		return model.Confirmation{}, err
+		return model.Confirmation{}, translate(err) // a failed commit is the driver's error
 	}
 	return out, nil
 }
