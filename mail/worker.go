@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -213,6 +214,16 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
 }
 
 func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger) (string, error) {
+	if job.Kind != model.EmailKindConfirmation {
+		// Written by a newer version, or by hand: this worker cannot write it, and must not
+		// send a confirmation in its place. It stays for inspection.
+		err := errors.New("unknown email kind " + strconv.Quote(job.Kind))
+		if ferr := w.outbox.Fail(ctx, job.ID, err.Error()); ferr != nil {
+			log.WarnContext(ctx, "recording failure failed", slog.Any("error", ferr))
+		}
+		log.ErrorContext(ctx, "email failed for good", slog.Any("error", err))
+		return OutcomeFailed, err
+	}
 	token, hash := NewToken()
 	if err := w.outbox.IssueToken(ctx, job, hash, TokenTTL); err != nil {
 		if errors.Is(err, model.ErrEmailObsolete) {

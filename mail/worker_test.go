@@ -47,6 +47,9 @@ func (o *fakeOutbox) add(e model.OutboxEmail) *fakeRow {
 	if e.Email == "" {
 		e.Email = "s" + e.ID.String()[:8] + "@example.com"
 	}
+	if e.Kind == "" {
+		e.Kind = model.EmailKindConfirmation
+	}
 	r := &fakeRow{email: e, state: model.EmailPending}
 	o.rows = append(o.rows, r)
 	return r
@@ -260,10 +263,15 @@ func TestWorkerOutcomes(t *testing.T) {
 		{"permanent failure at once", 0, false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
 		{"no longer wanted", 0, true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
 		{"success after failures", 5, false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
+		{"unknown kind", 0, false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, WorkerConfig{})
-			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts})
+			kind := model.EmailKindConfirmation
+			if tc.name == "unknown kind" {
+				kind = "newsletter-issue"
+			}
+			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, Kind: kind})
 			r.obsolete = tc.obsolete
 			f.transport.err = func(context.Context, *Message) error { return tc.sendErr }
 			if _, err := f.worker.RunOnce(context.Background()); err != nil {
