@@ -3,6 +3,7 @@ module github.com/subscriberd/subscriberd
 go 1.26.8
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/uptrace/bun v1.2.18
