@@ -175,6 +175,8 @@ func TestErrorEnvelopes(t *testing.T) {
 			wantStatus: 404, wantBody: body404, golden: "404_subscriber.json"},
 		{name: "id not a UUID", req: req{"GET", subs + "/123", nil, []string{bearer(keyA)}},
 			wantStatus: 404, wantBody: body404},
+		{name: "id of 36 characters, not a UUID", req: req{"GET", subs + "/zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", nil, []string{bearer(keyA)}},
+			wantStatus: 404, wantBody: body404},
 		{name: "id a UUID in braces", req: req{"GET", subs + "/{" + unknowID + "}", nil, []string{bearer(keyA)}},
 			wantStatus: 404, wantBody: body404},
 		{name: "id a URN", req: req{"DELETE", subs + "/urn:uuid:" + unknowID, nil, []string{bearer(keyA)}},
