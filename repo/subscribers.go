@@ -321,7 +321,8 @@ func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) e
 }
 
 // retireConfirmations cancels a subscriber's unsent confirmation emails and makes its
-// outstanding confirmation links invalid.
+// confirmation links invalid, the one that confirmed included: after a status change through
+// the API, an old link neither changes the subscriber nor claims to have subscribed them.
 func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID, now time.Time) error {
 	if _, err := db.NewUpdate().Table("email_outbox").
 		Set("state = ?", StateCancelled).Set("updated_at = ?", now).
@@ -330,6 +331,6 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 	}
 	_, err := db.NewUpdate().Table("confirmation_tokens").
 		Set("retired_at = ?", now).
-		Where("subscriber_id = ? AND retired_at IS NULL AND confirmed_at IS NULL", subscriberID).Exec(ctx)
+		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
 }

@@ -52,6 +52,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}()
 
+	mailer, err := newMailer(cfg, log)
+	if err != nil {
+		return err
+	}
+
 	db, err := openDB(ctx, cfg["DATABASE_URL"], *migrateFirst, log)
 	if err != nil {
 		return err
@@ -69,6 +74,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		Logger:  log,
 		Metrics: metrics,
 	})
+	public.HandleConfirmations(repo.NewConfirmations(db))
+
+	// The worker outlives ctx: on SIGTERM it is stopped below, after its current email.
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	workerDone := startWorker(workerCtx, db, mailer, metrics, log)
+	defer func() {
+		stopWorker()
+		<-workerDone
+	}()
 
 	var draining atomic.Bool
 	admin := adminHandler(db, metrics, &draining)
@@ -102,8 +116,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	log.Info("shutting down", "grace", shutdownGrace.String())
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
+	stopWorker() // finishes its current email while the servers drain
 	err = publicSrv.Shutdown(stopCtx)
 	adminSrv.Shutdown(stopCtx) //nolint:errcheck // admin has no long requests
+	<-workerDone
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}
