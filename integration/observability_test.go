@@ -13,7 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/emersion/go-smtp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,6 +27,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/smtptest"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
 )
@@ -472,4 +476,67 @@ func counterSum(t *testing.T, m *telemetry.Metrics, family, label, value string)
 		}
 	}
 	return total
+}
+
+// An email send is its own trace (a CLIENT span "email.send") linked to the request that queued
+// it; its attributes name the outbox row, never the recipient, even when the SMTP server's
+// refusal quotes the address.
+func TestTraceEmailSendLinksToRequest(t *testing.T) {
+	o := newObserved(t)
+	_, reqTrace := o.traced("POST", "/subscribers", map[string]any{"email": "pending@example.com", "status": "pending"})
+	reqID := serverSpan(t, reqTrace).SpanContext().TraceID()
+	_, rejTrace := o.traced("POST", "/subscribers", map[string]any{"email": "refused@example.com", "status": "pending"})
+	rejID := serverSpan(t, rejTrace).SpanContext().TraceID()
+
+	catcher := smtptest.Start(t)
+	catcher.Refuse(func(to string, _ int) *smtp.SMTPError {
+		if to == "refused@example.com" {
+			return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: no such user"}
+		}
+		return nil
+	})
+	tr, err := mail.NewSMTP(catcher.URL(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	composer, err := mail.NewComposer(testFrom, "http://subscriberd.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testWorkerConfig()
+	cfg.Recorder = o.metrics
+	w := mail.NewWorker(repo.NewOutbox(o.db), tr, composer, cfg)
+	if _, err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	sends := map[trace.TraceID]sdktrace.ReadOnlySpan{} // request trace → its send span
+	for _, s := range spans.Ended() {
+		if s.Name() != "email.send" {
+			continue
+		}
+		for _, l := range s.Links() {
+			if id := l.SpanContext.TraceID(); id == reqID || id == rejID {
+				sends[id] = s
+			}
+		}
+	}
+	for id, want := range map[trace.TraceID]codes.Code{reqID: codes.Unset, rejID: codes.Error} {
+		s, ok := sends[id]
+		if !ok {
+			t.Errorf("no email.send span links to request trace %s", id)
+			continue
+		}
+		if s.SpanContext().TraceID() == id || s.Parent().IsValid() || s.SpanKind() != trace.SpanKindClient {
+			t.Errorf("email.send: trace %s parent %v kind %v; want a new root CLIENT span linked to the request",
+				s.SpanContext().TraceID(), s.Parent(), s.SpanKind())
+		}
+		if s.Status().Code != want {
+			t.Errorf("email.send for trace %s: status %v, want %v", id, s.Status().Code, want)
+		}
+		assertNoSecrets(t, []sdktrace.ReadOnlySpan{s})
+	}
+	if got := counterSum(t, o.metrics, "email_sends_total", "outcome", "sent"); got != 1 {
+		t.Errorf("email_sends_total{outcome=sent} = %v, want 1", got)
+	}
 }
