@@ -120,6 +120,7 @@ func newObserved(t *testing.T, opts ...func(*envOptions)) *observed {
 		Metrics:     o.metrics,
 		KeyCacheTTL: cfg.keyCacheTTL,
 	})
+	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))
 	t.Cleanup(srv.Close)
 	e.srv, e.base = srv, srv.URL+api.BasePath
@@ -539,4 +540,21 @@ func TestTraceEmailSendLinksToRequest(t *testing.T) {
 	if got := counterSum(t, o.metrics, "email_sends_total", "outcome", "sent"); got != 1 {
 		t.Errorf("email_sends_total{outcome=sent} = %v, want 1", got)
 	}
+
+	// The link in the email: its token is in the path, never in the span.
+	msgs := catcher.Messages()
+	if len(msgs) != 1 || msgs[0].Token() == "" {
+		t.Fatalf("got %d messages, want one with a link", len(msgs))
+	}
+	token := msgs[0].Token()
+	r, pageTrace := o.traced("GET", o.srv.URL+"/confirm/"+token, nil)
+	if r.status != http.StatusOK {
+		t.Errorf("GET link = %d", r.status)
+	}
+	page := serverSpan(t, pageTrace)
+	checkServerSpan(t, page, "GET /confirm/{token}", "/confirm/{token}", 200)
+	if got := attrMap(page)["url.path"].AsString(); strings.Contains(got, token) || got == "" {
+		t.Errorf("url.path = %q: the token must be cut", got)
+	}
+	assertNoSecrets(t, pageTrace, token)
 }
