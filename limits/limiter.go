@@ -186,8 +186,10 @@ func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string,
 		l.backendError(ctx, span, err)
 		return
 	}
-	span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", locked),
-		attribute.String("limits.backend", l.b.Name()))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", locked),
+			attribute.String("limits.backend", l.b.Name()))
+	}
 	if locked {
 		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
 			slog.Duration("lock", rule.Lock))
@@ -269,6 +271,9 @@ func closest(out Outcome) int {
 
 func (l *Limiter) record(span trace.Span, scope, outcome string, d Decision, window string) {
 	l.rec.Decision(scope, outcome)
+	if !span.IsRecording() {
+		return
+	}
 	attrs := []attribute.KeyValue{
 		attribute.String("limits.scope", scope),
 		attribute.String("limits.decision", outcome),
