@@ -221,7 +221,7 @@ func testRetryAfterRounding(t *testing.T, nb newBackend) {
 func testHeaders(t *testing.T, nb newBackend) {
 	rate, _ := ParseWindows("RATE_LIMITS", DefaultRateLimits)
 	bulk, _ := ParseWindows("BULK_RATE_LIMITS", DefaultBulkRateLimits)
-	l, c, _ := newLimiter(t, nb, Config{Rate: rate, Bulk: bulk})
+	l, _, _ := newLimiter(t, nb, Config{Rate: rate, Bulk: bulk})
 	ctx := context.Background()
 	wantDecision(t, "first request", l.CheckKey(ctx, "k", false), Decision{Allowed: true, Limit: 60, Remaining: 59, Reset: 1})
 	wantDecision(t, "first bulk request", l.CheckKey(ctx, "k", true), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
@@ -248,7 +248,7 @@ func testHeaders(t *testing.T, nb newBackend) {
 	// Windows 10/1m and 12/1h (one per 5 minutes): after 10 requests the minute window has 0
 	// left, the hour 2; a minute later the minute window is full again (9 left after this
 	// request) and the hour window, with 1 left, is the one closest to running out.
-	l, c, _ = newLimiter(t, nb, Config{Rate: []Window{{10, time.Minute}, {12, time.Hour}}})
+	l, c, _ := newLimiter(t, nb, Config{Rate: []Window{{10, time.Minute}, {12, time.Hour}}})
 	for range 9 {
 		l.CheckKey(ctx, "k", false)
 	}
@@ -388,7 +388,7 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	seen := map[string]string{}
 	for _, s := range spans {
 		for _, a := range s.Attributes() {
-			v := a.Value.Emit()
+			v := a.Value.String()
 			if strings.Contains(v, key) || strings.Contains(v, ip) {
 				t.Errorf("span %s attribute %s = %q carries the key or the address", s.Name(), a.Key, v)
 			}

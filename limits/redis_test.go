@@ -3,7 +3,6 @@ package limits
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -18,98 +17,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
-)
 
-// The Redis these tests use: TEST_REDIS_URL when set, else a container of REDIS_IMAGE
-// (default redis:7) started on first use and removed when the tests end.
-var (
-	redisOnce sync.Once
-	redisAddr string // host:port
-	redisErr  error
-	redisStop func()
+	"github.com/subscriberd/subscriberd/internal/testredis"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if redisStop != nil {
-		redisStop()
-	}
+	testredis.Stop()
 	os.Exit(code)
 }
 
-// testRedisURL returns the Redis URL, failing the test — never skipping it — when there is
-// neither TEST_REDIS_URL nor a Docker engine.
-func testRedisURL(t testing.TB) string {
-	t.Helper()
-	redisOnce.Do(func() {
-		if url := os.Getenv("TEST_REDIS_URL"); url != "" {
-			opt, err := redis.ParseURL(url)
-			if err != nil {
-				redisErr = fmt.Errorf("TEST_REDIS_URL: %w", err)
-				return
-			}
-			redisAddr = opt.Addr
-			return
-		}
-		img := os.Getenv("REDIS_IMAGE")
-		if img == "" {
-			img = "redis:7"
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		ctr, err := testcontainers.Run(ctx, img, testcontainers.WithExposedPorts("6379/tcp"),
-			testcontainers.WithWaitStrategy(wait.ForListeningPort("6379/tcp")))
-		if err != nil {
-			if ctr != nil {
-				_ = testcontainers.TerminateContainer(ctr)
-			}
-			redisErr = fmt.Errorf("starting a Redis container from %s: %w", img, err)
-			return
-		}
-		redisStop = func() { _ = testcontainers.TerminateContainer(ctr) }
-		redisAddr, redisErr = ctr.PortEndpoint(ctx, "6379/tcp", "")
-	})
-	if redisErr != nil {
-		t.Fatalf("these tests need Redis: set TEST_REDIS_URL (e.g. redis://127.0.0.1:6379/0) or make Docker available "+
-			"(source /work/shared/ci/container-images.sh for REDIS_IMAGE): %v", redisErr)
-	}
-	if url := os.Getenv("TEST_REDIS_URL"); url != "" {
-		return url
-	}
-	return "redis://" + redisAddr + "/0"
-}
-
-// testRedis returns a client and a key prefix of its own for t; the keys are removed when t
-// ends.
-func testRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	opt, err := redis.ParseURL(testRedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	prefix := "subscriberd-test:" + crand.Text()[:10] + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("cleaning up %s*: %v", prefix, err)
-		}
-		rdb.Close()
-	})
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("redis at %s: %v", opt.Addr, err)
-	}
-	return rdb, prefix
-}
-
 func redisBackend(t *testing.T, now func() time.Time) Backend {
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testredis.Client(t)
 	return NewRedis(rdb, prefix, now)
 }
 
@@ -168,7 +87,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 
 // TestRedisServerTime uses the Redis server's clock, as production does.
 func TestRedisServerTime(t *testing.T) {
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testredis.Client(t)
 	cfg := Config{Rate: []Window{{3, time.Minute}}, AuthLockout: Lockout{2, time.Minute, time.Hour}}
 	// Two instances on one Redis share one budget.
 	a, b := New(cfg, NewRedis(rdb, prefix, nil)), New(cfg, NewRedis(rdb, prefix, nil))
@@ -279,8 +198,8 @@ func (s *syncBuffer) String() string {
 // each keeps deciding in process, logging the change once; Redis comes back and the budget
 // is shared again.
 func TestFailover(t *testing.T) {
-	_, prefix := testRedis(t)
-	opt, err := RedisOptions(testRedisURL(t))
+	prefix := testredis.Prefix(t)
+	opt, err := RedisOptions(testredis.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +339,7 @@ func BenchmarkCheckKey(b *testing.B) {
 		new  func(b *testing.B) Backend
 	}{
 		{"memory", func(*testing.B) Backend { return NewMemory(nil, 0) }},
-		{"redis", func(b *testing.B) Backend { rdb, prefix := testRedis(b); return NewRedis(rdb, prefix, nil) }},
+		{"redis", func(b *testing.B) Backend { rdb, prefix := testredis.Client(b); return NewRedis(rdb, prefix, nil) }},
 	}
 	for _, be := range backends {
 		for _, isBulk := range []bool{false, true} {
