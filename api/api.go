@@ -92,7 +92,7 @@ func New(cfg Config) *Server {
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
 	// the body.
-	s.api.UseMiddleware(s.routeInfo, s.clientLockout, s.authenticate, s.limit, s.preflight)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
 	s.handler = s.recoverer(s.envelope(s.observe(s.route(s.mux))))
 	return s
