@@ -94,6 +94,7 @@ func New(cfg Config) *Server {
 	// the body.
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
+	s.documentLimits()
 	s.handler = s.recoverer(s.envelope(s.observe(s.route(s.mux))))
 	return s
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/netip"
+	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -81,4 +83,40 @@ func tooManyRequests(d limits.Decision) *Error {
 	e.headers = http.Header{}
 	d.SetHeaders(e.headers)
 	return e
+}
+
+// documentLimits declares the limit headers in the OpenAPI document: RateLimit-* on every
+// response an authenticated request can get (not 401 and 403, which come before the key is
+// known), and Retry-After on 429.
+func (s *Server) documentLimits() {
+	header := func(desc string, required bool) *huma.Param {
+		return &huma.Param{Description: desc, Required: required, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64)}}
+	}
+	rateHeaders := map[string]*huma.Param{
+		"RateLimit-Limit": header("Requests allowed in the rate window closest to running out "+
+			"(sent when rate limits are on and the key was accepted).", false),
+		"RateLimit-Remaining": header("Requests left in that window after this one.", false),
+		"RateLimit-Reset":     header("Seconds until that window is full again.", false),
+	}
+	for _, p := range s.api.OpenAPI().Paths {
+		for _, op := range []*huma.Operation{p.Get, p.Post, p.Put, p.Patch, p.Delete} {
+			if op == nil || len(op.Security) == 0 {
+				continue
+			}
+			for code, resp := range op.Responses {
+				if code == strconv.Itoa(http.StatusUnauthorized) || code == strconv.Itoa(http.StatusForbidden) || code == "default" {
+					continue
+				}
+				if resp.Headers == nil {
+					resp.Headers = map[string]*huma.Param{}
+				}
+				maps.Copy(resp.Headers, rateHeaders)
+				if code == strconv.Itoa(http.StatusTooManyRequests) {
+					resp.Headers["Retry-After"] = header("Whole seconds until a retry can succeed; equal to errors.retry_after.", true)
+					resp.Description = "Too many requests: a rate window of the key is empty, or the key or the client is " +
+						"temporarily locked out. The RateLimit-* headers are absent when the client is locked out."
+				}
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -339,4 +340,38 @@ func TestRedisOutage(t *testing.T) {
 		wantRateHeaders(t, e.do("GET", base+"/subscribers", nil, k3).want(t, http.StatusOK, ""), 4, 3-i, time.Hour)
 	}
 	want429(t, e.do("GET", "/subscribers", nil, k3), 900)
+}
+
+// TestOpenAPIDocumentsLimitHeaders: the document declares the headers the server sends.
+func TestOpenAPIDocumentsLimitHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.do("GET", "/openapi.json", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("openapi.json = %d", r.status)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Headers map[string]any `json:"headers"`
+			} `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(r.raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, method, status, header string }{
+		{"/api/v1/subscribers", "get", "200", "RateLimit-Limit"},
+		{"/api/v1/subscribers", "post", "201", "RateLimit-Remaining"},
+		{"/api/v1/subscribers/bulk", "post", "422", "RateLimit-Reset"},
+		{"/api/v1/subscribers/{id}", "delete", "429", "Retry-After"},
+		{"/api/v1/subscribers/{id}", "put", "429", "RateLimit-Limit"},
+	} {
+		if _, ok := doc.Paths[c.path][c.method].Responses[c.status].Headers[c.header]; !ok {
+			t.Errorf("%s %s %s: header %s not declared", c.method, c.path, c.status, c.header)
+		}
+	}
+	if _, ok := doc.Paths["/api/v1/subscribers"]["get"].Responses["401"].Headers["RateLimit-Limit"]; ok {
+		t.Error("401 declares RateLimit-Limit, which it never carries")
+	}
 }
