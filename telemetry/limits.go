@@ -10,8 +10,9 @@ type LimitMetrics struct {
 	redisUp   prometheus.Gauge
 }
 
-// LimitMetrics creates and registers the rate-limit collectors. Call it once.
-func (m *Metrics) LimitMetrics() *LimitMetrics {
+// LimitMetrics creates and registers the rate-limit collectors. rate_limit_redis_up exists
+// only when shared is true (REDIS_URL is set). Call it once.
+func (m *Metrics) LimitMetrics(shared bool) *LimitMetrics {
 	lm := &LimitMetrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rate_limit_decisions_total",
@@ -22,7 +23,10 @@ func (m *Metrics) LimitMetrics() *LimitMetrics {
 			Help: "1 while the shared Redis limiter backend is in use, 0 while decisions fall back to the process.",
 		}),
 	}
-	m.reg.MustRegister(lm.decisions, lm.redisUp)
+	m.reg.MustRegister(lm.decisions)
+	if shared {
+		m.reg.MustRegister(lm.redisUp)
+	}
 	return lm
 }
 

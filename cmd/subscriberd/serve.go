@@ -62,7 +62,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer db.Close()
 
 	metrics := telemetry.NewMetrics(version)
-	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics.LimitMetrics())
+	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics.LimitMetrics(lim.redis != nil))
 	defer closeLimiter()
 	accounts := repo.NewAccounts(db)
 	public := api.New(api.Config{
