@@ -19,6 +19,10 @@ const (
 // Off is the value that disables a limit or a lockout.
 const Off = "off"
 
+// MaxLockoutFailures bounds a lockout's failure count: each subject keeps the times of its
+// last failures, up to this many.
+const MaxLockoutFailures = 10000
+
 // Window is one rate window: at most Limit requests per Period. It is enforced as a GCRA
 // bucket: a burst of Limit, refilled continuously at Limit per Period.
 type Window struct {
@@ -99,6 +103,9 @@ func ParseLockout(name, value string) (Lockout, error) {
 	n, w, err := parseCount(count)
 	if err != nil {
 		return bad(err.Error())
+	}
+	if n > MaxLockoutFailures {
+		return bad(fmt.Sprintf("more than %d failures", MaxLockoutFailures))
 	}
 	l, err := parseDuration(lock)
 	if err != nil {

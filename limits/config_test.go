@@ -63,6 +63,8 @@ func TestParseLockout(t *testing.T) {
 		{value: "x/10m:1m", wantErr: "not a whole number"},
 		{value: "10:1m", wantErr: "no /"},
 		{value: "", wantErr: "no :lock time"},
+		{value: "10001/10m:1m", wantErr: "more than 10000 failures"},
+		{value: "10000/10m:1m", want: Lockout{10000, 10 * time.Minute, time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
