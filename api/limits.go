@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"maps"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -85,20 +84,28 @@ func tooManyRequests(d limits.Decision) *Error {
 	return e
 }
 
-// documentLimits declares the limit headers in the OpenAPI document: RateLimit-* on every
-// response an authenticated request can get (not 401 and 403, which come before the key is
-// known), and Retry-After on 429.
+// documentLimits declares the limit headers in the OpenAPI document, once under
+// components/headers and by reference: RateLimit-* on every response an authenticated
+// request can get (not 401 and 403, which come before the key is known), and Retry-After on
+// 429.
 func (s *Server) documentLimits() {
-	header := func(desc string, required bool) *huma.Param {
-		return &huma.Param{Description: desc, Required: required, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64)}}
+	oapi := s.api.OpenAPI()
+	if oapi.Components.Headers == nil {
+		oapi.Components.Headers = map[string]*huma.Header{}
 	}
-	rateHeaders := map[string]*huma.Param{
-		"RateLimit-Limit": header("Requests allowed in the rate window closest to running out "+
-			"(sent when rate limits are on and the key was accepted).", false),
-		"RateLimit-Remaining": header("Requests left in that window after this one.", false),
-		"RateLimit-Reset":     header("Seconds until that window is full again.", false),
+	header := func(desc string) *huma.Header {
+		return &huma.Header{Description: desc, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64)}}
 	}
-	for _, p := range s.api.OpenAPI().Paths {
+	oapi.Components.Headers["RateLimit-Limit"] = header("Requests allowed in the rate window closest to running out " +
+		"(sent when rate limits are on and the key was accepted).")
+	oapi.Components.Headers["RateLimit-Remaining"] = header("Requests left in that window after this one.")
+	oapi.Components.Headers["RateLimit-Reset"] = header("Seconds until that window is full again.")
+	retry := header("Whole seconds until a retry can succeed; equal to errors.retry_after.")
+	retry.Required = true
+	oapi.Components.Headers["Retry-After"] = retry
+	ref := func(name string) *huma.Param { return &huma.Param{Ref: "#/components/headers/" + name} }
+
+	for _, p := range oapi.Paths {
 		for _, op := range []*huma.Operation{p.Get, p.Post, p.Put, p.Patch, p.Delete} {
 			if op == nil || len(op.Security) == 0 {
 				continue
@@ -110,9 +117,11 @@ func (s *Server) documentLimits() {
 				if resp.Headers == nil {
 					resp.Headers = map[string]*huma.Param{}
 				}
-				maps.Copy(resp.Headers, rateHeaders)
+				for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+					resp.Headers[h] = ref(h)
+				}
 				if code == strconv.Itoa(http.StatusTooManyRequests) {
-					resp.Headers["Retry-After"] = header("Whole seconds until a retry can succeed; equal to errors.retry_after.", true)
+					resp.Headers["Retry-After"] = ref("Retry-After")
 					resp.Description = "Too many requests: a rate window of the key is empty, or the key or the client is " +
 						"temporarily locked out. The RateLimit-* headers are absent when the client is locked out."
 				}
