@@ -43,10 +43,12 @@ func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.
 		log.Info("sending confirmation emails", "smtp", m.smtp)
 	}
 	outbox := repo.NewOutbox(db)
-	telemetry.RegisterOutbox(metrics.Registry(), outbox.Stats)
+	if err := metrics.RegisterOutboxGauges(outbox.Stats); err != nil {
+		log.Error("outbox gauges not exported", "error", err)
+	}
 	w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
 		Wake:     outbox.Listen(ctx, log),
-		Recorder: telemetry.NewEmailMetrics(metrics.Registry()),
+		Recorder: metrics,
 		Logger:   log,
 	})
 	done := make(chan struct{})
