@@ -34,6 +34,8 @@ type Options struct {
 	Duration time.Duration
 	// MaxRequests caps the measured operations (0 = no cap beyond Duration).
 	MaxRequests int64
+	// OnMeasure, when set, is called as the measured window starts (to start a profile).
+	OnMeasure func()
 }
 
 // Outcome is a finished run.
@@ -76,6 +78,9 @@ func Run(ctx context.Context, opts Options, op Op) Outcome {
 		wg.Wait()
 	}
 
+	if opts.OnMeasure != nil {
+		opts.OnMeasure()
+	}
 	t0 := time.Now()
 	deadline := t0.Add(opts.Duration)
 	per := make([][]stats.Sample, opts.Clients)
