@@ -1,0 +1,124 @@
+// Package api is subscriberd's HTTP edge: the Huma operations of the subscriber API, their
+// input and output shapes, the error envelope, authentication and the middleware around them.
+// It reaches storage only through the small interfaces it declares here.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/google/uuid"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// BasePath is the versioned base of every API path.
+const BasePath = "/api/v1"
+
+// Store is the subscriber storage the API needs.
+type Store interface {
+	Create(ctx context.Context, newsletterID uuid.UUID, in model.NewSubscriber) (model.Subscriber, error)
+	CreateMany(ctx context.Context, newsletterID uuid.UUID, in []model.NewSubscriber) ([]model.Subscriber, error)
+	List(ctx context.Context, newsletterID uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error)
+	Get(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
+	Update(ctx context.Context, newsletterID, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error)
+	Unsubscribe(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
+}
+
+// Authenticator finds what a key hash grants; an unknown or revoked key is model.ErrKeyNotFound.
+type Authenticator interface {
+	Authenticate(ctx context.Context, keyHash []byte) (model.Principal, error)
+}
+
+// Metrics records what the edge observes.
+type Metrics interface {
+	RequestStarted() func()
+	ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration)
+	SubscribersCreated(operation, status string, n int)
+}
+
+// Config holds the API's dependencies.
+type Config struct {
+	Store  Store
+	Auth   Authenticator
+	Logger *slog.Logger
+	// Metrics may be nil.
+	Metrics Metrics
+	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
+	// changes take effect within it. Zero means 5 s; negative disables the cache.
+	KeyCacheTTL time.Duration
+}
+
+var installErrorOnce sync.Once
+
+// Server is the public HTTP handler of the API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics Metrics
+	keys    *keyCache
+	mux     *http.ServeMux
+	api     huma.API
+	handler http.Handler
+}
+
+// New builds the API: operations, OpenAPI document and docs, and the middleware around them.
+func New(cfg Config) *Server {
+	installErrorOnce.Do(func() { huma.NewError = humaError })
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	ttl := cfg.KeyCacheTTL
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux()}
+	s.api = humago.New(s.mux, humaConfig())
+	s.api.UseMiddleware(s.routeInfo, s.authenticate, s.limit, s.preflight)
+	s.register()
+	s.handler = s.recoverer(s.envelope(s.observe(s.route(s.mux))))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Handle mounts an extra handler (for example the confirmation pages) on the public mux.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// OpenAPI returns the generated OpenAPI document.
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+func humaConfig() huma.Config {
+	cfg := huma.DefaultConfig("Subscriber Management API", "1.0.0")
+	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
+	cfg.CreateHooks = nil
+	cfg.OpenAPIPath = BasePath + "/openapi"
+	cfg.DocsPath = BasePath + "/docs"
+	cfg.SchemasPath = BasePath + "/schemas"
+	cfg.Formats = map[string]huma.Format{
+		"application/json": huma.DefaultJSONFormat,
+		"json":             huma.DefaultJSONFormat,
+	}
+	cfg.Info.Description = "Create, list, read, update and unsubscribe the subscribers of a newsletter. " +
+		"Every response carries a boolean `success`; errors use one envelope with a machine-readable `code`."
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",
+			Description: "An API key `sk_…` in `Authorization: Bearer <API_KEY>`."},
+	}
+	return cfg
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RequestStarted() func()                                             { return func() {} }
+func (noMetrics) ObserveRequest(context.Context, string, string, int, time.Duration) {}
+func (noMetrics) SubscribersCreated(string, string, int)                             {}

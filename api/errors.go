@@ -1,0 +1,212 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Error codes of the contract.
+const (
+	CodeValidation         = "validation_error"
+	CodeUnauthorized       = "unauthorized"
+	CodeAPIAccessDisabled  = "api_access_disabled"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodePayloadTooLarge    = "payload_too_large"
+	CodeUnsupportedMedia   = "unsupported_media_type"
+	CodeEmailTaken         = "email_already_subscribed"
+	CodeRateLimitExceeded  = "rate_limit_exceeded"
+	CodeInternal           = "internal_error"
+	CodeServiceUnavailable = "service_unavailable"
+)
+
+// Messages of the contract for errors that are not about a field.
+const (
+	MsgInvalidKey      = "Invalid API key."
+	MsgAccessDisabled  = "API access is not enabled."
+	MsgNotFound        = "Subscriber not found."
+	MsgRouteNotFound   = "The requested resource was not found."
+	MsgMethod          = "The method is not allowed for this resource."
+	MsgTooLarge        = "The request body must not be larger than 1 MiB."
+	MsgMediaType       = "The request body must be sent as application/json."
+	MsgInvalidData     = "The given data was invalid."
+	MsgRateLimited     = "Too many requests. Please try again later."
+	MsgInternal        = "An unexpected error occurred."
+	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
+	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503
+)
+
+// codeByStatus is the code an error of a status gets unless its builder names another.
+var codeByStatus = map[int]string{
+	http.StatusBadRequest:            CodeValidation,
+	http.StatusUnauthorized:          CodeUnauthorized,
+	http.StatusForbidden:             CodeAPIAccessDisabled,
+	http.StatusNotFound:              CodeNotFound,
+	http.StatusMethodNotAllowed:      CodeMethodNotAllowed,
+	http.StatusRequestEntityTooLarge: CodePayloadTooLarge,
+	http.StatusUnsupportedMediaType:  CodeUnsupportedMedia,
+	http.StatusUnprocessableEntity:   CodeValidation,
+	http.StatusTooManyRequests:       CodeRateLimitExceeded,
+	http.StatusInternalServerError:   CodeInternal,
+	http.StatusServiceUnavailable:    CodeServiceUnavailable,
+}
+
+// Error is the contract's error envelope. It is the only error body the service sends.
+type Error struct {
+	status  int
+	headers http.Header
+
+	Success bool   `json:"success" doc:"Always false."`
+	Code    string `json:"code" doc:"Machine-readable error code." example:"validation_error"`
+	Message string `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
+	Errors  any    `json:"errors,omitempty" doc:"Present on 422 (messages keyed by field, each an array of strings) and 429 (retry_after in seconds)."`
+}
+
+// Error implements error.
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// GetStatus implements huma.StatusError.
+func (e *Error) GetStatus() int { return e.status }
+
+// GetHeaders implements huma.HeadersError.
+func (e *Error) GetHeaders() http.Header { return e.headers }
+
+// newError builds the envelope for status with message msg.
+func newError(status int, msg string) *Error {
+	code, ok := codeByStatus[status]
+	if !ok {
+		code = CodeInternal
+		if status < 500 {
+			code = CodeValidation
+		}
+	}
+	return &Error{status: status, Code: code, Message: msg}
+}
+
+// humaError is installed as huma.NewError: Huma's own errors (unparsable parameters and
+// bodies, missing bodies) become the envelope. It builds; it maps nothing.
+func humaError(status int, msg string, errs ...error) huma.StatusError {
+	if status == 0 { // Huma calls NewError(0, "") to learn the schema.
+		return &Error{}
+	}
+	if status == http.StatusUnprocessableEntity && len(errs) > 0 {
+		fields := map[string][]string{}
+		for _, err := range errs {
+			var d huma.ErrorDetailer
+			if errors.As(err, &d) {
+				det := d.ErrorDetail()
+				fields[laravelKey(det.Location)] = append(fields[laravelKey(det.Location)], det.Message)
+			}
+		}
+		e := newError(status, MsgInvalidData)
+		e.Errors = fields
+		return e
+	}
+	if msg == "" || msg == "validation failed" {
+		msg = http.StatusText(status)
+	}
+	return newError(status, msg)
+}
+
+// laravelKey turns a Huma location (body[2].email, query.limit) into a Laravel key (2.email).
+func laravelKey(loc string) string {
+	for _, p := range []string{"body", "query.", "path.", "header."} {
+		if strings.HasPrefix(loc, p) {
+			loc = loc[len(p):]
+			break
+		}
+	}
+	loc = strings.NewReplacer("[", ".", "]", "").Replace(loc)
+	loc = strings.TrimPrefix(loc, ".")
+	if loc == "" {
+		return "body"
+	}
+	return loc
+}
+
+// validationError is the 422 for failed field rules.
+func validationError(v *model.ValidationError) *Error {
+	e := newError(http.StatusUnprocessableEntity, MsgInvalidData)
+	e.Errors = v.Fields
+	return e
+}
+
+// rateLimited is the 429 envelope with retry_after and Retry-After.
+func rateLimited(retryAfter int) *Error {
+	if retryAfter < 1 {
+		retryAfter = 1
+	}
+	e := newError(http.StatusTooManyRequests, MsgRateLimited)
+	e.Errors = map[string]int{"retry_after": retryAfter}
+	e.headers = http.Header{"Retry-After": {strconv.Itoa(retryAfter)}}
+	return e
+}
+
+func unauthorized() *Error {
+	e := newError(http.StatusUnauthorized, MsgInvalidKey)
+	e.headers = http.Header{"Www-Authenticate": {"Bearer"}}
+	return e
+}
+
+func unavailable() *Error {
+	e := newError(http.StatusServiceUnavailable, MsgUnavailable)
+	e.headers = http.Header{"Retry-After": {strconv.Itoa(unavailableRetryIn)}}
+	return e
+}
+
+// mapError is the one place where domain errors become HTTP errors. Anything unknown is a
+// generic 500 whose cause goes to the log, never to the client.
+func mapError(ctx context.Context, log *slog.Logger, err error) error {
+	var (
+		apiErr *Error
+		verr   *model.ValidationError
+		qerr   *model.QueryError
+		taken  *model.EmailTakenError
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr
+	case errors.As(err, &verr):
+		return validationError(verr)
+	case errors.As(err, &qerr):
+		return newError(http.StatusBadRequest, qerr.Message)
+	case errors.As(err, &taken):
+		return validationError(model.BulkEmailTaken(taken.Indexes))
+	case errors.Is(err, model.ErrEmailTaken):
+		e := newError(http.StatusUnprocessableEntity, model.EmailTakenMessage)
+		e.Code = CodeEmailTaken
+		e.Errors = map[string][]string{"email": {model.EmailTakenMessage}}
+		return e
+	case errors.Is(err, model.ErrNotFound):
+		return newError(http.StatusNotFound, MsgNotFound)
+	case errors.Is(err, model.ErrUnavailable):
+		log.WarnContext(ctx, "database unavailable", "error", err)
+		return unavailable()
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The client went away; nobody reads this answer.
+		return unavailable()
+	}
+	log.ErrorContext(ctx, "unexpected error", "error", err)
+	return newError(http.StatusInternalServerError, MsgInternal)
+}
+
+// writeError writes e outside Huma (routing, panics).
+func writeError(w http.ResponseWriter, e *Error) {
+	for k, vs := range e.headers {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(e) //nolint:errcheck // the client may be gone; nothing to do
+}

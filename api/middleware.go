@@ -1,0 +1,310 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// MaxBodyBytes is the largest request body accepted (API.md §4.7).
+const MaxBodyBytes = 1 << 20
+
+// RouteUnmatched is the route of requests that matched no operation.
+const RouteUnmatched = "unmatched"
+
+type ctxKey int
+
+const (
+	infoKey ctxKey = iota
+	principalKey
+)
+
+// requestInfo is filled in as the request passes the layers, for the access log and metrics.
+type requestInfo struct {
+	route string
+}
+
+// statusWriter remembers the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// recoverer turns a panic into a generic 500; the stack goes to the log only.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.ErrorContext(r.Context(), "panic serving request", "panic", v, "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					writeError(sw, newError(http.StatusInternalServerError, MsgInternal))
+				}
+			}
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// envelope sets the headers every response carries (API.md §1).
+func (s *Server) envelope(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Request-Id", requestID(r.Header.Get("X-Request-Id")))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestID keeps the caller's id when it is 1–128 characters of [A-Za-z0-9._-], else makes one.
+func requestID(given string) string {
+	if given != "" && len(given) <= 128 && strings.Trim(given,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == "" {
+		return given
+	}
+	var b [16]byte
+	rand.Read(b[:]) //nolint:errcheck // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// observe writes the access log line and the request metrics.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		done := s.metrics.RequestStarted()
+		info := &requestInfo{route: RouteUnmatched}
+		sw := &statusWriter{ResponseWriter: w}
+		ctx := context.WithValue(r.Context(), infoKey, info)
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		done()
+		d := time.Since(start)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
+		s.log.InfoContext(ctx, "request",
+			"method", r.Method, "route", info.route, "status", sw.status,
+			"duration_ms", float64(d.Microseconds())/1000, "bytes", sw.bytes,
+			"request_id", w.Header().Get("X-Request-Id"))
+	})
+}
+
+// route answers requests that match no route with the envelope: 404, or 405 with Allow. The
+// decision is the mux's own, made before authentication.
+func (s *Server) route(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &headerRecorder{header: http.Header{}}
+		mux.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusNotFound:
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
+		default: // e.g. the mux's redirect to a cleaned path
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+			w.Write(rec.body.Bytes()) //nolint:errcheck // client may be gone
+		}
+	})
+}
+
+// headerRecorder captures what the mux would answer to an unrouted request.
+type headerRecorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *headerRecorder) Header() http.Header { return r.header }
+func (r *headerRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *headerRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+
+// routeInfo records the matched operation's route template for the log and metrics.
+func (s *Server) routeInfo(ctx huma.Context, next func(huma.Context)) {
+	if info, ok := ctx.Context().Value(infoKey).(*requestInfo); ok {
+		info.route = ctx.Operation().Path
+	}
+	next(ctx)
+}
+
+// authenticate checks the bearer key and the plan (API.md §5 steps 2–3).
+func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
+	if len(ctx.Operation().Security) == 0 {
+		next(ctx)
+		return
+	}
+	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
+	if err != nil {
+		s.writeErr(ctx, err)
+		return
+	}
+	if !p.APIAccess {
+		s.writeErr(ctx, newError(http.StatusForbidden, MsgAccessDisabled))
+		return
+	}
+	next(huma.WithValue(ctx, principalKey, p))
+}
+
+// principal verifies an Authorization header value.
+func (s *Server) principal(ctx context.Context, header string) (model.Principal, error) {
+	scheme, key, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return model.Principal{}, unauthorized()
+	}
+	key = strings.TrimSpace(key)
+	if !model.WellFormedKey(key) {
+		return model.Principal{}, unauthorized()
+	}
+	hash := model.HashKey(key)
+	if p, ok := s.keys.get(hash); ok {
+		return p, nil
+	}
+	p, err := s.cfg.Auth.Authenticate(ctx, hash)
+	switch {
+	case errors.Is(err, model.ErrKeyNotFound):
+		return model.Principal{}, unauthorized()
+	case err != nil:
+		return model.Principal{}, mapError(ctx, s.log, err)
+	}
+	s.keys.put(hash, p)
+	return p, nil
+}
+
+// limit is where the per-key lockout and rate limits of API.md §5 step 4 apply.
+// TODO(limits): the rate-limit issue plugs the limiter in here (and the client-IP lockout
+// before authenticate).
+func (s *Server) limit(ctx huma.Context, next func(huma.Context)) { next(ctx) }
+
+// Operation metadata: what top-level JSON type an operation's body must be.
+const (
+	metaBody   = "body"
+	bodyObject = "object"
+	bodyArray  = "array"
+)
+
+// preflight answers malformed bodies before Huma parses them: 415 for another media type,
+// 413 above MaxBodyBytes, 400 for a body that is empty, not UTF-8, not one JSON value or of
+// the wrong top-level type. What passes is valid JSON of the right shape.
+func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
+	want, _ := ctx.Operation().Metadata[metaBody].(string)
+	if want == "" {
+		next(ctx)
+		return
+	}
+	if ct := ctx.Header("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			s.writeErr(ctx, newError(http.StatusUnsupportedMediaType, MsgMediaType))
+			return
+		}
+	}
+	r, _ := humago.Unwrap(ctx)
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	switch {
+	case err != nil:
+		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
+		return
+	case len(body) > MaxBodyBytes:
+		s.writeErr(ctx, newError(http.StatusRequestEntityTooLarge, MsgTooLarge))
+		return
+	}
+	if msg := malformed(body, want); msg != "" {
+		s.writeErr(ctx, newError(http.StatusBadRequest, msg))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	next(ctx)
+}
+
+// malformed says what is wrong with a body that must be one JSON value of kind want, or "".
+func malformed(body []byte, want string) string {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	switch {
+	case len(trimmed) == 0:
+		return "The request body is required."
+	case !utf8.Valid(body):
+		return "The request body is not valid UTF-8."
+	case !json.Valid(body):
+		return "The request body is not valid JSON."
+	case want == bodyObject && trimmed[0] != '{':
+		return "The request body must be a JSON object."
+	case want == bodyArray && trimmed[0] != '[':
+		return "The request body must be a JSON array."
+	}
+	return ""
+}
+
+// writeErr writes an error from a Huma middleware in the envelope.
+func (s *Server) writeErr(ctx huma.Context, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = mapError(ctx.Context(), s.log, err).(*Error)
+	}
+	for k, vs := range e.headers {
+		for _, v := range vs {
+			ctx.AppendHeader(k, v)
+		}
+	}
+	ctx.SetHeader("Content-Type", "application/json")
+	ctx.SetStatus(e.status)
+	json.NewEncoder(ctx.BodyWriter()).Encode(e) //nolint:errcheck // client may be gone
+}
+
+// principalFrom returns the verified principal of the request.
+func principalFrom(ctx context.Context) model.Principal {
+	p, _ := ctx.Value(principalKey).(model.Principal)
+	return p
+}

@@ -1,0 +1,361 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Subscriber is the public shape of a subscriber.
+type Subscriber struct {
+	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)."`
+	Email     string `json:"email" format:"email" doc:"Email address, as given."`
+	Name      string `json:"name" doc:"Full name; an empty string when none was given."`
+	Status    string `json:"status" enum:"active,pending,unsubscribed"`
+	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
+}
+
+// timeLayout is RFC 3339 with a numeric offset and whole seconds: 2026-06-11T17:00:00+00:00.
+const timeLayout = "2006-01-02T15:04:05-07:00"
+
+func toSubscriber(m model.Subscriber) Subscriber {
+	return Subscriber{
+		ID:        m.ID.String(),
+		Email:     m.Email,
+		Name:      m.Name(),
+		Status:    string(m.Status),
+		CreatedAt: m.CreatedAt.UTC().Format(timeLayout),
+	}
+}
+
+// SubscriberEnvelope is the success body carrying one subscriber.
+type SubscriberEnvelope struct {
+	Success bool       `json:"success" doc:"Always true."`
+	Data    Subscriber `json:"data"`
+}
+
+// BulkCreated is the data of a bulk create: the subscribers in input order.
+type BulkCreated struct {
+	Created []Subscriber `json:"created"`
+}
+
+// BulkEnvelope is the success body of a bulk create.
+type BulkEnvelope struct {
+	Success bool        `json:"success" doc:"Always true."`
+	Data    BulkCreated `json:"data"`
+}
+
+// Pagination describes the page a list returned.
+type Pagination struct {
+	Page  int   `json:"page" minimum:"1"`
+	Limit int   `json:"limit" minimum:"1" maximum:"100"`
+	Total int64 `json:"total" minimum:"0" doc:"Subscribers matching the filter."`
+	Pages int64 `json:"pages" minimum:"0" doc:"ceil(total / limit)."`
+}
+
+// ListEnvelope is the success body of a list.
+type ListEnvelope struct {
+	Success    bool         `json:"success" doc:"Always true."`
+	Data       []Subscriber `json:"data"`
+	Pagination Pagination   `json:"pagination"`
+}
+
+// SubscriberInput is a create body. It is decoded as any JSON object so that model can report
+// every problem in the contract's words; Schema publishes the rules it enforces.
+type SubscriberInput map[string]any
+
+// Schema implements huma.SchemaProvider.
+func (SubscriberInput) Schema(r huma.Registry) *huma.Schema {
+	return inputSchema(r, "SubscriberInput", []string{"email"})
+}
+
+// SubscriberUpdate is an update body: any of the input fields, at least one.
+type SubscriberUpdate map[string]any
+
+// Schema implements huma.SchemaProvider.
+func (SubscriberUpdate) Schema(r huma.Registry) *huma.Schema {
+	s := inputSchema(r, "SubscriberUpdate", nil)
+	r.Map()["SubscriberUpdate"].MinProperties = ptr(1)
+	return s
+}
+
+// BulkInput is a bulk create body: 1 to 100 SubscriberInput objects.
+type BulkInput []any
+
+// Schema implements huma.SchemaProvider.
+func (BulkInput) Schema(r huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeArray, MinItems: ptr(1), MaxItems: ptr(model.MaxBulkItems),
+		Items: inputSchema(r, "SubscriberInput", []string{"email"})}
+}
+
+// inputSchema registers the named input object schema once and returns a reference to it.
+func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
+	if _, ok := r.Map()[name]; !ok {
+		statuses := make([]any, len(model.InputStatuses))
+		for i, st := range model.InputStatuses {
+			statuses[i] = string(st)
+		}
+		r.Map()[name] = &huma.Schema{
+			Type:                 huma.TypeObject,
+			AdditionalProperties: false,
+			Required:             required,
+			Properties: map[string]*huma.Schema{
+				"email": {Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength),
+					Description: "One address local@domain; surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
+				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
+					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
+					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
+				"status": {Type: huma.TypeString, Enum: statuses, Default: string(model.StatusActive),
+					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
+			},
+		}
+	}
+	return &huma.Schema{Ref: "#/components/schemas/" + name}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Query and path parameters are taken as strings and checked by model, so that a bad value
+// gets the contract's 400 rather than a generic one; their schemas document the rules.
+type (
+	pageParam   string
+	limitParam  string
+	statusParam string
+)
+
+func (pageParam) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(1.0), Default: model.DefaultPage}
+}
+
+func (limitParam) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(1.0), Maximum: ptr(float64(model.MaxLimit)), Default: model.DefaultLimit}
+}
+
+func (statusParam) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeString, Enum: []any{"active", "pending", "unsubscribed"}}
+}
+
+type (
+	createInput struct {
+		Body SubscriberInput
+	}
+	bulkInput struct {
+		Body BulkInput
+	}
+	listInput struct {
+		Page   pageParam   `query:"page" doc:"Page number, from 1."`
+		Limit  limitParam  `query:"limit" doc:"Subscribers per page, 1 to 100."`
+		Status statusParam `query:"status" doc:"Only subscribers with this status."`
+	}
+	idInput struct {
+		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
+	}
+	updateInput struct {
+		ID   string `path:"id" format:"uuid" doc:"The subscriber's id."`
+		Body SubscriberUpdate
+	}
+	createdOutput struct {
+		Location string `header:"Location" doc:"Path of the new subscriber."`
+		Body     SubscriberEnvelope
+	}
+	subscriberOutput struct {
+		Body SubscriberEnvelope
+	}
+	bulkOutput struct {
+		Body BulkEnvelope
+	}
+	listOutput struct {
+		Body ListEnvelope
+	}
+)
+
+// register adds the six operations.
+func (s *Server) register() {
+	const (
+		coll = BasePath + "/subscribers"
+		item = coll + "/{id}"
+	)
+	common := []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusServiceUnavailable}
+	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
+		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
+
+	huma.Register(s.api, s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
+			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
+		http.StatusCreated, bodyObject, withBody), handle(s, s.create))
+	huma.Register(s.api, s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
+		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
+			"Field errors are keyed `<index>.<field>`.",
+		http.StatusCreated, bodyArray, withBody), handle(s, s.bulkCreate))
+	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
+		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals.",
+		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
+	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
+		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.get))
+	huma.Register(s.api, s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
+		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
+			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
+		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)), handle(s, s.update))
+	huma.Register(s.api, s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
+		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
+		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
+
+	// Huma documents 422 for every operation with parameters; the ones without a body never
+	// send it (a bad parameter is 400 or 404), so the document says only what is sent.
+	for _, p := range s.api.OpenAPI().Paths {
+		for _, op := range []*huma.Operation{p.Get, p.Delete} {
+			if op != nil {
+				delete(op.Responses, strconv.Itoa(http.StatusUnprocessableEntity))
+			}
+		}
+	}
+}
+
+func (s *Server) operation(method, path, id, summary, desc string, status int, body string, errs []int) huma.Operation {
+	op := huma.Operation{
+		OperationID:        id,
+		Method:             method,
+		Path:               path,
+		Summary:            summary,
+		Description:        desc,
+		Tags:               []string{"Subscribers"},
+		DefaultStatus:      status,
+		Errors:             errs,
+		Security:           []map[string][]string{{"bearer": {}}},
+		SkipValidateBody:   true,
+		SkipValidateParams: true,
+		// preflight enforces MaxBodyBytes; Huma's own limit only needs to be above it.
+		MaxBodyBytes: 2 * MaxBodyBytes,
+		Metadata:     map[string]any{},
+	}
+	if body != "" {
+		op.Metadata[metaBody] = body
+		op.RequestBody = &huma.RequestBody{Required: true}
+	}
+	return op
+}
+
+// handle applies mapError to every handler's error: the one place errors become HTTP.
+func handle[I, O any](s *Server, fn func(context.Context, model.Principal, *I) (*O, error)) func(context.Context, *I) (*O, error) {
+	return func(ctx context.Context, in *I) (*O, error) {
+		out, err := fn(ctx, principalFrom(ctx), in)
+		if err != nil {
+			return nil, mapError(ctx, s.log, err)
+		}
+		return out, nil
+	}
+}
+
+func (s *Server) create(ctx context.Context, p model.Principal, in *createInput) (*createdOutput, error) {
+	ns, verr := model.ParseCreate(in.Body)
+	if verr != nil {
+		return nil, verr
+	}
+	sub, err := s.cfg.Store.Create(ctx, p.NewsletterID, ns)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.SubscribersCreated("create", string(sub.Status), 1)
+	return &createdOutput{
+		Location: BasePath + "/subscribers/" + sub.ID.String(),
+		Body:     SubscriberEnvelope{Success: true, Data: toSubscriber(sub)},
+	}, nil
+}
+
+func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInput) (*bulkOutput, error) {
+	items, verr := model.ParseBulk(in.Body)
+	if verr != nil {
+		return nil, verr
+	}
+	subs, err := s.cfg.Store.CreateMany(ctx, p.NewsletterID, items)
+	if err != nil {
+		return nil, err
+	}
+	out := &bulkOutput{Body: BulkEnvelope{Success: true, Data: BulkCreated{Created: make([]Subscriber, len(subs))}}}
+	counts := map[model.Status]int{}
+	for i, sub := range subs {
+		out.Body.Data.Created[i] = toSubscriber(sub)
+		counts[sub.Status]++
+	}
+	for st, n := range counts {
+		s.metrics.SubscribersCreated("bulk", string(st), n)
+	}
+	return out, nil
+}
+
+func (s *Server) list(ctx context.Context, p model.Principal, in *listInput) (*listOutput, error) {
+	q, err := model.ParseListQuery(string(in.Page), string(in.Limit), string(in.Status))
+	if err != nil {
+		return nil, err
+	}
+	subs, total, err := s.cfg.Store.List(ctx, p.NewsletterID, q)
+	if err != nil {
+		return nil, err
+	}
+	data := make([]Subscriber, len(subs))
+	for i, sub := range subs {
+		data[i] = toSubscriber(sub)
+	}
+	pages := (total + int64(q.Limit) - 1) / int64(q.Limit)
+	return &listOutput{Body: ListEnvelope{Success: true, Data: data,
+		Pagination: Pagination{Page: q.Page, Limit: q.Limit, Total: total, Pages: pages}}}, nil
+}
+
+func (s *Server) get(ctx context.Context, p model.Principal, in *idInput) (*subscriberOutput, error) {
+	id, err := parseID(in.ID)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := s.cfg.Store.Get(ctx, p.NewsletterID, id)
+	if err != nil {
+		return nil, err
+	}
+	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
+}
+
+func (s *Server) update(ctx context.Context, p model.Principal, in *updateInput) (*subscriberOutput, error) {
+	id, idErr := parseID(in.ID)
+	patch, verr := model.ParsePatch(in.Body)
+	if idErr != nil { // an unknown id is 404 whatever the body says
+		return nil, idErr
+	}
+	if verr != nil {
+		return nil, verr
+	}
+	sub, err := s.cfg.Store.Update(ctx, p.NewsletterID, id, patch)
+	if err != nil {
+		return nil, err
+	}
+	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
+}
+
+func (s *Server) unsubscribe(ctx context.Context, p model.Principal, in *idInput) (*subscriberOutput, error) {
+	id, err := parseID(in.ID)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := s.cfg.Store.Unsubscribe(ctx, p.NewsletterID, id)
+	if err != nil {
+		return nil, err
+	}
+	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
+}
+
+// parseID accepts only the canonical 36-character UUID form; anything else is not found.
+func parseID(s string) (uuid.UUID, error) {
+	if len(s) != 36 {
+		return uuid.Nil, fmt.Errorf("%w", model.ErrNotFound)
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%w", model.ErrNotFound)
+	}
+	return id, nil
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/telemetry"
+)
+
+// shutdownGrace is how long in-flight requests may take to finish after SIGTERM (API.md §7).
+const shutdownGrace = 25 * time.Second
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	migrateFirst := fs.Bool("migrate", true, "apply pending migrations before serving")
+	resolve := bindSettings(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := resolve()
+	if err := validateServe(cfg); err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
+	if err != nil {
+		return err
+	}
+	shutdownTracing, err := telemetry.SetupTracing(ctx, version, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(flushCtx); err != nil {
+			log.Warn("flushing traces", "error", err)
+		}
+	}()
+
+	db, err := openDB(ctx, cfg["DATABASE_URL"], *migrateFirst, log)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	metrics := telemetry.NewMetrics(version)
+	accounts := repo.NewAccounts(db)
+	public := api.New(api.Config{
+		Store:   repo.NewSubscribers(db),
+		Auth:    accounts,
+		Logger:  log,
+		Metrics: metrics,
+	})
+
+	var draining atomic.Bool
+	admin := adminHandler(db, metrics, &draining)
+
+	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], public, log)
+	adminSrv := newHTTPServer(cfg["ADMIN_ADDR"], admin, log)
+	publicLn, err := net.Listen("tcp", cfg["LISTEN_ADDR"])
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg["ADMIN_ADDR"])
+	if err != nil {
+		publicLn.Close()
+		return fmt.Errorf("ADMIN_ADDR: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- publicSrv.Serve(publicLn) }()
+	go func() { errc <- adminSrv.Serve(adminLn) }()
+	log.Info("serving", "listen_addr", publicLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
+		"database", redact(cfg["DATABASE_URL"]), "version", version)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	// Readiness fails first so load balancers stop sending; then in-flight requests finish.
+	draining.Store(true)
+	log.Info("shutting down", "grace", shutdownGrace.String())
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	err = publicSrv.Shutdown(stopCtx)
+	adminSrv.Shutdown(stopCtx) //nolint:errcheck // admin has no long requests
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func validateServe(cfg config) error {
+	if err := validateURL("DATABASE_URL", cfg["DATABASE_URL"], "postgres", "postgresql"); err != nil {
+		return err
+	}
+	for _, name := range []string{"LISTEN_ADDR", "ADMIN_ADDR"} {
+		if err := validateAddr(name, cfg[name]); err != nil {
+			return err
+		}
+	}
+	return validateURL("PUBLIC_BASE_URL", cfg["PUBLIC_BASE_URL"], "http", "https")
+}
+
+// openDB opens the pool and, when migrate is set, creates the database if missing and applies
+// pending migrations.
+func openDB(ctx context.Context, dsn string, migrate bool, log *slog.Logger) (*bun.DB, error) {
+	if migrate {
+		if err := repo.EnsureDatabase(ctx, dsn); err != nil {
+			return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+		}
+	}
+	db, err := repo.Open(dsn, repo.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if !migrate {
+		return db, nil
+	}
+	applied, err := repo.Migrate(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+	}
+	if len(applied) > 0 {
+		log.Info("applied migrations", "migrations", applied)
+	}
+	return db, nil
+}
+
+func newHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// adminHandler serves metrics, health and profiles; never on the public listener.
+func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler())
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n") //nolint:errcheck
+	})
+	ready := func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if err := db.PingContext(ctx); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		if n, err := repo.PendingMigrations(ctx, db); err != nil || n > 0 {
+			http.Error(w, "migrations pending", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n") //nolint:errcheck
+	}
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /healthz", ready)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}

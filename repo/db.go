@@ -1,0 +1,184 @@
+// Package repo is subscriberd's persistence on PostgreSQL through bun: row types, queries,
+// transactions, and the translation of driver errors into model errors.
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+	"github.com/uptrace/bun/migrate"
+
+	"github.com/subscriberd/subscriberd/migrations"
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Options tune the connection pool.
+type Options struct {
+	// MaxConns bounds open (and idle) connections. Zero means 16.
+	MaxConns int
+}
+
+// Open returns a pool for the PostgreSQL URL dsn. It does not connect yet.
+func Open(dsn string, opts Options) (db *bun.DB, err error) {
+	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("invalid PostgreSQL URL: %v", r)
+		}
+	}()
+	if _, err := url.Parse(dsn); err != nil {
+		return nil, fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	}
+	n := opts.MaxConns
+	if n <= 0 {
+		n = 16
+	}
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithTimeout(5*time.Second)))
+	sqldb.SetMaxOpenConns(n)
+	sqldb.SetMaxIdleConns(n)
+	sqldb.SetConnMaxLifetime(30 * time.Minute)
+	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	return bun.NewDB(sqldb, pgdialect.New()), nil
+}
+
+// EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
+// the server's "postgres" maintenance database. It does nothing when the database exists.
+func EnsureDatabase(ctx context.Context, dsn string) error {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" || name == "postgres" {
+		return nil
+	}
+	maint := *u
+	maint.Path = "/postgres"
+	db, err := Open(maint.String(), Options{MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var exists bool
+	if err := db.NewRaw("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)", name).Scan(ctx, &exists); err != nil {
+		return translate(err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `CREATE DATABASE "`+strings.ReplaceAll(name, `"`, `""`)+`"`); err != nil {
+		var pgErr pgdriver.Error
+		if errors.As(err, &pgErr) && pgErr.Field('C') == "42P04" { // created meanwhile
+			return nil
+		}
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	return nil
+}
+
+func migrator(db *bun.DB) (*migrate.Migrator, error) {
+	ms, err := migrations.Postgres()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.NewMigrator(db, ms, migrate.WithMarkAppliedOnSuccess(true)), nil
+}
+
+// Migrate applies every pending migration, holding bun's migration lock so that several
+// instances starting at once apply each migration once. It returns the names applied.
+func Migrate(ctx context.Context, db *bun.DB) ([]string, error) {
+	m, err := migrator(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Init(ctx); err != nil {
+		return nil, fmt.Errorf("init migrations: %w", translate(err))
+	}
+	if err := lockMigrations(ctx, m); err != nil {
+		return nil, err
+	}
+	defer m.Unlock(context.WithoutCancel(ctx)) //nolint:errcheck // best effort; the lock row is removed
+	group, err := m.Migrate(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", translate(err))
+	}
+	var names []string
+	for _, mg := range group.Migrations {
+		names = append(names, mg.Name)
+	}
+	return names, nil
+}
+
+// lockMigrations takes bun's migration lock, waiting while another instance holds it.
+func lockMigrations(ctx context.Context, m *migrate.Migrator) error {
+	for {
+		err := m.Lock(ctx)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), "migrations table is already locked") {
+			return fmt.Errorf("lock migrations: %w", translate(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// PendingMigrations reports how many migrations are not applied yet.
+func PendingMigrations(ctx context.Context, db *bun.DB) (int, error) {
+	m, err := migrator(db)
+	if err != nil {
+		return 0, err
+	}
+	ms, err := m.MigrationsWithStatus(ctx)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return len(ms.Unapplied()), nil
+}
+
+// translate maps driver errors onto model errors by SQLSTATE and kind, never by message.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		code := pgErr.Field('C')
+		switch {
+		case code == "23505" && pgErr.Field('n') == "subscribers_newsletter_email_key":
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		case strings.HasPrefix(code, "08"), // connection exception
+			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
+			code == "53300", // too many connections
+			code == "3D000": // database does not exist
+			return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
+		}
+		return err
+	}
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr),
+		errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
+	}
+	return err
+}

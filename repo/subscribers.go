@@ -1,0 +1,335 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+type subscriberRow struct {
+	bun.BaseModel `bun:"table:subscribers"`
+
+	ID           uuid.UUID `bun:"id,pk,type:uuid"`
+	NewsletterID uuid.UUID `bun:"newsletter_id,type:uuid"`
+	Email        string    `bun:"email"`
+	EmailKey     string    `bun:"email_key"`
+	FirstName    string    `bun:"first_name"`
+	LastName     string    `bun:"last_name"`
+	Status       string    `bun:"status"`
+	CreatedAt    time.Time `bun:"created_at"`
+	UpdatedAt    time.Time `bun:"updated_at"`
+}
+
+func (r *subscriberRow) toModel() model.Subscriber {
+	return model.Subscriber{
+		ID:           r.ID,
+		NewsletterID: r.NewsletterID,
+		Email:        r.Email,
+		FirstName:    r.FirstName,
+		LastName:     r.LastName,
+		Status:       model.Status(r.Status),
+		CreatedAt:    r.CreatedAt.UTC(),
+		UpdatedAt:    r.UpdatedAt.UTC(),
+	}
+}
+
+type outboxRow struct {
+	bun.BaseModel `bun:"table:email_outbox"`
+
+	ID            uuid.UUID  `bun:"id,pk,type:uuid"`
+	NewsletterID  uuid.UUID  `bun:"newsletter_id,type:uuid"`
+	SubscriberID  uuid.UUID  `bun:"subscriber_id,type:uuid"`
+	Kind          string     `bun:"kind"`
+	State         string     `bun:"state"`
+	Attempts      int        `bun:"attempts"`
+	NextAttemptAt time.Time  `bun:"next_attempt_at"`
+	LastError     string     `bun:"last_error"`
+	Traceparent   string     `bun:"traceparent"`
+	CreatedAt     time.Time  `bun:"created_at"`
+	UpdatedAt     time.Time  `bun:"updated_at"`
+	SentAt        *time.Time `bun:"sent_at"`
+}
+
+// Outbox kinds and states.
+const (
+	KindConfirmation = "confirmation"
+	StatePending     = "pending"
+	StateCancelled   = "cancelled"
+)
+
+// Subscribers stores subscribers and queues their confirmation emails.
+type Subscribers struct {
+	db  *bun.DB
+	now func() time.Time
+}
+
+// NewSubscribers returns the subscriber store on db.
+func NewSubscribers(db *bun.DB) *Subscribers {
+	return &Subscribers{db: db, now: func() time.Time { return time.Now().UTC() }}
+}
+
+func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time) subscriberRow {
+	return subscriberRow{
+		ID:           uuid.Must(uuid.NewV7()),
+		NewsletterID: nl,
+		Email:        in.Email,
+		EmailKey:     model.EmailKey(in.Email),
+		FirstName:    in.FirstName,
+		LastName:     in.LastName,
+		Status:       string(in.Status),
+		CreatedAt:    now,
+		UpdatedAt:    now,
+	}
+}
+
+// Create stores one subscriber; a pending one gets its confirmation email queued in the same
+// transaction. An email already in the newsletter gives model.ErrEmailTaken.
+func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
+	row := s.newRow(nl, in, s.now())
+	insert := func(ctx context.Context, db bun.IDB) error {
+		res, err := db.NewInsert().Model(&row).
+			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
+		if in.Status == model.StatusPending {
+			return queueConfirmations(ctx, db, []subscriberRow{row})
+		}
+		return nil
+	}
+	var err error
+	if in.Status == model.StatusPending {
+		err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return insert(ctx, tx) })
+	} else {
+		err = insert(ctx, s.db)
+	}
+	if err != nil {
+		return model.Subscriber{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// CreateMany stores 1 to 100 subscribers all or nothing, in one transaction with one multi-row
+// insert, and queues a confirmation email for each pending one. When any email already exists
+// in the newsletter nothing is stored and the error is a *model.EmailTakenError naming the
+// input positions that collided.
+func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.NewSubscriber) ([]model.Subscriber, error) {
+	now := s.now()
+	rows := make([]subscriberRow, len(in))
+	for i := range in {
+		rows[i] = s.newRow(nl, in[i], now)
+	}
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// Conflicting rows are skipped rather than aborting, so every colliding item is known.
+		// Rows are matched on the returned natural key, never by position.
+		var inserted []string
+		if err := tx.NewInsert().Model(&rows).
+			On("CONFLICT (newsletter_id, email_key) DO NOTHING").
+			Returning("email_key").Scan(ctx, &inserted); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		if len(inserted) < len(rows) {
+			got := make(map[string]bool, len(inserted))
+			for _, k := range inserted {
+				got[k] = true
+			}
+			taken := &model.EmailTakenError{}
+			for i, r := range rows {
+				if !got[r.EmailKey] {
+					taken.Indexes = append(taken.Indexes, i)
+				}
+			}
+			return taken
+		}
+		var pending []subscriberRow
+		for _, r := range rows {
+			if r.Status == string(model.StatusPending) {
+				pending = append(pending, r)
+			}
+		}
+		return queueConfirmations(ctx, tx, pending)
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]model.Subscriber, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toModel()
+	}
+	return out, nil
+}
+
+// List returns one page of a newsletter's subscribers, newest first, and the total that
+// matches the filter. Page and total come from one statement, so they agree.
+func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
+	type pageRow struct {
+		Total int64 `bun:"total"`
+		subscriberRow
+	}
+	var statusFilter any
+	if q.Status != "" {
+		statusFilter = string(q.Status)
+	}
+	// The page's ids come from an index-only walk of the list index; only those rows are read.
+	// The total is the sum of the newsletter's counter rows (see the migration).
+	var rows []pageRow
+	err := s.db.NewRaw(`
+SELECT t.total, s.*
+FROM (SELECT coalesce(sum(n), 0)::bigint AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)) AS t
+LEFT JOIN LATERAL (
+    SELECT s.* FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2 OFFSET ?3
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`, nl, statusFilter, q.Limit, q.Offset()).Scan(ctx, &rows)
+	if err != nil {
+		return nil, 0, translate(err)
+	}
+	if len(rows) == 0 {
+		return nil, 0, nil
+	}
+	out := make([]model.Subscriber, 0, len(rows))
+	for i := range rows {
+		if rows[i].ID == uuid.Nil { // the empty page: only the total came back
+			continue
+		}
+		out = append(out, rows[i].toModel())
+	}
+	return out, rows[0].Total, nil
+}
+
+// Get returns one subscriber of the newsletter, or model.ErrNotFound.
+func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
+	var row subscriberRow
+	err := s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Subscriber{}, fmt.Errorf("%w", model.ErrNotFound)
+	}
+	if err != nil {
+		return model.Subscriber{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// Update applies a patch. Setting status pending queues a new confirmation email; any status
+// change retires earlier confirmation links and cancels unsent emails. A new email already
+// used in the newsletter gives model.ErrEmailTaken.
+func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
+	var row subscriberRow
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).For("UPDATE").Scan(ctx)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		if p.Email != nil {
+			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
+		}
+		if p.Name != nil {
+			row.FirstName, row.LastName = model.SplitName(*p.Name)
+		}
+		if p.Status != nil {
+			row.Status = string(*p.Status)
+		}
+		row.UpdatedAt = s.now()
+		if _, err := tx.NewUpdate().Model(&row).WherePK().
+			Column("email", "email_key", "first_name", "last_name", "status", "updated_at").Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if p.Status == nil {
+			return nil
+		}
+		if err := retireConfirmations(ctx, tx, row.ID, row.UpdatedAt); err != nil {
+			return err
+		}
+		if *p.Status == model.StatusPending {
+			return queueConfirmations(ctx, tx, []subscriberRow{row})
+		}
+		return nil
+	})
+	if err != nil {
+		return model.Subscriber{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// Unsubscribe sets the subscriber unsubscribed, cancels its unsent confirmation emails and
+// retires its confirmation links. Unsubscribing again changes nothing and succeeds.
+func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
+	var row subscriberRow
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		err := tx.NewUpdate().Model(&row).
+			Set("status = ?", model.StatusUnsubscribed).Set("updated_at = ?", now).
+			Where("newsletter_id = ? AND id = ?", nl, id).
+			Returning("*").Scan(ctx)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		return retireConfirmations(ctx, tx, row.ID, now)
+	})
+	if err != nil {
+		return model.Subscriber{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// queueConfirmations inserts one due outbox row per subscriber, carrying the caller's trace
+// context so the send can link to the request that asked for it.
+func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) error {
+	if len(subs) == 0 {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	rows := make([]outboxRow, len(subs))
+	for i, sub := range subs {
+		rows[i] = outboxRow{
+			ID:            uuid.Must(uuid.NewV7()),
+			NewsletterID:  sub.NewsletterID,
+			SubscriberID:  sub.ID,
+			Kind:          KindConfirmation,
+			State:         StatePending,
+			NextAttemptAt: sub.UpdatedAt,
+			Traceparent:   carrier.Get("traceparent"),
+			CreatedAt:     sub.UpdatedAt,
+			UpdatedAt:     sub.UpdatedAt,
+		}
+	}
+	_, err := db.NewInsert().Model(&rows).Exec(ctx)
+	return translate(err)
+}
+
+// retireConfirmations cancels a subscriber's unsent confirmation emails and makes its
+// outstanding confirmation links invalid.
+func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID, now time.Time) error {
+	if _, err := db.NewUpdate().Table("email_outbox").
+		Set("state = ?", StateCancelled).Set("updated_at = ?", now).
+		Where("subscriber_id = ? AND state = ?", subscriberID, StatePending).Exec(ctx); err != nil {
+		return translate(err)
+	}
+	_, err := db.NewUpdate().Table("confirmation_tokens").
+		Set("retired_at = ?", now).
+		Where("subscriber_id = ? AND retired_at IS NULL AND confirmed_at IS NULL", subscriberID).Exec(ctx)
+	return translate(err)
+}
