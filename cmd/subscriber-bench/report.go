@@ -46,6 +46,8 @@ type Meta struct {
 	Newsletter         string `json:"newsletter,omitempty"`
 	SubscribersAtStart int64  `json:"subscribers_at_start"`
 	ServicePID         int    `json:"service_pid,omitempty"`
+	// Vacuumed tells whether the tables were vacuumed and analyzed after seeding.
+	Vacuumed bool `json:"vacuumed"`
 }
 
 // SeedRecord is one seeding through the bulk API.
