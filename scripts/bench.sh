@@ -4,18 +4,31 @@
 # make a newsletter and an API key with the CLI, seed it through the bulk API, run every
 # scenario and its raw-SQL baseline, print one table and write it as JSON.
 #
-#   scripts/bench.sh [--subscribers N] [--million] [--profile] [--keep-db] [-- subscriber-bench flags]
+#   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
+#                    [--env NAME=VALUE]... [--markdown FILE] [--compare-with JSON] [-- tool flags]
+#
+#   --million         also seed up to 1M subscribers at the end and measure the first page again
+#   --passes N        N passes of the measured run; the table shows medians (~2 min per pass)
+#   --profile         CPU profiles and goroutine dumps from the admin listener into the output
+#   --env NAME=VALUE  extra environment of the service (e.g. OTEL_SDK_DISABLED=true, LOG_LEVEL=info)
+#   --markdown FILE   also write the results as Markdown (e.g. docs/benchmarks.md)
+#   --compare-with J  set each measured scenario against an earlier run's bench.json
 #
 # Environment: PG_ADMIN_URL (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable),
 # BENCH_PORT / BENCH_ADMIN_PORT (default: free ports), BENCH_OUT (default bench-out/<time>).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+invocation="scripts/bench.sh${*:+ $*}"
 
 subscribers=100000
 million=0
 profile=0
 keep_db=0
+passes=1
+markdown=
+compare=
+service_env=()
 extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -23,8 +36,12 @@ while [ $# -gt 0 ]; do
 	--million) million=1; shift ;;
 	--profile) profile=1; shift ;;
 	--keep-db) keep_db=1; shift ;;
+	--passes) passes="$2"; shift 2 ;;
+	--env) service_env+=("$2"); shift 2 ;;
+	--markdown) markdown="$2"; shift 2 ;;
+	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -79,7 +96,7 @@ newsletter=$(bin/subscriberd newsletter create --name "bench $stamp" | jq -er .i
 key=$(bin/subscriberd apikey create --newsletter "$newsletter" --label bench | jq -er .key)
 
 echo "== start the service on $LISTEN_ADDR (admin $ADMIN_ADDR)" >&2
-bin/subscriberd serve 2>"$out/service.log" &
+env "${service_env[@]}" bin/subscriberd serve 2>"$out/service.log" &
 service_pid=$!
 for _ in $(seq 1 100); do
 	if curl -fsS "http://$ADMIN_ADDR/readyz" >/dev/null 2>&1; then break; fi
@@ -92,7 +109,11 @@ curl -fsS "http://$ADMIN_ADDR/readyz" >/dev/null
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
 	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid"
-	-json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)")
+	-passes "$passes" -json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	-command "$invocation")
+if [ ${#service_env[@]} -gt 0 ]; then args+=(-label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) ${service_env[*]}"); fi
+if [ -n "$markdown" ]; then args+=(-markdown "$markdown"); fi
+if [ -n "$compare" ]; then args+=(-compare-with "$compare"); fi
 if [ "$million" = 1 ]; then args+=(-scale-to 1000000); fi
 if [ "$profile" = 1 ]; then args+=(-pprof-url "http://$ADMIN_ADDR" -profile-dir "$out/profiles"); fi
 

@@ -42,7 +42,7 @@ import (
 type config struct {
 	url, key, databaseURL, newsletter string
 	seed, seedParallel, scaleTo       int
-	clients                           int
+	clients, passes                   int
 	checkClients                      []int
 	duration, warmup, checkDuration   time.Duration
 	timeout, stall                    time.Duration
@@ -51,6 +51,7 @@ type config struct {
 	noBaseline, vacuum                bool
 	pid                               int
 	jsonPath, runID, label            string
+	command, markdown, compareWith    string
 	pprofURL, profileDir              string
 	idSample                          int
 }
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.seedParallel, "seed-parallel", 8, "concurrent bulk requests while seeding")
 	fs.IntVar(&c.scaleTo, "scale-to", 0, "after the run, seed up to this many subscribers and measure the first page again (e.g. 1000000)")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent clients of the measured run")
+	fs.IntVar(&c.passes, "passes", 1, "passes of the measured run; the table shows each scenario's median pass")
 	checks := fs.String("check-clients", "64,256", "client counts of the no-error/no-stall check of every service scenario (empty = none)")
 	fs.DurationVar(&c.duration, "duration", 6*time.Second, "measured time per scenario")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured warm-up per scenario")
@@ -81,6 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&c.runID, "run-id", "", "run id in emails and the report (default random)")
 	fs.StringVar(&c.label, "label", "", "free text recorded in the report (e.g. the service's commit)")
+	fs.StringVar(&c.command, "command", "", "the command that ran this, for the Markdown report (e.g. make bench)")
+	fs.StringVar(&c.compareWith, "compare-with", "", "a report written earlier by -json: each measured service scenario is set against it (before/after a change, telemetry on/off)")
+	fs.StringVar(&c.markdown, "markdown", "", "write the results as a Markdown document to this file (e.g. docs/benchmarks.md)")
 	fs.StringVar(&c.pprofURL, "pprof-url", "", "admin base URL of the service (e.g. http://127.0.0.1:9090): CPU profile of each measured service scenario and goroutine dumps of the checks into -profile-dir")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "where -pprof-url's profiles go")
 	fs.IntVar(&c.idSample, "ids", 50000, "known subscriber ids that get and update pick from")
@@ -93,8 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.key == "" {
 		return c, errors.New("-key (or BENCH_API_KEY) is required")
 	}
-	if c.clients < 1 || c.duration <= 0 {
-		return c, errors.New("-clients must be ≥ 1 and -duration positive")
+	if c.clients < 1 || c.duration <= 0 || c.passes < 1 {
+		return c, errors.New("-clients and -passes must be ≥ 1 and -duration positive")
 	}
 	for _, f := range strings.Split(*checks, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -174,6 +179,12 @@ func main() {
 				os.Exit(1)
 			}
 		}
+		if cfg.markdown != "" {
+			if werr := writeMarkdown(cfg.markdown, rep); werr != nil {
+				fmt.Fprintln(os.Stderr, "subscriber-bench:", werr)
+				os.Exit(1)
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "subscriber-bench:", err)
@@ -203,9 +214,10 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 	b := &bench{cfg: cfg, log: log, client: svc.NewClient(cfg.url, cfg.key, cfg.runID, maxClients, cfg.timeout)}
 	b.rep = &Report{Meta: Meta{
 		RunID: cfg.runID, Label: cfg.label, StartedAt: time.Now().UTC().Format(time.RFC3339), URL: cfg.url,
-		Clients: cfg.clients, CheckClients: cfg.checkClients, Duration: cfg.duration.String(),
+		Clients: cfg.clients, Passes: cfg.passes, CheckClients: cfg.checkClients, Duration: cfg.duration.String(),
 		Warmup: cfg.warmup.String(), CheckDuration: cfg.checkDuration.String(), GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), ServicePID: cfg.pid,
+		Machine: machine(), Command: cfg.command,
 	}}
 	if cfg.pid > 0 {
 		if err := b.rss("before seeding", false); err != nil {
@@ -254,17 +266,21 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		if writes {
 			group = "writes"
 		}
-		for _, p := range plan {
-			if ctx.Err() != nil {
-				return b.rep, ctx.Err()
-			}
-			if p.write != writes || (cfg.only != nil && !cfg.only[p.service]) {
-				continue
-			}
-			b.runService(ctx, p.service, cfg.clients, cfg.warmup, cfg.duration, "measure")
-			if b.base != nil {
-				for _, name := range p.baselines {
-					b.runBaseline(ctx, name, cfg.clients)
+		// Passes go over every scenario in turn, so that a slow spell of a shared machine
+		// touches one pass of several scenarios rather than every pass of one.
+		for pass := 1; pass <= cfg.passes; pass++ {
+			for _, p := range plan {
+				if ctx.Err() != nil {
+					return b.rep, ctx.Err()
+				}
+				if p.write != writes || (cfg.only != nil && !cfg.only[p.service]) {
+					continue
+				}
+				b.runService(ctx, p.service, cfg.clients, cfg.warmup, cfg.duration, "measure", pass)
+				if b.base != nil {
+					for _, name := range p.baselines {
+						b.runBaseline(ctx, name, cfg.clients, pass)
+					}
 				}
 			}
 		}
@@ -277,7 +293,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 				if p.write != writes || (cfg.only != nil && !cfg.only[p.service]) {
 					continue
 				}
-				b.runService(ctx, p.service, n, cfg.warmup/2, cfg.checkDuration, "check")
+				b.runService(ctx, p.service, n, cfg.warmup/2, cfg.checkDuration, "check", 0)
 			}
 			b.rss(fmt.Sprintf("%s, %d clients", group, n), true)
 		}
@@ -288,6 +304,13 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		if err := b.scale(ctx); err != nil {
 			return b.rep, err
 		}
+	}
+	if cfg.compareWith != "" {
+		ref, err := readJSON(cfg.compareWith)
+		if err != nil {
+			return b.rep, fmt.Errorf("-compare-with: %w", err)
+		}
+		b.rep.against(ref, cfg.compareWith)
 	}
 	b.rep.judge(cfg.stall)
 	return b.rep, nil
@@ -356,9 +379,14 @@ func (b *bench) scenario(name string) svc.Scenario {
 	panic("unknown scenario " + name)
 }
 
-func (b *bench) runService(ctx context.Context, name string, clients int, warmup, dur time.Duration, phase string) RunRecord {
+// runService runs one service scenario and records it; pass numbers the passes of a
+// multi-pass measured run (0 otherwise).
+func (b *bench) runService(ctx context.Context, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
 	sc := b.scenario(name)
 	rec := RunRecord{Scenario: name, Kind: "service", Phase: phase, Clients: clients, Desc: sc.Desc}
+	if b.cfg.passes > 1 {
+		rec.Pass = pass
+	}
 	if err := b.client.Probe(ctx, sc); err != nil {
 		rec.Probe = err.Error()
 		fmt.Fprintf(b.log, "warning: %s: the service's answer is off the contract: %v\n", name, err)
@@ -378,7 +406,7 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 	return rec
 }
 
-func (b *bench) runBaseline(ctx context.Context, name string, clients int) RunRecord {
+func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass int) RunRecord {
 	var sc baseline.Scenario
 	for _, s := range b.base.Scenarios() {
 		if s.Name == name {
@@ -386,6 +414,9 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int) RunRe
 		}
 	}
 	rec := RunRecord{Scenario: name, Kind: "baseline", Phase: "measure", Clients: clients, Desc: sc.Desc}
+	if b.cfg.passes > 1 {
+		rec.Pass = pass
+	}
 	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}, sc.Op)
 	rec.fill(out, b.cfg.duration)
 	b.rep.Runs = append(b.rep.Runs, rec)
@@ -420,10 +451,14 @@ func (b *bench) scale(ctx context.Context) error {
 		return err
 	}
 	b.rep.Scale = &ScaleRecord{Subscribers: total}
-	small := b.rep.find("service", svc.ListFirst, "measure", b.cfg.clients)
-	big := b.runService(ctx, svc.ListFirst, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "scale")
+	var small *RunRecord
+	if r := b.rep.find("service", svc.ListFirst, "measure", b.cfg.clients); r != nil {
+		c := *r // b.rep.Runs grows below
+		small = &c
+	}
+	big := b.runService(ctx, svc.ListFirst, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "scale", 0)
 	if b.base != nil {
-		b.runBaseline(ctx, baseline.Page, b.cfg.clients)
+		b.runBaseline(ctx, baseline.Page, b.cfg.clients, 0)
 		b.rep.Runs[len(b.rep.Runs)-1].Phase = "scale"
 	}
 	if small != nil {

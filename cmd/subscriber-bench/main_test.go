@@ -268,3 +268,47 @@ func waitReady(t *testing.T, url string) {
 	}
 	t.Fatalf("%s never became ready", url)
 }
+
+func TestFindTakesTheMedianPass(t *testing.T) {
+	rep := &Report{Meta: Meta{Clients: 16, Passes: 3}}
+	for i, rps := range []float64{900, 300, 600} {
+		r := rec("service", svc.Get, rps, rps)
+		r.Pass = i + 1
+		rep.Runs = append(rep.Runs, r)
+	}
+	if got := rep.find("service", svc.Get, "measure", 16); got == nil || got.RequestsPerSec != 600 || got.Pass != 3 {
+		t.Errorf("median of 900, 300, 600 = %+v, want the 600 of pass 3", got)
+	}
+	rep.Runs = rep.Runs[:2]
+	if got := rep.find("service", svc.Get, "measure", 16); got == nil || got.RequestsPerSec != 300 {
+		t.Errorf("median of two = %+v, want the lower one", got)
+	}
+	if got := rep.find("service", svc.Get, "check", 16); got != nil {
+		t.Errorf("found a check run that does not exist: %+v", got)
+	}
+}
+
+func TestAgainstAReferenceAndMarkdown(t *testing.T) {
+	then := &Report{Meta: Meta{Clients: 16, RunID: "old"}, Runs: []RunRecord{rec("service", svc.Get, 1000, 1000)}}
+	then.Runs[0].P50Ms = 2
+	now := &Report{Meta: Meta{Clients: 16, RunID: "new", Command: "make bench"}, Runs: []RunRecord{
+		rec("service", svc.Get, 900, 900), rec("baseline", baseline.SelectByID, 2000, 2000),
+		rec("service", svc.ListFirst, 10, 10),
+	}}
+	now.Runs[0].P50Ms = 3
+	now.against(then, "old.json")
+	if now.Reference == nil || len(now.Reference.Ratios) != 1 {
+		t.Fatalf("reference = %+v, want get alone (list_first has no reference run)", now.Reference)
+	}
+	if r := now.Reference.Ratios[0]; r.RateRatio != 0.9 || r.P50Ratio != 1.5 {
+		t.Errorf("get against the reference: %+v, want throughput ×0.9 and p50 ×1.5", r)
+	}
+	now.compare()
+	var md bytes.Buffer
+	markdown(&md, now)
+	for _, want := range []string{"`make bench`", "| get | 900.0 |", "| select_by_id | 2000.0 |", "0.45", "met"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}

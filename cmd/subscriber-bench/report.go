@@ -24,6 +24,8 @@ type Report struct {
 	Comparisons []Comparison `json:"comparisons"`
 	RSS         []RSSRecord  `json:"rss,omitempty"`
 	Scale       *ScaleRecord `json:"scale,omitempty"`
+	// Reference sets the measured service scenarios against an earlier report (-compare-with).
+	Reference *Reference `json:"reference,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -35,10 +37,13 @@ type Meta struct {
 	StartedAt          string `json:"started_at"`
 	URL                string `json:"url"`
 	Clients            int    `json:"clients"`
+	Passes             int    `json:"passes"`
 	CheckClients       []int  `json:"check_clients"`
 	Duration           string `json:"duration"`
 	Warmup             string `json:"warmup"`
 	CheckDuration      string `json:"check_duration"`
+	Machine            string `json:"machine"`
+	Command            string `json:"command,omitempty"`
 	GoVersion          string `json:"go_version"`
 	NumCPU             int    `json:"num_cpu"`
 	GOMAXPROCS         int    `json:"gomaxprocs"`
@@ -62,6 +67,7 @@ type RunRecord struct {
 	Scenario string `json:"scenario"`
 	Kind     string `json:"kind"`  // service or baseline
 	Phase    string `json:"phase"` // measure, check or scale
+	Pass     int    `json:"pass,omitempty"`
 	Clients  int    `json:"clients"`
 	Desc     string `json:"description"`
 
@@ -124,6 +130,52 @@ type ScaleRecord struct {
 	RateRatio   float64 `json:"rate_ratio"`
 }
 
+// Reference is this run's measured service scenarios set against an earlier report.
+type Reference struct {
+	Path   string           `json:"path"`
+	RunID  string           `json:"run_id"`
+	Label  string           `json:"label,omitempty"`
+	Ratios []ReferenceRatio `json:"ratios"`
+}
+
+// ReferenceRatio is one scenario now against the reference: ratios of throughput (rows/s for
+// bulk) and of p50 and p99 latency.
+type ReferenceRatio struct {
+	Scenario  string  `json:"scenario"`
+	Now       float64 `json:"requests_per_sec"`
+	Then      float64 `json:"reference_requests_per_sec"`
+	RateRatio float64 `json:"rate_ratio"`
+	P50Ratio  float64 `json:"p50_ratio"`
+	P99Ratio  float64 `json:"p99_ratio"`
+}
+
+func readJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &rep, nil
+}
+
+// against fills Reference from ref, an earlier report of the same tool.
+func (rep *Report) against(ref *Report, path string) {
+	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label}
+	for _, p := range plan {
+		now := rep.find("service", p.service, "measure", rep.Meta.Clients)
+		then := ref.find("service", p.service, "measure", rep.Meta.Clients)
+		if now == nil || then == nil {
+			continue
+		}
+		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
+			RateRatio: ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: ratio(now.P50Ms, then.P50Ms), P99Ratio: ratio(now.P99Ms, then.P99Ms)})
+	}
+	rep.Reference = out
+}
+
 // target is one of the issue's ratio targets.
 type target struct {
 	service, baseline string
@@ -148,14 +200,21 @@ var targets = []target{
 // rssTargetMiB is the issue's bound on peak RSS at 64 clients.
 const rssTargetMiB = 100
 
+// find returns the run of kind and scenario in phase at clients; when several passes ran it,
+// the one with the median throughput (the lower middle one of an even count).
 func (rep *Report) find(kind, scenario, phase string, clients int) *RunRecord {
+	var runs []*RunRecord
 	for i := range rep.Runs {
 		r := &rep.Runs[i]
 		if r.Kind == kind && r.Scenario == scenario && r.Phase == phase && r.Clients == clients {
-			return r
+			runs = append(runs, r)
 		}
 	}
-	return nil
+	if len(runs) == 0 {
+		return nil
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].RequestsPerSec < runs[j].RequestsPerSec })
+	return runs[(len(runs)-1)/2]
 }
 
 // compare fills Comparisons from the measured runs.
@@ -257,8 +316,12 @@ func errs(r *RunRecord) string {
 func printReport(w io.Writer, rep *Report) {
 	m := rep.Meta
 	fmt.Fprintf(w, "\nsubscriber-bench run %s  %s\n", m.RunID, m.Label)
-	fmt.Fprintf(w, "%s, %d CPUs, %s; %d subscribers in the newsletter at start; %d clients, %s per scenario after %s warm-up\n",
+	fmt.Fprintf(w, "%s, %d CPUs, %s; %d subscribers in the newsletter at start; %d clients, %s per scenario after %s warm-up",
 		m.GoVersion, m.NumCPU, firstWords(m.PostgresVersion, 2), m.SubscribersAtStart, m.Clients, m.Duration, m.Warmup)
+	if m.Passes > 1 {
+		fmt.Fprintf(w, "; median of %d passes", m.Passes)
+	}
+	fmt.Fprintln(w)
 	for _, s := range rep.Seeds {
 		fmt.Fprintf(w, "seeded %d subscribers through the bulk API in %.1fs (%.0f rows/s)\n", s.Rows, s.Seconds, s.RowsPerSec)
 	}
@@ -323,6 +386,15 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	tw.Flush()
 
+	if ref := rep.Reference; ref != nil {
+		fmt.Fprintf(w, "\nagainst %s (run %s %s):\n", ref.Path, ref.RunID, ref.Label)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\treq/s now\treq/s then\tthroughput ×\tp50 ×\tp99 ×\t")
+		for _, r := range ref.Ratios {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, f1(r.Now), f1(r.Then), f2(r.RateRatio), f2(r.P50Ratio), f2(r.P99Ratio))
+		}
+		tw.Flush()
+	}
 	if len(rep.RSS) > 0 {
 		fmt.Fprintf(w, "\npeak RSS of the service (VmHWM, pid %d):", m.ServicePID)
 		for _, r := range rep.RSS {
