@@ -1,7 +1,22 @@
-.PHONY: bench
+# The two commands a newcomer needs are `make run` and `make test` (see README.md).
+
+.PHONY: run test build fmt bench
+
+run:
+	go run ./cmd/subscriberd serve
+
+test:
+	./scripts/test.sh
+
+build:
+	CGO_ENABLED=0 go build -trimpath -o bin/subscriberd ./cmd/subscriberd
+
+fmt:
+	gofmt -w .
 
 # bench builds and starts the service on a fresh local database with limits off, seeds 100k
-# subscribers and runs every load scenario beside its raw-SQL baseline (issue 6).
-# BENCH_ARGS passes options, e.g. BENCH_ARGS="--million" or BENCH_ARGS="--profile".
+# subscribers and runs every load scenario beside its raw-SQL baseline (issue 6; under 10
+# minutes here). BENCH_ARGS passes options: BENCH_ARGS="--million", "--passes 3", "--profile",
+# "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
 bench:
 	./scripts/bench.sh $(BENCH_ARGS)

@@ -82,7 +82,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux()}
 	s.api = humago.New(s.mux, humaConfig())
-	s.api.UseMiddleware(s.routeInfo, s.authenticate, s.limit, s.preflight)
+	s.api.UseMiddleware(s.authenticate, s.limit, s.preflight)
 	s.register()
 	s.handler = s.recoverer(s.envelope(s.observe(s.route(s.mux))))
 	return s

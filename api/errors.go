@@ -140,17 +140,6 @@ func validationError(v *model.ValidationError) *Error {
 	return e
 }
 
-// rateLimited is the 429 envelope with retry_after and Retry-After.
-func rateLimited(retryAfter int) *Error {
-	if retryAfter < 1 {
-		retryAfter = 1
-	}
-	e := newError(http.StatusTooManyRequests, MsgRateLimited)
-	e.Errors = map[string]int{"retry_after": retryAfter}
-	e.headers = http.Header{"Retry-After": {strconv.Itoa(retryAfter)}}
-	return e
-}
-
 func unauthorized() *Error {
 	e := newError(http.StatusUnauthorized, MsgInvalidKey)
 	e.headers = http.Header{"Www-Authenticate": {"Bearer"}}

@@ -132,6 +132,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
+			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
+				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
+				_, info.route, _ = strings.Cut(pattern, " ")
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}
@@ -171,14 +175,6 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	return r.body.Write(b)
-}
-
-// routeInfo records the matched operation's route template for the log and metrics.
-func (s *Server) routeInfo(ctx huma.Context, next func(huma.Context)) {
-	if info, ok := ctx.Context().Value(infoKey).(*requestInfo); ok {
-		info.route = ctx.Operation().Path
-	}
-	next(ctx)
 }
 
 // authenticate checks the bearer key and the plan (API.md §5 steps 2–3).

@@ -45,7 +45,8 @@ func Open(dsn string, opts Options) (db *bun.DB, err error) {
 	if n <= 0 {
 		n = 16
 	}
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithTimeout(5*time.Second)))
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithTimeout(5*time.Second),
+		pgdriver.WithApplicationName("subscriberd")))
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
@@ -78,7 +79,9 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	if exists {
 		return nil
 	}
-	if _, err := db.ExecContext(ctx, `CREATE DATABASE "`+strings.ReplaceAll(name, `"`, `""`)+`"`); err != nil {
+	// UTF8 whatever the cluster's default, so any email or name can be stored.
+	create := `CREATE DATABASE "` + strings.ReplaceAll(name, `"`, `""`) + `" ENCODING 'UTF8' TEMPLATE template0`
+	if _, err := db.ExecContext(ctx, create); err != nil {
 		var pgErr pgdriver.Error
 		if errors.As(err, &pgErr) && pgErr.Field('C') == "42P04" { // created meanwhile
 			return nil

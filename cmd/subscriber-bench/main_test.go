@@ -10,16 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/pgtest"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/internal/testdb"
 )
+
+// pg is the test PostgreSQL (TEST_DATABASE_URL, else a container; see internal/testdb).
+var pg *testdb.Server
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
 func TestPeakRSS(t *testing.T) {
 	status := "Name:\tsubscriberd\nVmPeak:\t 1300000 kB\nVmHWM:\t   45312 kB\nVmRSS:\t   40000 kB\n"
@@ -147,12 +151,12 @@ func TestRunAgainstTheService(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the service; not in -short")
 	}
-	dsn := pgtest.NewDatabase(t)
+	dsn := pg.Fresh(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "subscriberd")
-	gobin, err := exec.LookPath("go")
+	gobin, err := exec.LookPath("go") // go test puts its own go first on PATH
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go command to build the service: %v", err)
 	}
 	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/subscriberd/subscriberd/cmd/subscriberd").CombinedOutput(); err != nil {
 		t.Fatalf("build subscriberd: %v\n%s", err, out)

@@ -2,6 +2,7 @@ package baseline
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,14 +12,19 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/internal/bench/load"
-	"github.com/subscriberd/subscriberd/internal/bench/pgtest"
+	"github.com/subscriberd/subscriberd/internal/testdb"
 )
+
+// pg is the test PostgreSQL (TEST_DATABASE_URL, else a container; see internal/testdb).
+var pg *testdb.Server
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
 // setup returns a runner on a scratch database holding two newsletters: the runner's, empty,
 // and another one with 7 subscribers that no baseline query may see.
 func setup(t *testing.T) (*Runner, *bun.DB) {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t)
+	dsn := pg.Fresh(t)
 	db, err := Open(dsn, 4)
 	if err != nil {
 		t.Fatal(err)

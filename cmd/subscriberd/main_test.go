@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/subscriberd/subscriberd/internal/testdb"
+)
+
+var pg *testdb.Server
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func envFunc(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestRunRejectsBadUsageAndConfig(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // in the error
+	}{
+		{"no command", nil, nil, "no command"},
+		{"unknown command", []string{"launch"}, nil, `unknown command "launch"`},
+		{"bad log level", []string{"serve"}, map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{"bad log format", []string{"serve"}, map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+		{"bad listen addr", []string{"serve"}, map[string]string{"LISTEN_ADDR": "8080"}, "LISTEN_ADDR"},
+		{"bad admin addr flag", []string{"serve", "--admin-addr", "nope"}, nil, "ADMIN_ADDR"},
+		{"bad database url", []string{"serve"}, map[string]string{"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL"},
+		{"bad public base url", []string{"serve"}, map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
+		{"newsletter without name", []string{"newsletter", "create"}, nil, "--name is required"},
+		{"apikey without newsletter", []string{"apikey", "create"}, nil, "--newsletter"},
+		{"revoke without id", []string{"apikey", "revoke"}, nil, "ID argument is required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(t.Context(), tc.args, envFunc(tc.env), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run(%v) = %v, want an error mentioning %q", tc.args, err, tc.want)
+			}
+		})
+	}
+	// A password in DATABASE_URL never appears in an error.
+	err := run(t.Context(), []string{"serve"}, envFunc(map[string]string{
+		"DATABASE_URL": "postgres://u:hunter2@127.0.0.1:1/x?sslmode=disable", "LISTEN_ADDR": "x"}), io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error %v leaks the password or is missing", err)
+	}
+}
+
+// cli runs one command and decodes its JSON output.
+func cli(t *testing.T, env map[string]string, args ...string) map[string]any {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := run(t.Context(), args, envFunc(env), &out, &errOut); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+		t.Fatalf("%v: stdout is not one JSON object: %q", args, out.String())
+	}
+	return v
+}
+
+func TestServeLifecycle(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"DATABASE_URL": pg.Empty(t), // does not exist yet: the first command creates and migrates it
+		"LISTEN_ADDR":  "127.0.0.1:0",
+		"ADMIN_ADDR":   "127.0.0.1:0",
+		"LOG_FORMAT":   "json",
+	}
+	nl := cli(t, env, "newsletter", "create", "--name", "Lifecycle")
+	if nl["name"] != "Lifecycle" || nl["api_access"] != true {
+		t.Fatalf("newsletter = %v", nl)
+	}
+	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string), "--label", "ci")
+	if !regexp.MustCompile(`^sk_[0-9A-Za-z]{40}$`).MatchString(key["key"].(string)) || !strings.HasPrefix(key["key"].(string), key["prefix"].(string)) {
+		t.Fatalf("apikey = %v", key)
+	}
+	updated := cli(t, env, "newsletter", "update", nl["id"].(string), "--api-access=true", "--name", "Renamed")
+	if updated["name"] != "Renamed" {
+		t.Errorf("updated newsletter = %v", updated)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
+
+	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
+	var m []string
+	for deadline := time.Now().Add(30 * time.Second); m == nil; {
+		if m = addrs.FindStringSubmatch(logs.String()); m == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("serve did not start; logs:\n%s", logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	api, admin := "http://"+m[1], "http://"+m[2]
+
+	req, _ := http.NewRequest("POST", api+"/api/v1/subscribers", strings.NewReader(`{"email":"life@example.com"}`))
+	req.Header.Set("Authorization", "Bearer "+key["key"].(string))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("create = %d %s", res.StatusCode, body)
+	}
+	for path, want := range map[string]string{"/livez": "ok", "/readyz": "ok", "/healthz": "ok",
+		"/metrics": `http_server_request_duration_seconds_count{code="201",method="POST",route="/api/v1/subscribers"} 1`} {
+		res, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %d, want 200 containing %q", path, res.StatusCode, want)
+		}
+	}
+	if res, err := http.Get(api + "/metrics"); err == nil {
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Errorf("public /metrics = %d, want 404: metrics only on the admin listener", res.StatusCode)
+		}
+	}
+
+	cli(t, env, "apikey", "revoke", key["id"].(string))
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+	if strings.Contains(logs.String(), key["key"].(string)) || strings.Contains(logs.String(), "life@example.com") {
+		t.Error("logs contain the API key or the subscriber's email")
+	}
+}

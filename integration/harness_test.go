@@ -1,0 +1,206 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/repo"
+)
+
+var pg *testdb.Server
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
+
+// freshDatabase clones the migrated template into a new database, dropped when t ends.
+func freshDatabase(t testing.TB) string { return pg.Fresh(t) }
+
+// env is one service instance on its own database, with one newsletter and key.
+type env struct {
+	t        *testing.T
+	dsn      string
+	db       *bun.DB
+	accounts *repo.Accounts
+	srv      *httptest.Server
+	base     string // …/api/v1
+	nl       uuid.UUID
+	key      string
+}
+
+type envOptions struct {
+	dsn         string // use this database instead of a fresh one
+	keyCacheTTL time.Duration
+}
+
+func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
+	t.Helper()
+	var o envOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	dsn := o.dsn
+	if dsn == "" {
+		dsn = freshDatabase(t)
+	}
+	db, err := repo.Open(dsn, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
+	srv := api.New(api.Config{
+		Store:       repo.NewSubscribers(db),
+		Auth:        e.accounts,
+		KeyCacheTTL: o.keyCacheTTL,
+	})
+	e.srv = httptest.NewServer(srv)
+	t.Cleanup(e.srv.Close)
+	e.base = e.srv.URL + api.BasePath
+	e.nl, e.key = e.newKey(t, true)
+	return e
+}
+
+// newKey makes a newsletter and a key for it.
+func (e *env) newKey(t *testing.T, apiAccess bool) (uuid.UUID, string) {
+	t.Helper()
+	ctx := context.Background()
+	nl, err := e.accounts.CreateNewsletter(ctx, "Newsletter "+t.Name(), apiAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := e.accounts.CreateKey(ctx, nl.ID, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nl.ID, key
+}
+
+type response struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+// do sends a request with the env's key. body: nil (none), string or []byte (raw), or any
+// value (JSON). headers are "Name: value"; "Name:" with no value removes a default header.
+func (e *env) do(method, path string, body any, headers ...string) response {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	target := path
+	if !strings.HasPrefix(path, "http") {
+		target = e.base + path
+	}
+	req, err := http.NewRequest(method, target, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ":")
+		if v = strings.TrimSpace(v); v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := response{status: res.StatusCode, header: res.Header, raw: raw}
+	if len(raw) > 0 && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			e.t.Fatalf("%s %s: body is not a JSON object: %v: %s", method, path, err, raw)
+		}
+	}
+	return r
+}
+
+// want fails the test unless the response has the status (and, for errors, the code).
+func (r response) want(t *testing.T, status int, code string) response {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.raw)
+	}
+	if _, ok := r.body["success"].(bool); !ok {
+		t.Fatalf("body has no boolean success: %s", r.raw)
+	}
+	if code != "" && r.body["code"] != code {
+		t.Fatalf("code = %v, want %s; body %s", r.body["code"], code, r.raw)
+	}
+	return r
+}
+
+// data is the response's data object.
+func (r response) data(t *testing.T) map[string]any {
+	t.Helper()
+	d, ok := r.body["data"].(map[string]any)
+	if !ok {
+		t.Fatalf("no data object in %s", r.raw)
+	}
+	return d
+}
+
+// fieldErrors is the errors object of a 422.
+func (r response) fieldErrors(t *testing.T) map[string][]string {
+	t.Helper()
+	raw, ok := r.body["errors"].(map[string]any)
+	if !ok {
+		t.Fatalf("no errors object in %s", r.raw)
+	}
+	out := map[string][]string{}
+	for k, v := range raw {
+		list, ok := v.([]any)
+		if !ok {
+			t.Fatalf("errors.%s is not an array: %s", k, r.raw)
+		}
+		for _, m := range list {
+			out[k] = append(out[k], m.(string))
+		}
+	}
+	return out
+}
+
+// count returns a number from SQL against the env's database.
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.NewRaw(query, args...).Scan(context.Background(), &n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,143 @@
+// Package testdb gives tests a real PostgreSQL: TEST_DATABASE_URL when set, otherwise a
+// container started with testcontainers from POSTGRES_IMAGE (default postgres:15). Each test
+// gets a fresh database cloned from a migrated template. Without either source, Start fails:
+// tests never pass by skipping.
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/subscriberd/subscriberd/repo"
+)
+
+// Server is a PostgreSQL server with a migrated template database.
+type Server struct {
+	dsn      string // any database on the server, for creating and dropping others
+	template string
+	stop     func()
+	mu       sync.Mutex
+	n        atomic.Int64
+}
+
+// Start finds or starts the server and migrates the template. Call Close when done.
+func Start(ctx context.Context) (*Server, error) {
+	s := &Server{dsn: os.Getenv("TEST_DATABASE_URL"), stop: func() {}}
+	if s.dsn == "" {
+		img := os.Getenv("POSTGRES_IMAGE")
+		if img == "" {
+			img = "postgres:15"
+		}
+		ctr, err := tcpostgres.Run(ctx, img,
+			tcpostgres.WithDatabase("subscriberd"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+			// initdb takes its encoding from the locale: make the cluster UTF-8 whatever the
+			// image's default (pgdriver refuses other encodings).
+			testcontainers.WithEnv(map[string]string{"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}),
+			testcontainers.WithWaitStrategy(wait.ForAll(
+				wait.ForLog("database system is ready to accept connections").WithOccurrence(2),
+				wait.ForListeningPort("5432/tcp"),
+			).WithDeadline(2*time.Minute)))
+		if err != nil {
+			return nil, fmt.Errorf("no PostgreSQL: set TEST_DATABASE_URL or make Docker available (POSTGRES_IMAGE=%s): %w", img, err)
+		}
+		s.stop = func() { testcontainers.TerminateContainer(ctr) } //nolint:errcheck // best effort at exit
+		if s.dsn, err = ctr.ConnectionString(ctx, "sslmode=disable"); err != nil {
+			s.stop()
+			return nil, err
+		}
+		fmt.Fprintln(os.Stderr, "testdb: using a PostgreSQL container from", img)
+	} else {
+		fmt.Fprintln(os.Stderr, "testdb: using TEST_DATABASE_URL")
+	}
+	s.template = fmt.Sprintf("subscriberd_tmpl_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if err := s.exec(ctx, `CREATE DATABASE "`+s.template+`" ENCODING 'UTF8' TEMPLATE template0`); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("create template database: %w", err)
+	}
+	db, err := repo.Open(s.DSN(s.template), repo.Options{MaxConns: 2})
+	if err == nil {
+		_, err = repo.Migrate(ctx, db)
+		db.Close()
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("migrate template database: %w", err)
+	}
+	return s, nil
+}
+
+// Close drops the template and stops the container, if any.
+func (s *Server) Close() {
+	s.exec(context.Background(), `DROP DATABASE IF EXISTS "`+s.template+`" WITH (FORCE)`) //nolint:errcheck
+	s.stop()
+}
+
+// DSN is the server's URL pointed at database name.
+func (s *Server) DSN(name string) string {
+	u, err := url.Parse(s.dsn)
+	if err != nil {
+		panic(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Fresh clones the migrated template into a new database, dropped when t ends, and returns
+// its URL.
+func (s *Server) Fresh(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", s.template, s.n.Add(1))
+	s.mu.Lock() // CREATE DATABASE … TEMPLATE refuses while another clone reads the template
+	err := s.exec(context.Background(), `CREATE DATABASE "`+name+`" TEMPLATE "`+s.template+`"`)
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		s.exec(context.Background(), `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`) //nolint:errcheck
+	})
+	return s.DSN(name)
+}
+
+// Empty creates an empty database (no migrations), dropped when t ends.
+func (s *Server) Empty(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_empty_%d", s.template, s.n.Add(1))
+	t.Cleanup(func() {
+		s.exec(context.Background(), `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`) //nolint:errcheck
+	})
+	return s.DSN(name)
+}
+
+func (s *Server) exec(ctx context.Context, query string) error {
+	db, err := repo.Open(s.dsn, repo.Options{MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, query)
+	return err
+}
+
+// Main runs a test package's tests with a started server in *srv, and returns the exit code.
+// Use it from TestMain: os.Exit(testdb.Main(m, &pg)).
+func Main(m *testing.M, srv **Server) int {
+	s, err := Start(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testdb:", err)
+		return 1
+	}
+	defer s.Close()
+	*srv = s
+	return m.Run()
+}
