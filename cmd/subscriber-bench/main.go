@@ -393,10 +393,15 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 	}
 	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
-	if b.cfg.pprofURL != "" {
-		opts.OnMeasure = func() { wait = b.profile(ctx, name, clients, phase, dur) }
+	var cpu cpuMeter
+	opts.OnMeasure = func() {
+		cpu.start(b.cfg.pid)
+		if b.cfg.pprofURL != "" {
+			wait = b.profile(ctx, name, clients, phase, dur)
+		}
 	}
 	out := load.Run(ctx, opts, sc.Op)
+	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
 	if wait != nil {
 		wait()
 	}
@@ -417,7 +422,10 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 	if b.cfg.passes > 1 {
 		rec.Pass = pass
 	}
-	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}, sc.Op)
+	var cpu cpuMeter
+	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
+		OnMeasure: func() { cpu.start(b.cfg.pid) }}, sc.Op)
+	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
 	rec.fill(out, b.cfg.duration)
 	b.rep.Runs = append(b.rep.Runs, rec)
 	b.progress(rec)
@@ -425,8 +433,8 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 }
 
 func (b *bench) progress(r RunRecord) {
-	fmt.Fprintf(b.log, "%-8s %-8s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d\n",
-		r.Phase, r.Kind, r.Scenario, r.Clients, r.RequestsPerSec, r.P50Ms, r.P99Ms, r.MaxMs, r.ErrorCount)
+	fmt.Fprintf(b.log, "%-8s %-8s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d  cpu svc/tool %s\n",
+		r.Phase, r.Kind, r.Scenario, r.Clients, r.RequestsPerSec, r.P50Ms, r.P99Ms, r.MaxMs, r.ErrorCount, cpuCol(&r))
 	for k, d := range r.ErrorDetails {
 		fmt.Fprintf(b.log, "         %s: %.200s\n", k, d)
 	}

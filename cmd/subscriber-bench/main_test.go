@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -314,5 +315,28 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	// A command name with spaces and parentheses; utime 250 and stime 150 ticks = 4 s.
+	stat := "4242 (sub (scriber) d) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 0 0 20 0 9 0 100 0 0"
+	got, err := procCPU(stat)
+	if err != nil || got != 4*time.Second {
+		t.Errorf("procCPU = %v, %v; want 4s", got, err)
+	}
+	if _, err := procCPU("4242 (x) S 1 2"); err == nil {
+		t.Errorf("short line accepted")
+	}
+	// The tool's own CPU only grows.
+	a := selfCPU()
+	for i := 0; i < 1e6; i++ {
+		_ = fmt.Sprint(i)
+	}
+	if b := selfCPU(); b <= a {
+		t.Errorf("own CPU did not grow: %v then %v", a, b)
+	}
+	if _, ok := serviceCPU(os.Getpid()); !ok {
+		t.Errorf("cannot read this process's /proc stat")
 	}
 }

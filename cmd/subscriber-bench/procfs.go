@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -32,6 +33,80 @@ func peakRSS(status io.Reader) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("no VmHWM line")
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of the times in /proc/PID/stat: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// procCPU returns the user plus system CPU time of process pid from the text of
+// /proc/PID/stat (fields 14 and 15, counted after the parenthesised command name, which may
+// itself contain spaces).
+func procCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short stat line %q", stat)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat field %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+func serviceCPU(pid int) (time.Duration, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	d, err := procCPU(string(b))
+	return d, err == nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuMeter measures the CPU the service and this tool use over a window.
+type cpuMeter struct {
+	t0       time.Time
+	svc, own time.Duration
+	pid      int
+	ok       bool
+}
+
+func (m *cpuMeter) start(pid int) {
+	m.pid, m.t0, m.own = pid, time.Now(), selfCPU()
+	m.svc, m.ok = serviceCPU(pid)
+}
+
+// stop returns the cores used by the service (0 when unknown) and by this tool.
+func (m *cpuMeter) stop() (service, tool float64) {
+	if m.t0.IsZero() {
+		return 0, 0
+	}
+	el := time.Since(m.t0).Seconds()
+	tool = (selfCPU() - m.own).Seconds() / el
+	if end, ok := serviceCPU(m.pid); ok && m.ok {
+		service = (end - m.svc).Seconds() / el
+	}
+	return service, tool
 }
 
 // rss records the service's peak RSS since the last reset under the label during (when

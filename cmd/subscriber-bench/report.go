@@ -85,6 +85,11 @@ type RunRecord struct {
 	P99Ms          float64           `json:"p99_ms"`
 	MaxMs          float64           `json:"max_ms"`
 	LongestGapMs   float64           `json:"longest_gap_ms"`
+	// ServiceCPU and ToolCPU are the CPU time the service process (with -pid) and this tool
+	// used during the measured window, in cores (1.0 = one core busy); they share the machine
+	// with PostgreSQL.
+	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
+	ToolCPU    float64 `json:"tool_cpu_cores"`
 	// Probe is set when one full response of the scenario did not match the contract.
 	Probe string `json:"probe_error,omitempty"`
 }
@@ -328,7 +333,7 @@ func printReport(w io.Writer, rep *Report) {
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tclients\treq/s\trows/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\t\tbaseline\treq/s\trows/s\tp50 ms\tp99 ms\t\tratio\ttarget\tverdict\t")
+	fmt.Fprintln(tw, "scenario\tclients\treq/s\trows/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tcpu svc/tool\t\tbaseline\treq/s\trows/s\tp50 ms\tp99 ms\tcpu tool\t\tratio\ttarget\tverdict\t")
 	for _, p := range plan {
 		s := rep.find("service", p.service, "measure", m.Clients)
 		if s == nil {
@@ -349,10 +354,10 @@ func printReport(w io.Writer, rep *Report) {
 					c = &rep.Comparisons[i]
 				}
 			}
-			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
+			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
 			if printed {
-				left = "\t\t\t\t\t\t\t\t\t"
+				left = "\t\t\t\t\t\t\t\t\t\t"
 			}
 			verdict, tgt, rt := "", "", "-"
 			if c != nil {
@@ -368,21 +373,21 @@ func printReport(w io.Writer, rep *Report) {
 					}
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t\n", left, b.Scenario, f1(b.RequestsPerSec), rowsCol(b),
-				f2(b.P50Ms), f2(b.P99Ms), rt, tgt, verdict)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t\t%s\t%s\t%s\t\n", left, b.Scenario, f1(b.RequestsPerSec), rowsCol(b),
+				f2(b.P50Ms), f2(b.P99Ms), b.ToolCPU, rt, tgt, verdict)
 			printed = true
 		}
 		if !printed {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\n", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\n", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
 		}
 	}
 	for _, r := range rep.Runs {
 		if r.Phase == "measure" {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Clients, f1(r.RequestsPerSec), rowsCol(&r),
-			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), checkNote(r))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Clients, f1(r.RequestsPerSec), rowsCol(&r),
+			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), cpuCol(&r), checkNote(r))
 	}
 	tw.Flush()
 
@@ -421,6 +426,14 @@ func rowsCol(r *RunRecord) string {
 		return ""
 	}
 	return f1(r.RowsPerSec)
+}
+
+// cpuCol shows the cores the service and the tool used.
+func cpuCol(r *RunRecord) string {
+	if r.ServiceCPU == 0 {
+		return fmt.Sprintf("-/%.2f", r.ToolCPU)
+	}
+	return fmt.Sprintf("%.2f/%.2f", r.ServiceCPU, r.ToolCPU)
 }
 
 func checkNote(r RunRecord) string {
