@@ -69,7 +69,11 @@ type Server struct {
 
 // New builds the API: operations, OpenAPI document and docs, and the middleware around them.
 func New(cfg Config) *Server {
-	installErrorOnce.Do(func() { huma.NewError = humaError })
+	installErrorOnce.Do(func() {
+		huma.NewError = humaError
+		// Lists are never null in what the service sends; the document says so.
+		huma.DefaultArrayNullable = false
+	})
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -84,7 +88,8 @@ func New(cfg Config) *Server {
 	s.api = humago.New(s.mux, humaConfig())
 	s.api.UseMiddleware(s.authenticate, s.limit, s.preflight)
 	s.register()
-	s.handler = s.recoverer(s.envelope(s.observe(s.route(s.mux))))
+	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer.
+	s.handler = s.envelope(s.observe(s.recoverer(s.route(s.mux))))
 	return s
 }
 

@@ -113,8 +113,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		info := &requestInfo{route: RouteUnmatched}
 		sw := &statusWriter{ResponseWriter: w}
 		ctx := context.WithValue(r.Context(), infoKey, info)
+		defer done()
 		next.ServeHTTP(sw, r.WithContext(ctx))
-		done()
 		d := time.Since(start)
 		if sw.status == 0 {
 			sw.status = http.StatusOK
@@ -147,21 +147,18 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 		case http.StatusMethodNotAllowed:
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
-		default: // e.g. the mux's redirect to a cleaned path
-			for k, v := range rec.header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.status)
-			w.Write(rec.body.Bytes()) //nolint:errcheck // client may be gone
+		default:
+			// The mux redirects unclean paths (//, /./) with an HTML body; an API answers in
+			// JSON, and such a path names no resource as given.
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 		}
 	})
 }
 
-// headerRecorder captures what the mux would answer to an unrouted request.
+// headerRecorder captures the status and headers the mux would answer an unrouted request.
 type headerRecorder struct {
 	header http.Header
 	status int
-	body   bytes.Buffer
 }
 
 func (r *headerRecorder) Header() http.Header { return r.header }
@@ -174,7 +171,7 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	return r.body.Write(b)
+	return len(b), nil
 }
 
 // authenticate checks the bearer key and the plan (API.md §5 steps 2–3).
@@ -248,6 +245,8 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 		}
 	}
 	r, _ := humago.Unwrap(ctx)
+	// Media types are case-insensitive; Huma looks its formats up by exact string.
+	r.Header.Set("Content-Type", "application/json")
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	switch {
 	case err != nil:

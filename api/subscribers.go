@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -75,6 +77,26 @@ func (SubscriberInput) Schema(r huma.Registry) *huma.Schema {
 	return inputSchema(r, "SubscriberInput", []string{"email"})
 }
 
+// UnmarshalJSON keeps numbers as json.Number, so that no value (1e400 included) fails to
+// decode: every wrong type becomes a field error of the contract.
+func (in *SubscriberInput) UnmarshalJSON(b []byte) error {
+	return decodeNumbers(b, (*map[string]any)(in))
+}
+
+// UnmarshalJSON keeps numbers as json.Number (see SubscriberInput).
+func (in *SubscriberUpdate) UnmarshalJSON(b []byte) error {
+	return decodeNumbers(b, (*map[string]any)(in))
+}
+
+// UnmarshalJSON keeps numbers as json.Number (see SubscriberInput).
+func (in *BulkInput) UnmarshalJSON(b []byte) error { return decodeNumbers(b, (*[]any)(in)) }
+
+func decodeNumbers(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
 // SubscriberUpdate is an update body: any of the input fields, at least one.
 type SubscriberUpdate map[string]any
 
@@ -111,9 +133,12 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
 					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
 					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
-				"status": {Type: huma.TypeString, Enum: statuses, Default: string(model.StatusActive),
+				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
+		}
+		if required != nil { // on create an omitted status means active; on update it keeps its value
+			r.Map()[name].Properties["status"].Default = string(model.StatusActive)
 		}
 	}
 	return &huma.Schema{Ref: "#/components/schemas/" + name}

@@ -123,16 +123,16 @@ func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 			continue
 		}
 		ns, itemErr := parseInput(obj, prefix)
-		if itemErr != nil {
-			verr = verr.Merge(itemErr)
-			continue
+		verr = verr.Merge(itemErr)
+		// Duplicates are judged on the email alone, whatever else the item gets wrong, so
+		// every failing field is reported at once.
+		if email, msg := checkEmail(obj[attrEmail], prefix+attrEmail); msg == "" {
+			key := EmailKey(email)
+			if _, dup := seen[key]; dup {
+				verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
+			}
+			seen[key] = struct{}{}
 		}
-		key := EmailKey(ns.Email)
-		if _, dup := seen[key]; dup {
-			verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
-			continue
-		}
-		seen[key] = struct{}{}
 		out[i] = ns
 	}
 	if verr != nil {
@@ -269,15 +269,19 @@ func checkName(raw any, attr string) (string, string) {
 		return "", ""
 	}
 	s, ok := raw.(string)
-	switch {
-	case !ok:
+	if !ok {
 		return "", fmt.Sprintf(msgString, attr)
-	case utf8.RuneCountInString(s) > MaxNameLength:
-		return "", fmt.Sprintf(msgMax, attr, MaxNameLength)
-	case strings.IndexFunc(s, isControl) >= 0:
+	}
+	// A control character anywhere in the value as given is refused, even one that trimming
+	// would remove; the length is that of the trimmed name, as for email.
+	if strings.IndexFunc(s, isControl) >= 0 {
 		return "", fmt.Sprintf(msgInvalidChars, attr)
 	}
-	return strings.TrimSpace(s), ""
+	s = strings.TrimSpace(s)
+	if utf8.RuneCountInString(s) > MaxNameLength {
+		return "", fmt.Sprintf(msgMax, attr, MaxNameLength)
+	}
+	return s, ""
 }
 
 func checkStatus(raw any, attr string) (Status, string) {

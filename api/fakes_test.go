@@ -1,0 +1,319 @@
+package api_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Fixed values the fakes hand out, so that bodies and golden files are stable.
+var (
+	newsletterA = uuid.MustParse("01900000-0000-7000-8000-00000000000a")
+	newsletterB = uuid.MustParse("01900000-0000-7000-8000-00000000000b")
+	keyA        = "sk_" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" // newsletter A, API access
+	keyB        = "sk_" + "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB" // newsletter B, API access
+	keyNoAccess = "sk_" + "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC" // a plan without API access
+	keyUnknown  = "sk_" + "DDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDD" // well formed, never issued
+	// createdAt is 17:00 UTC given in another zone and with a fraction, which the API must drop.
+	createdAt = time.Date(2026, 6, 11, 19, 0, 0, 123456789, time.FixedZone("CEST", 2*3600))
+)
+
+// fakeStore is an in-memory api.Store that follows the storage contract: newsletters are
+// isolated, emails unique per newsletter case-insensitively, ids time-ordered.
+type fakeStore struct {
+	mu    sync.Mutex
+	subs  []model.Subscriber // in creation order
+	seq   int
+	calls []string
+	// received is every NewSubscriber passed to Create or CreateMany.
+	received []model.NewSubscriber
+
+	// err, when set, is returned by every method; panicWith makes every method panic.
+	err       error
+	panicWith any
+}
+
+var _ api.Store = (*fakeStore)(nil)
+
+func (s *fakeStore) enter(op string) error {
+	s.calls = append(s.calls, op)
+	if s.panicWith != nil {
+		panic(s.panicWith)
+	}
+	return s.err
+}
+
+// Calls returns the store methods called so far.
+func (s *fakeStore) Calls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+// created returns what Create and CreateMany received.
+func (s *fakeStore) created() []model.NewSubscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.received)
+}
+
+// add stores an active subscriber directly, bypassing the API.
+func (s *fakeStore) add(newsletter uuid.UUID) model.Subscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.newSub(newsletter, model.NewSubscriber{Email: fmt.Sprintf("added%d@example.com", s.seq+1), Status: model.StatusActive})
+	s.subs = append(s.subs, sub)
+	return sub
+}
+
+func (s *fakeStore) nextID() uuid.UUID {
+	s.seq++
+	return uuid.MustParse(fmt.Sprintf("01900000-0000-7000-8000-%012d", s.seq))
+}
+
+func (s *fakeStore) taken(newsletter uuid.UUID, email string, except uuid.UUID) bool {
+	for _, sub := range s.subs {
+		if sub.NewsletterID == newsletter && sub.ID != except && model.EmailKey(sub.Email) == model.EmailKey(email) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *fakeStore) newSub(newsletter uuid.UUID, in model.NewSubscriber) model.Subscriber {
+	return model.Subscriber{
+		ID: s.nextID(), NewsletterID: newsletter, Email: in.Email,
+		FirstName: in.FirstName, LastName: in.LastName, Status: in.Status,
+		CreatedAt: createdAt, UpdatedAt: createdAt,
+	}
+}
+
+func (s *fakeStore) Create(_ context.Context, newsletter uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Create"); err != nil {
+		return model.Subscriber{}, err
+	}
+	s.received = append(s.received, in)
+	if s.taken(newsletter, in.Email, uuid.Nil) {
+		return model.Subscriber{}, fmt.Errorf("fake insert: %w", model.ErrEmailTaken)
+	}
+	sub := s.newSub(newsletter, in)
+	s.subs = append(s.subs, sub)
+	return sub, nil
+}
+
+func (s *fakeStore) CreateMany(_ context.Context, newsletter uuid.UUID, in []model.NewSubscriber) ([]model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("CreateMany"); err != nil {
+		return nil, err
+	}
+	s.received = append(s.received, in...)
+	var taken []int
+	for i, ns := range in {
+		if s.taken(newsletter, ns.Email, uuid.Nil) {
+			taken = append(taken, i)
+		}
+	}
+	if taken != nil {
+		return nil, fmt.Errorf("fake insert: %w", &model.EmailTakenError{Indexes: taken})
+	}
+	out := make([]model.Subscriber, len(in))
+	for i, ns := range in {
+		out[i] = s.newSub(newsletter, ns)
+	}
+	s.subs = append(s.subs, out...)
+	return out, nil
+}
+
+func (s *fakeStore) List(_ context.Context, newsletter uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("List"); err != nil {
+		return nil, 0, err
+	}
+	var match []model.Subscriber
+	for _, sub := range s.subs {
+		if sub.NewsletterID == newsletter && (q.Status == "" || sub.Status == q.Status) {
+			match = append(match, sub)
+		}
+	}
+	slices.SortFunc(match, func(a, b model.Subscriber) int { // newest first
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), slices.Compare(b.ID[:], a.ID[:]))
+	})
+	total := int64(len(match))
+	lo := min(q.Offset(), len(match))
+	hi := min(lo+q.Limit, len(match))
+	return match[lo:hi], total, nil
+}
+
+func (s *fakeStore) find(newsletter, id uuid.UUID) int {
+	return slices.IndexFunc(s.subs, func(sub model.Subscriber) bool {
+		return sub.ID == id && sub.NewsletterID == newsletter
+	})
+}
+
+func (s *fakeStore) Get(_ context.Context, newsletter, id uuid.UUID) (model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Get"); err != nil {
+		return model.Subscriber{}, err
+	}
+	i := s.find(newsletter, id)
+	if i < 0 {
+		return model.Subscriber{}, fmt.Errorf("fake get %s: %w", id, model.ErrNotFound)
+	}
+	return s.subs[i], nil
+}
+
+func (s *fakeStore) Update(_ context.Context, newsletter, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Update"); err != nil {
+		return model.Subscriber{}, err
+	}
+	i := s.find(newsletter, id)
+	if i < 0 {
+		return model.Subscriber{}, fmt.Errorf("fake update %s: %w", id, model.ErrNotFound)
+	}
+	sub := s.subs[i]
+	if p.Email != nil {
+		if s.taken(newsletter, *p.Email, id) {
+			return model.Subscriber{}, fmt.Errorf("fake update: %w", model.ErrEmailTaken)
+		}
+		sub.Email = *p.Email
+	}
+	if p.Name != nil {
+		sub.FirstName, sub.LastName = model.SplitName(*p.Name)
+	}
+	if p.Status != nil {
+		sub.Status = *p.Status
+	}
+	s.subs[i] = sub
+	return sub, nil
+}
+
+func (s *fakeStore) Unsubscribe(_ context.Context, newsletter, id uuid.UUID) (model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Unsubscribe"); err != nil {
+		return model.Subscriber{}, err
+	}
+	i := s.find(newsletter, id)
+	if i < 0 {
+		return model.Subscriber{}, fmt.Errorf("fake unsubscribe %s: %w", id, model.ErrNotFound)
+	}
+	s.subs[i].Status = model.StatusUnsubscribed
+	return s.subs[i], nil
+}
+
+// fakeAuth is an api.Authenticator over a map of key hashes.
+type fakeAuth struct {
+	mu      sync.Mutex
+	keys    map[[32]byte]model.Principal
+	lookups int
+	err     error // returned for every lookup when set
+}
+
+var _ api.Authenticator = (*fakeAuth)(nil)
+
+func newFakeAuth() *fakeAuth {
+	a := &fakeAuth{keys: map[[32]byte]model.Principal{}}
+	a.Set(keyA, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterA, APIAccess: true})
+	a.Set(keyB, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterB, APIAccess: true})
+	a.Set(keyNoAccess, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterA, APIAccess: false})
+	return a
+}
+
+func (a *fakeAuth) Authenticate(_ context.Context, hash []byte) (model.Principal, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lookups++
+	if a.err != nil {
+		return model.Principal{}, a.err
+	}
+	p, ok := a.keys[[32]byte(hash)]
+	if !ok {
+		return model.Principal{}, fmt.Errorf("fake auth: %w", model.ErrKeyNotFound)
+	}
+	return p, nil
+}
+
+// Set issues key with principal p (or changes what it grants).
+func (a *fakeAuth) Set(key string, p model.Principal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.keys[[32]byte(model.HashKey(key))] = p
+}
+
+// Revoke makes key unknown.
+func (a *fakeAuth) Revoke(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.keys, [32]byte(model.HashKey(key)))
+}
+
+// Lookups returns how many times the server asked for a key.
+func (a *fakeAuth) Lookups() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lookups
+}
+
+// fakeMetrics records what the server reports.
+type fakeMetrics struct {
+	mu       sync.Mutex
+	inFlight int
+	observed []observation
+	created  map[string]int // "operation/status" → n
+}
+
+type observation struct {
+	Method, Route string
+	Code          int
+}
+
+var _ api.Metrics = (*fakeMetrics)(nil)
+
+func (m *fakeMetrics) RequestStarted() func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inFlight++
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.inFlight--
+	}
+}
+
+func (m *fakeMetrics) ObserveRequest(_ context.Context, method, route string, code int, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observed = append(m.observed, observation{method, route, code})
+}
+
+func (m *fakeMetrics) SubscribersCreated(operation, status string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.created == nil {
+		m.created = map[string]int{}
+	}
+	m.created[operation+"/"+status] += n
+}
+
+// reset forgets everything but the first keep subscribers, so long fuzz runs stay small.
+func (s *fakeStore) reset(keep int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subs = s.subs[:min(keep, len(s.subs))]
+	s.calls, s.received = nil, nil
+}

@@ -1,0 +1,359 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// openAPIDoc fetches the served document.
+func openAPIDoc(t *testing.T) ([]byte, map[string]any) {
+	t.Helper()
+	e := newEnv(t)
+	rec := e.do(t, req{"GET", "/api/v1/openapi.json", nil, nil})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /api/v1/openapi.json: status %d; want 200 without a key", rec.Code)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+		t.Fatalf("decoding the OpenAPI document: %v", err)
+	}
+	return rec.Body.Bytes(), doc
+}
+
+// at walks doc along path (object keys), failing the test when a step is missing.
+func at(t *testing.T, doc any, path ...string) any {
+	t.Helper()
+	cur := doc
+	for i, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			t.Fatalf("%s is %T, not an object", strings.Join(path[:i], "."), cur)
+		}
+		if cur, ok = m[p]; !ok {
+			t.Fatalf("%s missing from the OpenAPI document", strings.Join(path[:i+1], "."))
+		}
+	}
+	return cur
+}
+
+func TestOpenAPIGolden(t *testing.T) {
+	raw, _ := openAPIDoc(t)
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, raw, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	pretty.WriteByte('\n')
+	golden(t, "openapi.json", pretty.Bytes())
+}
+
+func TestOpenAPIServedWithoutKey(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{"/api/v1/openapi.json", "/api/v1/openapi.yaml", "/api/v1/docs"} {
+		rec := e.do(t, req{"GET", path, nil, nil})
+		if rec.Code != http.StatusOK || rec.Body.Len() == 0 {
+			t.Errorf("GET %s without a key: status %d, %d bytes; want 200 and a body", path, rec.Code, rec.Body.Len())
+		}
+	}
+	if n := e.auth.Lookups(); n != 0 {
+		t.Errorf("authenticator lookups = %d for the document and docs; want 0", n)
+	}
+}
+
+func TestOpenAPIInfoAndSecurity(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	checks := []struct {
+		path []string
+		want any
+	}{
+		{[]string{"openapi"}, "3.1.0"},
+		{[]string{"info", "title"}, "Subscriber Management API"},
+		{[]string{"info", "version"}, "1.0.0"},
+		{[]string{"components", "securitySchemes", "bearer", "type"}, "http"},
+		{[]string{"components", "securitySchemes", "bearer", "scheme"}, "bearer"},
+	}
+	for _, c := range checks {
+		if diff := cmp.Diff(c.want, at(t, doc, c.path...)); diff != "" {
+			t.Errorf("%s mismatch (-want +got):\n%s", strings.Join(c.path, "."), diff)
+		}
+	}
+	for path, item := range at(t, doc, "paths").(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			want := []any{map[string]any{"bearer": []any{}}}
+			if diff := cmp.Diff(want, at(t, op, "security")); diff != "" {
+				t.Errorf("%s %s security mismatch (-want +got):\n%s", method, path, diff)
+			}
+		}
+	}
+}
+
+// documented lists, per operation, every status the handler can send: the success, the
+// auth and plan errors, 429 (limits), 500 and 503 for everyone; the body errors for the
+// operations with a body; 404 for the item operations; 400 for the list's query.
+var documented = map[string][]int{
+	"create-subscriber":       {201, 400, 401, 403, 413, 415, 422, 429, 500, 503},
+	"bulk-create-subscribers": {201, 400, 401, 403, 413, 415, 422, 429, 500, 503},
+	"list-subscribers":        {200, 400, 401, 403, 429, 500, 503},
+	"get-subscriber":          {200, 401, 403, 404, 429, 500, 503},
+	"update-subscriber":       {200, 400, 401, 403, 404, 413, 415, 422, 429, 500, 503},
+	"unsubscribe-subscriber":  {200, 401, 403, 404, 429, 500, 503},
+}
+
+// operations maps "METHOD path" in the document to its operation id.
+var operations = map[string]string{
+	"POST /api/v1/subscribers":        "create-subscriber",
+	"POST /api/v1/subscribers/bulk":   "bulk-create-subscribers",
+	"GET /api/v1/subscribers":         "list-subscribers",
+	"GET /api/v1/subscribers/{id}":    "get-subscriber",
+	"PUT /api/v1/subscribers/{id}":    "update-subscriber",
+	"DELETE /api/v1/subscribers/{id}": "unsubscribe-subscriber",
+}
+
+func TestOpenAPIResponses(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	seen := map[string]bool{}
+	for path, item := range at(t, doc, "paths").(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			key := strings.ToUpper(method) + " " + path
+			id, ok := operations[key]
+			if !ok {
+				t.Errorf("undocumented-by-test operation %s", key)
+				continue
+			}
+			seen[key] = true
+			if got := at(t, op, "operationId"); got != id {
+				t.Errorf("%s operationId = %v; want %s", key, got, id)
+			}
+			responses := at(t, op, "responses").(map[string]any)
+			var got []int
+			for code := range responses {
+				n, err := strconv.Atoi(code)
+				if err != nil {
+					t.Errorf("%s documents response %q; want only numeric statuses", key, code)
+					continue
+				}
+				got = append(got, n)
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(documented[id], got); diff != "" {
+				t.Errorf("%s documented statuses mismatch (-want +got):\n%s", key, diff)
+			}
+			for code, resp := range responses {
+				ref := at(t, resp, "content", "application/json", "schema", "$ref")
+				if code >= "400" && ref != "#/components/schemas/Error" {
+					t.Errorf("%s %s schema = %v; want the Error envelope", key, code, ref)
+				}
+				if code < "400" && !strings.HasSuffix(ref.(string), "Envelope") {
+					t.Errorf("%s %s schema = %v; want a success envelope", key, code, ref)
+				}
+			}
+		}
+	}
+	if len(seen) != len(operations) {
+		t.Errorf("document has operations %v; want %v", slices.Sorted(maps.Keys(seen)), slices.Sorted(maps.Keys(operations)))
+	}
+	loc := at(t, doc, "paths", "/api/v1/subscribers", "post", "responses", "201", "headers", "Location")
+	if loc == nil {
+		t.Errorf("create's 201 does not document Location")
+	}
+}
+
+// TestDocumentedStatusesAreSent drives every operation into every status the document lists
+// (except 429, which the limits middleware will send) and checks nothing else comes out.
+func TestDocumentedStatusesAreSent(t *testing.T) {
+	type scenario struct {
+		name  string
+		setup func(*env)
+		key   string
+		body  string
+		ct    string
+		path  string // overrides the operation's path
+	}
+	big := `[` + strings.Repeat(" ", 1<<20) + `]`
+	common := []scenario{
+		{name: "ok"},
+		{name: "no key", key: "-"},
+		{name: "no access", key: keyNoAccess},
+		{name: "store fails", setup: func(e *env) { e.store.err = errOpaque }},
+		{name: "store down", setup: func(e *env) { e.store.err = model.ErrUnavailable }},
+	}
+	withBody := []scenario{
+		{name: "malformed", body: `{"x":`},
+		{name: "too large", body: big},
+		{name: "text", ct: "text/plain"},
+		{name: "invalid", body: `{"email":"x"}`},
+		{name: "invalid item", body: `[{"email":"x"}]`},
+	}
+	item := subs + "/01900000-0000-7000-8000-000000000001"
+	ops := []struct {
+		id, method, path, body string
+		extra                  []scenario
+	}{
+		{"create-subscriber", "POST", subs, `{"email":"n@example.com"}`, withBody},
+		{"bulk-create-subscribers", "POST", subs + "/bulk", `[{"email":"n@example.com"}]`, withBody},
+		{"list-subscribers", "GET", subs, "", []scenario{{name: "bad query", path: subs + "?page=x"}}},
+		{"get-subscriber", "GET", item, "", []scenario{{name: "unknown", path: subs + "/" + unknowID}}},
+		{"update-subscriber", "PUT", item, `{"name":"N"}`, append(slices.Clone(withBody), scenario{name: "unknown", path: subs + "/" + unknowID})},
+		{"unsubscribe-subscriber", "DELETE", item, "", []scenario{{name: "not a UUID", path: subs + "/x"}}},
+	}
+	for _, op := range ops {
+		t.Run(op.id, func(t *testing.T) {
+			sent := map[int]bool{}
+			for _, sc := range append(slices.Clone(common), op.extra...) {
+				e := newEnv(t)
+				e.store.add(newsletterA) // the item the path names
+				if sc.setup != nil {
+					sc.setup(e)
+				}
+				r := req{method: op.method, path: or(sc.path, op.path)}
+				if body := or(sc.body, op.body); body != "" {
+					r.body = strings.NewReader(body)
+				}
+				if sc.key != "-" {
+					r.headers = append(r.headers, bearer(or(sc.key, keyA)))
+				}
+				if sc.ct != "" {
+					r.headers = append(r.headers, "Content-Type: "+sc.ct)
+				}
+				rec := e.do(t, r)
+				if !slices.Contains(documented[op.id], rec.Code) {
+					t.Errorf("%s: status %d is not documented for %s (body %.200s)", sc.name, rec.Code, op.id, rec.Body)
+				}
+				sent[rec.Code] = true
+			}
+			want := slices.DeleteFunc(slices.Clone(documented[op.id]), func(c int) bool { return c == http.StatusTooManyRequests })
+			got := slices.Sorted(maps.Keys(sent))
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("statuses sent mismatch with the documented ones (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestOpenAPISchemasMatchModel: published limits and enums are the model's constants.
+func TestOpenAPISchemasMatchModel(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	strs := func(ss ...model.Status) []any {
+		out := make([]any, len(ss))
+		for i, s := range ss {
+			out[i] = string(s)
+		}
+		return out
+	}
+	inputFields := make([]any, len(model.InputFields))
+	for i, f := range model.InputFields {
+		inputFields[i] = f
+	}
+	schemas := []string{"components", "schemas"}
+	s := func(p ...string) []string { return append(slices.Clone(schemas), p...) }
+	checks := []struct {
+		path []string
+		want any
+	}{
+		{s("SubscriberInput", "properties", "email", "maxLength"), float64(model.MaxEmailLength)},
+		{s("SubscriberInput", "properties", "name", "maxLength"), float64(model.MaxNameLength)},
+		{s("SubscriberInput", "properties", "status", "enum"), strs(model.InputStatuses...)},
+		{s("SubscriberInput", "required"), []any{"email"}},
+		{s("SubscriberInput", "additionalProperties"), false},
+		{s("SubscriberUpdate", "properties", "email", "maxLength"), float64(model.MaxEmailLength)},
+		{s("SubscriberUpdate", "properties", "name", "maxLength"), float64(model.MaxNameLength)},
+		{s("SubscriberUpdate", "properties", "status", "enum"), strs(model.InputStatuses...)},
+		{s("SubscriberUpdate", "minProperties"), float64(1)},
+		{s("SubscriberUpdate", "additionalProperties"), false},
+		{s("Subscriber", "properties", "status", "enum"), strs(model.Statuses...)},
+		{s("Subscriber", "required"), []any{"id", "email", "name", "status", "created_at"}},
+		{s("Error", "required"), []any{"success", "code", "message"}},
+		{s("Pagination", "properties", "limit", "maximum"), float64(model.MaxLimit)},
+		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "maxItems"}, float64(model.MaxBulkItems)},
+		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "minItems"}, float64(1)},
+		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "items", "$ref"}, "#/components/schemas/SubscriberInput"},
+		{[]string{"paths", "/api/v1/subscribers", "post", "requestBody", "content", "application/json", "schema", "$ref"}, "#/components/schemas/SubscriberInput"},
+		{[]string{"paths", "/api/v1/subscribers/{id}", "put", "requestBody", "content", "application/json", "schema", "$ref"}, "#/components/schemas/SubscriberUpdate"},
+	}
+	for _, c := range checks {
+		if diff := cmp.Diff(c.want, at(t, doc, c.path...)); diff != "" {
+			t.Errorf("%s mismatch (-want +got):\n%s", strings.Join(c.path, "."), diff)
+		}
+	}
+	for _, name := range []string{"SubscriberInput", "SubscriberUpdate"} {
+		props := slices.Sorted(maps.Keys(at(t, doc, s(name, "properties")...).(map[string]any)))
+		want := slices.Sorted(slices.Values(model.InputFields))
+		if diff := cmp.Diff(want, props); diff != "" {
+			t.Errorf("%s properties mismatch (-want +got):\n%s", name, diff)
+		}
+	}
+	for _, name := range []string{"Subscriber", "Error"} {
+		props := slices.Sorted(maps.Keys(at(t, doc, s(name, "properties")...).(map[string]any)))
+		want := map[string][]string{"Subscriber": {"created_at", "email", "id", "name", "status"}, "Error": {"code", "errors", "message", "success"}}[name]
+		if diff := cmp.Diff(want, props); diff != "" {
+			t.Errorf("%s properties mismatch (-want +got):\n%s", name, diff)
+		}
+	}
+
+	params := map[string]map[string]any{}
+	for _, p := range at(t, doc, "paths", "/api/v1/subscribers", "get", "parameters").([]any) {
+		pm := p.(map[string]any)
+		params[fmt.Sprint(pm["name"])] = pm["schema"].(map[string]any)
+	}
+	paramChecks := []struct {
+		param, field string
+		want         any
+	}{
+		{"page", "type", "integer"},
+		{"page", "minimum", float64(1)},
+		{"page", "default", float64(model.DefaultPage)},
+		{"limit", "type", "integer"},
+		{"limit", "minimum", float64(1)},
+		{"limit", "maximum", float64(model.MaxLimit)},
+		{"limit", "default", float64(model.DefaultLimit)},
+		{"status", "enum", strs(model.Statuses...)},
+	}
+	for _, c := range paramChecks {
+		if diff := cmp.Diff(c.want, params[c.param][c.field]); diff != "" {
+			t.Errorf("query %s %s mismatch (-want +got):\n%s", c.param, c.field, diff)
+		}
+	}
+}
+
+// TestOpenAPIUpdateHasNoDefaultStatus: an omitted status keeps its value on update
+// (API.md §4.5); a default of "active" in SubscriberUpdate tells generated clients and
+// validators the opposite.
+func TestOpenAPIUpdateHasNoDefaultStatus(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	status := at(t, doc, "components", "schemas", "SubscriberUpdate", "properties", "status").(map[string]any)
+	if d, ok := status["default"]; ok {
+		t.Errorf("SubscriberUpdate status default = %v; want none", d)
+	}
+}
+
+// TestOpenAPIArraysNotNullable: the service always sends arrays ("data": []), so the document
+// must not allow null there.
+func TestOpenAPIArraysNotNullable(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	for _, p := range [][]string{
+		{"components", "schemas", "ListEnvelope", "properties", "data", "type"},
+		{"components", "schemas", "BulkCreated", "properties", "created", "type"},
+	} {
+		if diff := cmp.Diff("array", at(t, doc, p...)); diff != "" {
+			t.Errorf("%s mismatch (-want +got):\n%s", strings.Join(p, "."), diff)
+		}
+	}
+}
+
+// or returns a unless it is empty, else b.
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
