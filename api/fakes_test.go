@@ -271,12 +271,11 @@ func (a *fakeAuth) Lookups() int {
 
 // fakeMetrics records what the server reports.
 type fakeMetrics struct {
-	mu       sync.Mutex
-	inFlight int
-	observed []observation
-	created  map[string]int // "operation/status" → n
-
-	authFailures map[string]int // reason → n
+	mu           sync.Mutex
+	inFlight     int
+	observed     []observation
+	created      map[string]int // "operation/status" → n
+	authFailures map[string]int
 }
 
 type observation struct {
@@ -303,15 +302,6 @@ func (m *fakeMetrics) ObserveRequest(_ context.Context, method, route string, co
 	m.observed = append(m.observed, observation{method, route, code})
 }
 
-func (m *fakeMetrics) AuthFailure(reason string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.authFailures == nil {
-		m.authFailures = map[string]int{}
-	}
-	m.authFailures[reason]++
-}
-
 func (m *fakeMetrics) SubscribersCreated(operation, status string, n int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -327,4 +317,13 @@ func (s *fakeStore) reset(keep int) {
 	defer s.mu.Unlock()
 	s.subs = s.subs[:min(keep, len(s.subs))]
 	s.calls, s.received = nil, nil
+}
+
+func (m *fakeMetrics) AuthFailure(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.authFailures == nil {
+		m.authFailures = map[string]int{}
+	}
+	m.authFailures[reason]++
 }

@@ -188,7 +188,8 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// authenticate checks the bearer key and the plan (API.md §5 steps 2–3).
+// authenticate checks the bearer key and the plan (API.md §5 steps 2–3). Every 401 counts
+// toward the client's lockout.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if len(ctx.Operation().Security) == 0 {
 		next(ctx)
@@ -220,6 +221,10 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	if err != nil {
 		s.writeErr(ctx, err)
+		var e *Error
+		if s.limiter != nil && errors.As(err, &e) && e.status == http.StatusUnauthorized {
+			s.limiter.AuthFailed(ctx.Context(), s.clientIP(ctx))
+		}
 		return
 	}
 	if !p.APIAccess {
@@ -269,11 +274,6 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	s.keys.put(hash, p)
 	return p, nil
 }
-
-// limit is where the per-key lockout and rate limits of API.md §5 step 4 apply.
-// TODO(limits): the rate-limit issue plugs the limiter in here (and the client-IP lockout
-// before authenticate).
-func (s *Server) limit(ctx huma.Context, next func(huma.Context)) { next(ctx) }
 
 // Operation metadata: what top-level JSON type an operation's body must be.
 const (

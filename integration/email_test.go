@@ -246,6 +246,37 @@ func TestEmailPutPendingSendsNewLinkAndKillsOld(t *testing.T) {
 	}
 }
 
+// A pending subscriber whose email changes is asked again at the new address, and the link
+// sent to the old address can no longer confirm it.
+func TestEmailNewAddressWhilePendingIsConfirmedAgain(t *testing.T) {
+	t.Parallel()
+	m := newMailEnv(t)
+	id := m.create("old@example.com", "pending")
+	m.drain()
+	m.do("PUT", "/subscribers/"+id, map[string]any{"email": "new@example.com"}).want(t, http.StatusOK, "")
+	m.drain()
+	msgs := m.smtp.Messages()
+	if len(msgs) != 2 || msgs[0].To != "old@example.com" || msgs[1].To != "new@example.com" {
+		t.Fatalf("messages to %v, want one to the old address then one to the new", recipients(msgs))
+	}
+	m.wantPage("POST", msgs[0].Link, http.StatusNotFound, invalidText)
+	m.wantPage("POST", msgs[1].Link, http.StatusOK, subscribedText)
+	// A change of case is the same address: nothing is sent again.
+	m.do("PUT", "/subscribers/"+id, map[string]any{"email": "NEW@example.com"}).want(t, http.StatusOK, "")
+	m.drain()
+	if n := len(m.smtp.Messages()); n != 2 {
+		t.Errorf("%d messages after a change of case, want still 2", n)
+	}
+}
+
+func recipients(msgs []smtptest.Message) []string {
+	var to []string
+	for _, msg := range msgs {
+		to = append(to, msg.To)
+	}
+	return to
+}
+
 func TestEmailPutPendingBeforeDeliverySendsOnlyTheNewOne(t *testing.T) {
 	t.Parallel()
 	m := newMailEnv(t)

@@ -44,7 +44,7 @@ func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.
 	}
 	outbox := repo.NewOutbox(db)
 	if err := metrics.RegisterOutboxGauges(outbox.Stats); err != nil {
-		log.Error("outbox metrics", "error", err)
+		log.Error("outbox gauges not exported", "error", err)
 	}
 	w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
 		Wake:     outbox.Listen(ctx, log),

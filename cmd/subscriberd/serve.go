@@ -36,6 +36,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := validateServe(cfg); err != nil {
 		return err
 	}
+	lim, err := parseLimits(cfg)
+	if err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
 	if err != nil {
 		return err
@@ -67,12 +71,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := metrics.RegisterDB(db.DB); err != nil {
 		return err
 	}
+	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics)
+	defer closeLimiter()
 	accounts := repo.NewAccounts(db)
 	public := api.New(api.Config{
-		Store:   repo.NewSubscribers(db),
-		Auth:    accounts,
-		Logger:  log,
-		Metrics: metrics,
+		Store:          repo.NewSubscribers(db),
+		Auth:           accounts,
+		Logger:         log,
+		Metrics:        metrics,
+		Limiter:        limiter,
+		TrustedProxies: lim.trusted,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
