@@ -28,6 +28,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
@@ -102,6 +103,12 @@ const testServerAddress = "subscriberd.test"
 
 func newObserved(t *testing.T, opts ...func(*envOptions)) *observed {
 	t.Helper()
+	return newObservedLimited(t, nil, opts...)
+}
+
+// newObservedLimited is newObserved with the limiter of lim (nil: no limits).
+func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptions)) *observed {
+	t.Helper()
 	useTracerProvider(recordingTP)
 	e := newEnv(t, opts...)
 	o := &observed{env: e, metrics: telemetry.NewMetrics("test"), logs: &syncBuffer{}}
@@ -113,12 +120,17 @@ func newObserved(t *testing.T, opts ...func(*envOptions)) *observed {
 	for _, f := range opts {
 		f(&cfg)
 	}
+	var limiter api.Limiter
+	if lim != nil {
+		limiter = limits.New(*lim, limits.NewMemory(nil, 0), limits.WithRecorder(o.metrics))
+	}
 	public := api.New(api.Config{
 		Store:       repo.NewSubscribers(e.db),
 		Auth:        e.accounts,
 		Logger:      log,
 		Metrics:     o.metrics,
 		KeyCacheTTL: cfg.keyCacheTTL,
+		Limiter:     limiter,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))
@@ -557,4 +569,56 @@ func TestTraceEmailSendLinksToRequest(t *testing.T) {
 		t.Errorf("url.path = %q: the token must be cut", got)
 	}
 	assertNoSecrets(t, pageTrace, token)
+}
+
+// A 429 is not an error; the decision is a span under the server span with its scope and
+// outcome, and the metrics count it. Neither carries the key or the client's address.
+func TestTraceRateLimited(t *testing.T) {
+	lim := limits.Config{Rate: []limits.Window{{Limit: 2, Period: time.Minute}}}
+	o := newObservedLimited(t, &lim)
+	for range 2 {
+		o.do("GET", "/subscribers", nil).want(t, http.StatusOK, "")
+	}
+	r, tr := o.traced("GET", "/subscribers", nil)
+	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	srv := serverSpan(t, tr)
+	checkServerSpan(t, srv, "GET /api/v1/subscribers", "/api/v1/subscribers", 429)
+	decisions := spansNamed(tr, "limits.key")
+	if len(decisions) != 1 {
+		t.Fatalf("%d limits.key spans, want 1", len(decisions))
+	}
+	a := attrMap(decisions[0])
+	if a["limits.scope"].AsString() != "key" || a["limits.decision"].AsString() != "limited" {
+		t.Errorf("decision span: scope %q decision %q, want key/limited", a["limits.scope"].AsString(), a["limits.decision"].AsString())
+	}
+	assertNoSecrets(t, tr, o.key, "127.0.0.1")
+	if got := counterSum(t, o.metrics, "rate_limit_decisions_total", "outcome", "limited"); got != 1 {
+		t.Errorf("rate_limit_decisions_total{outcome=limited} = %v, want 1", got)
+	}
+}
+
+// Repeated 401s lock the client out: the lockout is counted, and the locked request's decision
+// span says so without the client's address.
+func TestTraceClientLockout(t *testing.T) {
+	lim := limits.Config{AuthLockout: limits.Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute}}
+	o := newObservedLimited(t, &lim)
+	wrong := "Authorization: Bearer sk_" + strings.Repeat("W", 40)
+	for range 2 {
+		o.do("GET", "/subscribers", nil, wrong).want(t, http.StatusUnauthorized, "")
+	}
+	r, tr := o.traced("GET", "/subscribers", nil)
+	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	srv := serverSpan(t, tr)
+	checkServerSpan(t, srv, "GET /api/v1/subscribers", "/api/v1/subscribers", 429)
+	locked := spansNamed(tr, "limits.client_lockout")
+	if len(locked) != 1 || attrMap(locked[0])["limits.decision"].AsString() != "locked" {
+		t.Errorf("client lockout decision spans: %d, want 1 with decision locked", len(locked))
+	}
+	assertNoSecrets(t, tr, o.key, "127.0.0.1")
+	if got := counterSum(t, o.metrics, "lockouts_total", "scope", "client"); got != 1 {
+		t.Errorf("lockouts_total{scope=client} = %v, want 1", got)
+	}
+	if got := counterSum(t, o.metrics, "auth_failures_total", "reason", "invalid"); got != 2 {
+		t.Errorf("auth_failures_total{reason=invalid} = %v, want 2", got)
+	}
 }

@@ -62,6 +62,13 @@ func (r *recorder) BackendUp(up bool) {
 	r.upCh <- up
 }
 
+// Lockout makes recorder a LockoutRecorder; lockouts count as "lockout/<scope>".
+func (r *recorder) Lockout(scope string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n["lockout/"+scope]++
+}
+
 func (r *recorder) count(k string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -406,5 +413,25 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 		if seen[k] != v {
 			t.Errorf("span attribute %q = %q, want %q", k, seen[k], v)
 		}
+	}
+}
+
+// Each lockout the limiter starts is counted once, by scope, when the recorder can count them.
+func TestLockoutsAreRecorded(t *testing.T) {
+	rec := newRecorder()
+	cfg := Config{AuthLockout: Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute},
+		WriteLockout: Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute}}
+	l := New(cfg, NewMemory(nil, 0), WithRecorder(rec))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("192.0.2.7")
+	l.AuthFailed(ctx, ip)
+	if n := rec.count("lockout/client"); n != 0 {
+		t.Errorf("after one failure: %d client lockouts, want 0", n)
+	}
+	l.AuthFailed(ctx, ip)
+	l.WriteFailed(ctx, "key-1")
+	l.WriteFailed(ctx, "key-1")
+	if c, k := rec.count("lockout/client"), rec.count("lockout/key"); c != 1 || k != 1 {
+		t.Errorf("lockouts: client %d, key %d; want 1 and 1", c, k)
 	}
 }
