@@ -53,6 +53,11 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		}
 		// Give the application the real peer address and headers that were hidden from otelhttp.
 		r.RemoteAddr, r.Header = info.remoteAddr, info.header
+		span := trace.SpanFromContext(r.Context())
+		if !span.IsRecording() { // sampled out: nothing below would be kept
+			next.ServeHTTP(w, r)
+			return
+		}
 		status := 0
 		w = httpsnoop.Wrap(w, httpsnoop.Hooks{
 			WriteHeader: func(f httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
@@ -74,7 +79,6 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		})
 		next.ServeHTTP(w, r)
 
-		span := trace.SpanFromContext(r.Context())
 		// The route is known here only when next is the ServeMux itself; otherwise the
 		// application names the span, and url.path relies on the generic redaction (tokens are
 		// longer than any identifier, so they are caught either way).
