@@ -1,6 +1,6 @@
 # The two commands a newcomer needs are `make run` and `make test` (see README.md).
 
-.PHONY: run test build fmt
+.PHONY: run test build fmt bench
 
 run:
 	go run ./cmd/subscriberd serve
@@ -13,3 +13,10 @@ build:
 
 fmt:
 	gofmt -w .
+
+# bench builds and starts the service on a fresh local database with limits off, seeds 100k
+# subscribers and runs every load scenario beside its raw-SQL baseline (issue 6; under 10
+# minutes here). BENCH_ARGS passes options: BENCH_ARGS="--million", "--passes 3", "--profile",
+# "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
+bench:
+	./scripts/bench.sh $(BENCH_ARGS)

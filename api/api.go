@@ -41,6 +41,8 @@ type Metrics interface {
 	RequestStarted() func()
 	ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration)
 	SubscribersCreated(operation, status string, n int)
+	// AuthFailure counts a refused authentication by reason: missing, invalid, plan_disabled.
+	AuthFailure(reason string)
 }
 
 // Config holds the API's dependencies.
@@ -138,3 +140,4 @@ type noMetrics struct{}
 func (noMetrics) RequestStarted() func()                                             { return func() {} }
 func (noMetrics) ObserveRequest(context.Context, string, string, int, time.Duration) {}
 func (noMetrics) SubscribersCreated(string, string, int)                             {}
+func (noMetrics) AuthFailure(string)                                                 {}

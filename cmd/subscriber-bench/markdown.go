@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// machine describes the host: CPU model, CPU count and memory, from /proc.
+func machine() string {
+	model, mem := "", ""
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb int64
+			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
+				mem = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+				break
+			}
+		}
+		f.Close()
+	}
+	return strings.TrimSpace(fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), mem))
+}
+
+// writeMarkdown writes the report as a Markdown document: machine, versions, command, the
+// table of scenarios with their baselines and ratios, the checks, peak RSS and problems.
+func writeMarkdown(path string, rep *Report) error {
+	var buf bytes.Buffer
+	markdown(&buf, rep)
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func markdown(w io.Writer, rep *Report) {
+	m := rep.Meta
+	fmt.Fprintf(w, "# Benchmarks\n\nRun `%s` on %s (service %s).\n\n", m.RunID, m.StartedAt, orDash(m.Label))
+	fmt.Fprintf(w, "- Machine: %s\n- %s; %s\n", m.Machine, m.GoVersion, firstWords(m.PostgresVersion, 2))
+	if m.Command != "" {
+		fmt.Fprintf(w, "- Command: `%s`\n", m.Command)
+	}
+	fmt.Fprintf(w, "- %d subscribers in the newsletter when measuring began; %d clients, %s per scenario after a %s warm-up",
+		m.SubscribersAtStart, m.Clients, m.Duration, m.Warmup)
+	if m.Passes > 1 {
+		fmt.Fprintf(w, ", median of %d passes", m.Passes)
+	}
+	fmt.Fprintf(w, "; checks at %v clients for %s each.\n", m.CheckClients, m.CheckDuration)
+	for _, s := range rep.Seeds {
+		fmt.Fprintf(w, "- Seeded %d subscribers through the bulk API in %.1f s (%.0f rows/s).\n", s.Rows, s.Seconds, s.RowsPerSec)
+	}
+	fmt.Fprintln(w, "\nThe baseline is the naive SQL a correct implementation must run, sent through the same driver "+
+		"(bun + pgdriver) at the same concurrency against the same database in the same run. Latencies in ms.")
+
+	fmt.Fprintln(w, "\n| scenario | req/s | rows/s | p50 | p90 | p99 | max | errors | baseline | req/s | rows/s | p50 | p99 | ratio | target | verdict |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|---|--:|--:|--:|--:|--:|---|---|")
+	for _, p := range plan {
+		s := rep.find("service", p.service, "measure", m.Clients)
+		if s == nil {
+			continue
+		}
+		first := true
+		for _, c := range rep.Comparisons {
+			if c.Service != p.service {
+				continue
+			}
+			b := rep.find("baseline", c.Baseline, "measure", m.Clients)
+			left := fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s ", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
+			if !first {
+				left = "| | | | | | | | "
+			}
+			first = false
+			verdict := ""
+			if c.Met != nil {
+				verdict = map[bool]string{true: "met", false: "**missed**"}[*c.Met]
+			}
+			rt := f2(c.Ratio)
+			if c.Metric == "rows/s" {
+				rt += " (rows)"
+			}
+			fmt.Fprintf(w, "%s| %s | %s | %s | %s | %s | %s | %s | %s |\n", left, c.Baseline, f1(b.RequestsPerSec), rowsCol(b),
+				f2(b.P50Ms), f2(b.P99Ms), rt, c.Target, verdict)
+		}
+	}
+
+	fmt.Fprintln(w, "\nChecks at more clients (no error and no stall required):")
+	fmt.Fprintln(w, "\n| scenario | clients | req/s | p50 | p99 | max | errors | longest gap ms |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
+	for _, r := range rep.Runs {
+		if r.Phase != "check" {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.0f |\n", r.Scenario, r.Clients, f1(r.RequestsPerSec),
+			f2(r.P50Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), r.LongestGapMs)
+	}
+	if len(rep.RSS) > 0 {
+		fmt.Fprintf(w, "\nPeak RSS of the service (VmHWM, reset between parts of the run; target ≤ %d MiB at 64 clients):\n\n", rssTargetMiB)
+		for _, r := range rep.RSS {
+			fmt.Fprintf(w, "- %s: %.1f MiB\n", r.During, r.PeakMiB)
+		}
+	}
+	if sc := rep.Scale; sc != nil {
+		fmt.Fprintf(w, "\nFirst page at %d subscribers against the measured run: p50 ×%.2f, p99 ×%.2f, req/s ×%.2f (target: p50 ≤ ×1.5).\n",
+			sc.Subscribers, sc.P50Ratio, sc.P99Ratio, sc.RateRatio)
+	}
+	if len(rep.Problems) == 0 {
+		fmt.Fprintln(w, "\nNo errors, no stalls, every probed answer on contract.")
+	} else {
+		fmt.Fprintln(w, "\nProblems:")
+		fmt.Fprintln(w)
+		for _, p := range rep.Problems {
+			fmt.Fprintf(w, "- %s\n", p)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

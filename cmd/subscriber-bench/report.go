@@ -1,0 +1,449 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/subscriberd/subscriberd/internal/bench/baseline"
+	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/internal/bench/svc"
+)
+
+// Report is everything a run measured; it is what -json writes.
+type Report struct {
+	Meta        Meta         `json:"meta"`
+	Seeds       []SeedRecord `json:"seeds,omitempty"`
+	Runs        []RunRecord  `json:"runs"`
+	Comparisons []Comparison `json:"comparisons"`
+	RSS         []RSSRecord  `json:"rss,omitempty"`
+	Scale       *ScaleRecord `json:"scale,omitempty"`
+	// Reference sets the measured service scenarios against an earlier report (-compare-with).
+	Reference *Reference `json:"reference,omitempty"`
+	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
+	Problems []string `json:"problems"`
+}
+
+// Meta describes the run.
+type Meta struct {
+	RunID              string `json:"run_id"`
+	Label              string `json:"label,omitempty"`
+	StartedAt          string `json:"started_at"`
+	URL                string `json:"url"`
+	Clients            int    `json:"clients"`
+	Passes             int    `json:"passes"`
+	CheckClients       []int  `json:"check_clients"`
+	Duration           string `json:"duration"`
+	Warmup             string `json:"warmup"`
+	CheckDuration      string `json:"check_duration"`
+	Machine            string `json:"machine"`
+	Command            string `json:"command,omitempty"`
+	GoVersion          string `json:"go_version"`
+	NumCPU             int    `json:"num_cpu"`
+	GOMAXPROCS         int    `json:"gomaxprocs"`
+	PostgresVersion    string `json:"postgres_version,omitempty"`
+	Newsletter         string `json:"newsletter,omitempty"`
+	SubscribersAtStart int64  `json:"subscribers_at_start"`
+	ServicePID         int    `json:"service_pid,omitempty"`
+	// Vacuumed tells whether the tables were vacuumed and analyzed after seeding.
+	Vacuumed bool `json:"vacuumed"`
+}
+
+// SeedRecord is one seeding through the bulk API.
+type SeedRecord struct {
+	Rows       int     `json:"rows"`
+	Seconds    float64 `json:"seconds"`
+	RowsPerSec float64 `json:"rows_per_sec"`
+}
+
+// RunRecord is one scenario run.
+type RunRecord struct {
+	Scenario string `json:"scenario"`
+	Kind     string `json:"kind"`  // service or baseline
+	Phase    string `json:"phase"` // measure, check or scale
+	Pass     int    `json:"pass,omitempty"`
+	Clients  int    `json:"clients"`
+	Desc     string `json:"description"`
+
+	Requests       int64             `json:"requests"`
+	OK             int64             `json:"ok"`
+	ErrorCount     int64             `json:"error_count"`
+	Errors         map[string]int64  `json:"errors,omitempty"`
+	ErrorDetails   map[string]string `json:"error_details,omitempty"`
+	Seconds        float64           `json:"seconds"`
+	RequestsPerSec float64           `json:"requests_per_sec"`
+	RowsPerSec     float64           `json:"rows_per_sec"`
+	MeanMs         float64           `json:"mean_ms"`
+	P50Ms          float64           `json:"p50_ms"`
+	P90Ms          float64           `json:"p90_ms"`
+	P99Ms          float64           `json:"p99_ms"`
+	MaxMs          float64           `json:"max_ms"`
+	LongestGapMs   float64           `json:"longest_gap_ms"`
+	// ServiceCPU and ToolCPU are the CPU time the service process (with -pid) and this tool
+	// used during the measured window, in cores (1.0 = one core busy); they share the machine
+	// with PostgreSQL.
+	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
+	ToolCPU    float64 `json:"tool_cpu_cores"`
+	// Probe is set when one full response of the scenario did not match the contract.
+	Probe string `json:"probe_error,omitempty"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *RunRecord) fill(out load.Outcome, _ time.Duration) {
+	s := out.Summary
+	r.Requests, r.OK, r.ErrorCount, r.Errors = s.Requests, s.OK, s.ErrorCount(), s.Errors
+	if len(out.Details) > 0 {
+		r.ErrorDetails = out.Details
+	}
+	r.Seconds = s.Elapsed.Seconds()
+	r.RequestsPerSec, r.RowsPerSec = s.RequestsPerSec, s.RowsPerSec
+	r.MeanMs, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = msOf(s.Mean), msOf(s.P50), msOf(s.P90), msOf(s.P99), msOf(s.Max)
+	r.LongestGapMs = msOf(s.LongestGap)
+}
+
+// Comparison is a service scenario set against a baseline scenario of the same run.
+type Comparison struct {
+	Service  string  `json:"service"`
+	Baseline string  `json:"baseline"`
+	Metric   string  `json:"metric"` // requests/s or rows/s
+	Value    float64 `json:"service_value"`
+	Base     float64 `json:"baseline_value"`
+	Ratio    float64 `json:"ratio"`
+	// Target is the issue's minimum ratio ("" when the pair is shown for information).
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// RSSRecord is the service's peak resident set size during one part of the run.
+type RSSRecord struct {
+	During  string  `json:"during"`
+	PeakMiB float64 `json:"peak_mib"`
+}
+
+// ScaleRecord compares the first page at a larger table with the measured run.
+type ScaleRecord struct {
+	Subscribers int64   `json:"subscribers"`
+	P50Ratio    float64 `json:"p50_ratio"`
+	P99Ratio    float64 `json:"p99_ratio"`
+	RateRatio   float64 `json:"rate_ratio"`
+}
+
+// Reference is this run's measured service scenarios set against an earlier report.
+type Reference struct {
+	Path   string           `json:"path"`
+	RunID  string           `json:"run_id"`
+	Label  string           `json:"label,omitempty"`
+	Ratios []ReferenceRatio `json:"ratios"`
+}
+
+// ReferenceRatio is one scenario now against the reference: ratios of throughput (rows/s for
+// bulk) and of p50 and p99 latency.
+type ReferenceRatio struct {
+	Scenario  string  `json:"scenario"`
+	Now       float64 `json:"requests_per_sec"`
+	Then      float64 `json:"reference_requests_per_sec"`
+	RateRatio float64 `json:"rate_ratio"`
+	P50Ratio  float64 `json:"p50_ratio"`
+	P99Ratio  float64 `json:"p99_ratio"`
+}
+
+func readJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &rep, nil
+}
+
+// against fills Reference from ref, an earlier report of the same tool.
+func (rep *Report) against(ref *Report, path string) {
+	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label}
+	for _, p := range plan {
+		now := rep.find("service", p.service, "measure", rep.Meta.Clients)
+		then := ref.find("service", p.service, "measure", rep.Meta.Clients)
+		if now == nil || then == nil {
+			continue
+		}
+		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
+			RateRatio: ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: ratio(now.P50Ms, then.P50Ms), P99Ratio: ratio(now.P99Ms, then.P99Ms)})
+	}
+	rep.Reference = out
+}
+
+// target is one of the issue's ratio targets.
+type target struct {
+	service, baseline string
+	rows              bool    // compare rows/s instead of requests/s
+	min               float64 // 0 = shown for information
+	strict            bool    // the ratio must exceed min
+}
+
+var targets = []target{
+	{service: svc.CreateActive, baseline: baseline.InsertOne, min: 0.5},
+	{service: svc.CreatePending, baseline: baseline.InsertPending, min: 0.5},
+	{service: svc.Bulk100, baseline: baseline.Insert100, rows: true, min: 0.7},
+	{service: svc.ListFirst, baseline: baseline.Page, min: 0.25},
+	{service: svc.ListFirst, baseline: baseline.PageCount},
+	{service: svc.ListDeep, baseline: baseline.PageDeep, min: 1, strict: true},
+	{service: svc.ListDeep, baseline: baseline.PageDeepCount},
+	{service: svc.ListStatus, baseline: baseline.PageStatus},
+	{service: svc.Get, baseline: baseline.SelectByID, min: 0.3},
+	{service: svc.Update, baseline: baseline.UpdateByID},
+}
+
+// rssTargetMiB is the issue's bound on peak RSS at 64 clients.
+const rssTargetMiB = 100
+
+// find returns the run of kind and scenario in phase at clients; when several passes ran it,
+// the one with the median throughput (the lower middle one of an even count).
+func (rep *Report) find(kind, scenario, phase string, clients int) *RunRecord {
+	var runs []*RunRecord
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		if r.Kind == kind && r.Scenario == scenario && r.Phase == phase && r.Clients == clients {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].RequestsPerSec < runs[j].RequestsPerSec })
+	return runs[(len(runs)-1)/2]
+}
+
+// compare fills Comparisons from the measured runs.
+func (rep *Report) compare() {
+	rep.Comparisons = nil
+	for _, t := range targets {
+		s := rep.find("service", t.service, "measure", rep.Meta.Clients)
+		b := rep.find("baseline", t.baseline, "measure", rep.Meta.Clients)
+		if s == nil || b == nil {
+			continue
+		}
+		c := Comparison{Service: t.service, Baseline: t.baseline, Metric: "requests/s", Value: s.RequestsPerSec, Base: b.RequestsPerSec}
+		if t.rows {
+			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
+		}
+		c.Ratio = ratio(c.Value, c.Base)
+		if t.min > 0 {
+			met := c.Ratio >= t.min
+			c.Target = fmt.Sprintf("≥ %.2f", t.min)
+			if t.strict {
+				met = c.Ratio > t.min
+				c.Target = fmt.Sprintf("> %.2f", t.min)
+			}
+			met = met && !math.IsNaN(c.Ratio)
+			c.Met = &met
+		}
+		rep.Comparisons = append(rep.Comparisons, c)
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// judge lists the run's problems: any error, any stall, any answer off the contract.
+func (rep *Report) judge(stall time.Duration) {
+	rep.Problems = nil
+	for _, r := range rep.Runs {
+		id := fmt.Sprintf("%s %s %s at %d clients", r.Phase, r.Kind, r.Scenario, r.Clients)
+		if r.ErrorCount > 0 {
+			kinds := make([]string, 0, len(r.Errors))
+			for k, n := range r.Errors {
+				kinds = append(kinds, fmt.Sprintf("%s×%d", k, n))
+			}
+			sort.Strings(kinds)
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d errors (%s)", id, r.ErrorCount, strings.Join(kinds, ", ")))
+		}
+		if r.LongestGapMs >= msOf(stall) {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: stalled, nothing finished for %.1fs", id, r.LongestGapMs/1000))
+		}
+		if r.Probe != "" {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: answer off the contract: %s", id, r.Probe))
+		}
+	}
+}
+
+// Failed tells whether the run found errors, stalls or answers off the contract.
+func (rep *Report) Failed() bool { return len(rep.Problems) > 0 }
+
+func writeJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func f1(v float64) string {
+	if math.IsNaN(v) || v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func f2(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func errs(r *RunRecord) string {
+	if r.ErrorCount == 0 {
+		return "0"
+	}
+	kinds := make([]string, 0, len(r.Errors))
+	for k, n := range r.Errors {
+		kinds = append(kinds, fmt.Sprintf("%s:%d", k, n))
+	}
+	sort.Strings(kinds)
+	return strings.Join(kinds, ",")
+}
+
+// printReport writes the run as one table of measured scenarios with their baselines and
+// ratios, then the checks at more clients, peak RSS and the problems found.
+func printReport(w io.Writer, rep *Report) {
+	m := rep.Meta
+	fmt.Fprintf(w, "\nsubscriber-bench run %s  %s\n", m.RunID, m.Label)
+	fmt.Fprintf(w, "%s, %d CPUs, %s; %d subscribers in the newsletter at start; %d clients, %s per scenario after %s warm-up",
+		m.GoVersion, m.NumCPU, firstWords(m.PostgresVersion, 2), m.SubscribersAtStart, m.Clients, m.Duration, m.Warmup)
+	if m.Passes > 1 {
+		fmt.Fprintf(w, "; median of %d passes", m.Passes)
+	}
+	fmt.Fprintln(w)
+	for _, s := range rep.Seeds {
+		fmt.Fprintf(w, "seeded %d subscribers through the bulk API in %.1fs (%.0f rows/s)\n", s.Rows, s.Seconds, s.RowsPerSec)
+	}
+
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tclients\treq/s\trows/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tcpu svc/tool\t\tbaseline\treq/s\trows/s\tp50 ms\tp99 ms\tcpu tool\t\tratio\ttarget\tverdict\t")
+	for _, p := range plan {
+		s := rep.find("service", p.service, "measure", m.Clients)
+		if s == nil {
+			continue
+		}
+		printed := false
+		for _, t := range targets {
+			if t.service != p.service {
+				continue
+			}
+			b := rep.find("baseline", t.baseline, "measure", m.Clients)
+			if b == nil {
+				continue
+			}
+			var c *Comparison
+			for i := range rep.Comparisons {
+				if rep.Comparisons[i].Service == t.service && rep.Comparisons[i].Baseline == t.baseline {
+					c = &rep.Comparisons[i]
+				}
+			}
+			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
+			if printed {
+				left = "\t\t\t\t\t\t\t\t\t\t"
+			}
+			verdict, tgt, rt := "", "", "-"
+			if c != nil {
+				rt = f2(c.Ratio)
+				if c.Metric == "rows/s" {
+					rt += " (rows)"
+				}
+				tgt = c.Target
+				if c.Met != nil {
+					verdict = "MISSED"
+					if *c.Met {
+						verdict = "met"
+					}
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t\t%s\t%s\t%s\t\n", left, b.Scenario, f1(b.RequestsPerSec), rowsCol(b),
+				f2(b.P50Ms), f2(b.P99Ms), b.ToolCPU, rt, tgt, verdict)
+			printed = true
+		}
+		if !printed {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\n", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.Phase == "measure" {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Clients, f1(r.RequestsPerSec), rowsCol(&r),
+			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), cpuCol(&r), checkNote(r))
+	}
+	tw.Flush()
+
+	if ref := rep.Reference; ref != nil {
+		fmt.Fprintf(w, "\nagainst %s (run %s %s):\n", ref.Path, ref.RunID, ref.Label)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\treq/s now\treq/s then\tthroughput ×\tp50 ×\tp99 ×\t")
+		for _, r := range ref.Ratios {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, f1(r.Now), f1(r.Then), f2(r.RateRatio), f2(r.P50Ratio), f2(r.P99Ratio))
+		}
+		tw.Flush()
+	}
+	if len(rep.RSS) > 0 {
+		fmt.Fprintf(w, "\npeak RSS of the service (VmHWM, pid %d):", m.ServicePID)
+		for _, r := range rep.RSS {
+			fmt.Fprintf(w, "  %s %.1f MiB", r.During, r.PeakMiB)
+		}
+		fmt.Fprintf(w, "   (target ≤ %d MiB at 64 clients)\n", rssTargetMiB)
+	}
+	if sc := rep.Scale; sc != nil {
+		fmt.Fprintf(w, "first page at %d subscribers vs the measured run: p50 ×%.2f, p99 ×%.2f, req/s ×%.2f (target p50 ≤ ×1.5)\n",
+			sc.Subscribers, sc.P50Ratio, sc.P99Ratio, sc.RateRatio)
+	}
+	if len(rep.Problems) == 0 {
+		fmt.Fprintln(w, "\nno errors, no stalls, every probed answer on contract")
+	} else {
+		fmt.Fprintf(w, "\n%d problems:\n", len(rep.Problems))
+		for _, p := range rep.Problems {
+			fmt.Fprintln(w, "  -", p)
+		}
+	}
+}
+
+func rowsCol(r *RunRecord) string {
+	if r.RowsPerSec == r.RequestsPerSec {
+		return ""
+	}
+	return f1(r.RowsPerSec)
+}
+
+// cpuCol shows the cores the service and the tool used.
+func cpuCol(r *RunRecord) string {
+	if r.ServiceCPU == 0 {
+		return fmt.Sprintf("-/%.2f", r.ToolCPU)
+	}
+	return fmt.Sprintf("%.2f/%.2f", r.ServiceCPU, r.ToolCPU)
+}
+
+func checkNote(r RunRecord) string {
+	return fmt.Sprintf("%s: longest gap %.0f ms", r.Phase, r.LongestGapMs)
+}
+
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	if len(f) > n {
+		f = f[:n]
+	}
+	return strings.Join(f, " ")
+}

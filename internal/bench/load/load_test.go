@@ -1,0 +1,99 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRunStopsAtMaxRequestsAndCountsErrors(t *testing.T) {
+	var calls atomic.Int64
+	op := func(_ context.Context, worker int, seq int64) Result {
+		calls.Add(1)
+		if worker < 0 || worker >= 4 {
+			t.Errorf("worker index %d out of range", worker)
+		}
+		if seq%10 == 0 {
+			return Result{Err: "503", Detail: fmt.Sprintf("seq %d", seq)}
+		}
+		return Result{Rows: 3}
+	}
+	out := Run(context.Background(), Options{Clients: 4, Duration: time.Hour, MaxRequests: 200}, op)
+	s := out.Summary
+	if calls.Load() != 200 || s.Requests != 200 {
+		t.Fatalf("calls = %d, measured = %d; want exactly 200", calls.Load(), s.Requests)
+	}
+	if s.OK != 180 || s.Errors["503"] != 20 || s.Rows != 540 {
+		t.Errorf("ok = %d, errors = %v, rows = %d; want 180, 503:20, 540", s.OK, s.Errors, s.Rows)
+	}
+	if d := out.Details["503"]; d == "" {
+		t.Errorf("no detail kept for the 503s")
+	}
+	if s.RequestsPerSec <= 0 || s.Elapsed <= 0 || s.Elapsed > time.Hour {
+		t.Errorf("rate %v over %v: the window must end at the last completion", s.RequestsPerSec, s.Elapsed)
+	}
+}
+
+func TestRunUsesAllClientsConcurrently(t *testing.T) {
+	// Every worker's first call waits until all four have arrived: the run can only finish if
+	// four operations are in flight at once.
+	const clients = 4
+	var arrived sync.WaitGroup
+	arrived.Add(clients)
+	var first [clients]atomic.Bool
+	op := func(_ context.Context, worker int, _ int64) Result {
+		if first[worker].CompareAndSwap(false, true) {
+			arrived.Done()
+			arrived.Wait()
+		}
+		return Result{Rows: 1}
+	}
+	out := Run(context.Background(), Options{Clients: clients, Duration: time.Hour, MaxRequests: 40}, op)
+	if out.Summary.OK != 40 {
+		t.Fatalf("ok = %d, want 40", out.Summary.OK)
+	}
+	for w := range clients {
+		if !first[w].Load() {
+			t.Errorf("worker %d never ran", w)
+		}
+	}
+}
+
+func TestRunStopsWhenContextIsCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int64
+	op := func(context.Context, int, int64) Result {
+		if calls.Add(1) == 50 {
+			cancel()
+		}
+		return Result{Rows: 1}
+	}
+	out := Run(ctx, Options{Clients: 2, Duration: time.Hour}, op)
+	if n := calls.Load(); n < 50 || n > 52 {
+		t.Errorf("calls = %d, want 50 plus at most one in flight per worker", n)
+	}
+	if out.Summary.Requests != calls.Load() {
+		t.Errorf("measured %d of %d calls", out.Summary.Requests, calls.Load())
+	}
+}
+
+func TestRunDoesNotMeasureWarmup(t *testing.T) {
+	// The warm-up is time-bounded; every call it makes is left out of the figures, and the
+	// measured part stops at its count cap.
+	var calls atomic.Int64
+	op := func(context.Context, int, int64) Result {
+		calls.Add(1)
+		return Result{Rows: 1}
+	}
+	out := Run(context.Background(), Options{Clients: 2, Warmup: 20 * time.Millisecond, Duration: time.Hour, MaxRequests: 10}, op)
+	if out.Summary.Requests != 10 {
+		t.Fatalf("measured = %d, want 10", out.Summary.Requests)
+	}
+	if calls.Load() <= 10 {
+		t.Errorf("calls = %d: the warm-up made none", calls.Load())
+	}
+}
