@@ -36,11 +36,19 @@ const (
 	OutcomeLocked  = "locked"  // a lockout holds
 )
 
+// Subjects of lockouts, the label values of lockouts_total.
+const (
+	LockoutClient = "client" // a client IP, after repeated authentication failures
+	LockoutKey    = "key"    // an API key, after repeated failed writes
+)
+
 // Recorder receives what the limiter does, for metrics. Implementations must be safe for
 // concurrent use; labels are the constants above, never a key or an address.
 type Recorder interface {
 	// Decision counts one decision of scope with outcome.
 	Decision(scope, outcome string)
+	// Lockout counts one lockout imposed on a LockoutClient or a LockoutKey.
+	Lockout(subject string)
 	// BackendUp reports whether the shared (Redis) backend is in use.
 	BackendUp(up bool)
 }
@@ -48,6 +56,7 @@ type Recorder interface {
 type nopRecorder struct{}
 
 func (nopRecorder) Decision(string, string) {}
+func (nopRecorder) Lockout(string)          {}
 func (nopRecorder) BackendUp(bool)          {}
 
 // Decision is the answer for one request.
@@ -151,13 +160,13 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 // AuthFailed records an authentication failure (a 401) from ip; the failure that fills the
 // AuthLockout rule starts the lock.
 func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) {
-	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
+	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
 }
 
 // WriteFailed records a failed write (a 4xx other than 401, 403 and 429 to POST, PUT or
 // DELETE) of the key keyID; the failure that fills the WriteLockout rule starts the lock.
 func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
-	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
+	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
 }
 
 // CountsAsWriteFailure reports whether a response with status to a request with method
@@ -175,7 +184,7 @@ func CountsAsWriteFailure(method string, status int) bool {
 	return status >= 400 && status < 500
 }
 
-func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string, rule Lockout) {
+func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) {
 	if !rule.Enabled() {
 		return
 	}
@@ -191,6 +200,7 @@ func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string,
 			attribute.String("limits.backend", l.b.Name()))
 	}
 	if locked {
+		l.rec.Lockout(subject)
 		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
 			slog.Duration("lock", rule.Lock))
 	}

@@ -55,6 +55,12 @@ func (r *recorder) Decision(scope, outcome string) {
 	r.n[scope+"/"+outcome]++
 }
 
+func (r *recorder) Lockout(subject string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n["lockout/"+subject]++
+}
+
 func (r *recorder) BackendUp(up bool) {
 	r.mu.Lock()
 	r.up = append(r.up, up)
@@ -287,6 +293,9 @@ func testAuthLockout(t *testing.T, nb newBackend) {
 	if got := rec.count("client_lockout/locked"); got != 2 {
 		t.Errorf("client_lockout/locked = %d, want 2", got)
 	}
+	if got := rec.count("lockout/client"); got != 1 {
+		t.Errorf("client lockouts imposed = %d, want 1", got)
+	}
 }
 
 // testWriteLockout checks the key lockout: threshold, that a locked key takes nothing from
@@ -308,6 +317,9 @@ func testWriteLockout(t *testing.T, nb newBackend) {
 	wantDecision(t, "after the lock", l.CheckKey(ctx, "k", false), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
 	if got := rec.count("key_lockout/locked"); got != 20 {
 		t.Errorf("key_lockout/locked = %d, want 20", got)
+	}
+	if got := rec.count("lockout/key"); got != 1 {
+		t.Errorf("key lockouts imposed = %d, want 1", got)
 	}
 	// With the rate limits off the lockout still holds, without headers.
 	l2, _, _ := newLimiter(t, nb, Config{WriteLockout: Lockout{Failures: 1, Window: time.Minute, Lock: time.Minute}})
