@@ -385,7 +385,7 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	tp := trace.NewTracerProvider(trace.WithSpanProcessor(sr))
 	cfg := Config{Rate: []Window{{1, time.Minute}}, AuthLockout: Lockout{1, time.Minute, time.Minute}, WriteLockout: Lockout{1, time.Minute, time.Minute}}
 	l := New(cfg, NewMemory(nil, 0), WithTracerProvider(tp))
-	ctx := context.Background()
+	ctx, server := tp.Tracer("test").Start(context.Background(), "server")
 	const key, ip = "key-id-4f2a", "198.51.100.77"
 	l.CheckKey(ctx, key, false)
 	l.CheckKey(ctx, key, false)
@@ -393,9 +393,10 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	l.AuthFailed(ctx, netip.MustParseAddr(ip))
 	l.CheckClient(ctx, netip.MustParseAddr(ip))
 
+	server.End()
 	spans := sr.Ended()
-	if len(spans) != 5 {
-		t.Fatalf("%d spans, want 5", len(spans))
+	if len(spans) != 6 {
+		t.Fatalf("%d spans, want 6", len(spans))
 	}
 	seen := map[string]string{}
 	for _, s := range spans {
@@ -414,6 +415,9 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 		"limits.key limits.retry_after":            "60",
 		"limits.client_lockout limits.decision":    "locked",
 		"limits.write_failure limits.lock_started": "true",
+		// The last check of the request wins on the request's own span.
+		"server app.ratelimit.decision": "locked",
+		"server app.ratelimit.policy":   "client_lockout",
 	} {
 		if seen[k] != v {
 			t.Errorf("span attribute %q = %q, want %q", k, seen[k], v)
