@@ -204,21 +204,8 @@ func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKe
 		l.rec.Lockout(subject)
 		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
 			slog.Duration("lock", rule.Lock))
-		if lr, ok := l.rec.(LockoutRecorder); ok {
-			lr.Lockout(lockoutScope[scope])
-		}
 	}
 }
-
-// LockoutRecorder is a Recorder that also counts the lockouts the limiter starts
-// (*telemetry.Metrics is one: lockouts_total{scope}).
-type LockoutRecorder interface {
-	// Lockout counts a lockout started for scope: "client" (an IP) or "key".
-	Lockout(scope string)
-}
-
-// lockoutScope names the lockout of a decision scope for LockoutRecorder.
-var lockoutScope = map[string]string{ScopeClientLockout: "client", ScopeKeyLockout: "key"}
 
 // CheckKey answers step 4 of API.md §5 for the key keyID: its write lockout, then its rate
 // windows — and the bulk windows too when bulk is true. A request that is not allowed takes

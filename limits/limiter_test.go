@@ -68,13 +68,6 @@ func (r *recorder) BackendUp(up bool) {
 	r.upCh <- up
 }
 
-// Lockout makes recorder a LockoutRecorder; lockouts count as "lockout/<scope>".
-func (r *recorder) Lockout(scope string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.n["lockout/"+scope]++
-}
-
 func (r *recorder) count(k string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -432,7 +425,7 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	}
 }
 
-// Each lockout the limiter starts is counted once, by scope, when the recorder can count them.
+// Each lockout the limiter starts is counted exactly once, by subject.
 func TestLockoutsAreRecorded(t *testing.T) {
 	rec := newRecorder()
 	cfg := Config{AuthLockout: Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute},
