@@ -51,7 +51,7 @@ func Open(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(queryHook(dsn)), nil
+	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(newQueryHook(dsn, "postgresql")), nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -184,4 +184,13 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
 	}
 	return err
+}
+
+// sqlState is the SQLSTATE of a server error, or "".
+func sqlState(err error) string {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		return pgErr.Field('C')
+	}
+	return ""
 }
