@@ -406,6 +406,9 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 		wait()
 	}
 	rec.fill(out, dur)
+	if sc.Write {
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd")
+	}
 	b.rep.Runs = append(b.rep.Runs, rec)
 	b.progress(rec)
 	return rec
@@ -427,6 +430,10 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 		OnMeasure: func() { cpu.start(b.cfg.pid) }}, sc.Op)
 	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
 	rec.fill(out, b.cfg.duration)
+	switch name {
+	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, baseline.ApplicationName)
+	}
 	b.rep.Runs = append(b.rep.Runs, rec)
 	b.progress(rec)
 	return rec
@@ -435,6 +442,9 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 func (b *bench) progress(r RunRecord) {
 	fmt.Fprintf(b.log, "%-8s %-8s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d  cpu svc/tool %s\n",
 		r.Phase, r.Kind, r.Scenario, r.Clients, r.RequestsPerSec, r.P50Ms, r.P99Ms, r.MaxMs, r.ErrorCount, cpuCol(&r))
+	if r.Conns > 0 {
+		fmt.Fprintf(b.log, "         %d database connections on %d distinct counter slots\n", r.Conns, r.CounterSlots)
+	}
 	for k, d := range r.ErrorDetails {
 		fmt.Fprintf(b.log, "         %s: %.200s\n", k, d)
 	}
@@ -494,4 +504,20 @@ func (b *bench) vacuumTables(ctx context.Context) error {
 	b.rep.Meta.Vacuumed = true
 	fmt.Fprintf(b.log, "VACUUM ANALYZE took %.1fs\n", time.Since(t0).Seconds())
 	return nil
+}
+
+// counterSlots counts the open connections of the application app to the database, and the
+// distinct subscriber_counts slots they write (the migration's trigger picks the slot as
+// pg_backend_pid() % 16). Writers whose connections share a slot queue on that counter row
+// until commit, so few distinct slots would cap write concurrency; recording them rules that
+// out (or in) when write figures differ between runs. Backend pids are handed out in order,
+// so a pool opened at once usually covers 11-15 slots of 16.
+func (b *bench) counterSlots(ctx context.Context, app string) (conns, slots int) {
+	if b.db == nil {
+		return 0, 0
+	}
+	_ = b.db.NewRaw(`SELECT count(*), count(DISTINCT pid % 16) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = ? AND backend_type = 'client backend'`, app).
+		Scan(ctx, &conns, &slots)
+	return conns, slots
 }

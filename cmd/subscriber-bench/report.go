@@ -90,6 +90,10 @@ type RunRecord struct {
 	// with PostgreSQL.
 	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
 	ToolCPU    float64 `json:"tool_cpu_cores"`
+	// Conns and CounterSlots, for write scenarios: the writer's open database connections
+	// and how many distinct subscriber_counts slots (backend pid % 16) they map to.
+	Conns        int `json:"db_conns,omitempty"`
+	CounterSlots int `json:"counter_slots,omitempty"`
 	// Probe is set when one full response of the scenario did not match the contract.
 	Probe string `json:"probe_error,omitempty"`
 }
