@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -40,6 +41,8 @@ type Metrics interface {
 	RequestStarted() func()
 	ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration)
 	SubscribersCreated(operation, status string, n int)
+	// AuthFailure counts a refused authentication by reason: missing, invalid, plan_disabled.
+	AuthFailure(reason string)
 }
 
 // Config holds the API's dependencies.
@@ -49,6 +52,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics Metrics
+	// Limiter applies the client lockout, the key lockout and the rate limits (API.md §5);
+	// nil applies none.
+	Limiter Limiter
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES).
+	TrustedProxies []netip.Prefix
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
@@ -62,6 +70,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics Metrics
 	keys    *keyCache
+	limiter Limiter
 	mux     *http.ServeMux
 	api     huma.API
 	handler http.Handler
@@ -84,10 +93,14 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+		limiter: cfg.Limiter}
 	s.api = humago.New(s.mux, humaConfig())
-	s.api.UseMiddleware(s.authenticate, s.limit, s.preflight)
+	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
+	// the body.
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
+	s.documentLimits()
 	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer.
 	s.handler = s.envelope(s.observe(s.recoverer(s.route(s.mux))))
 	return s
@@ -127,3 +140,4 @@ type noMetrics struct{}
 func (noMetrics) RequestStarted() func()                                             { return func() {} }
 func (noMetrics) ObserveRequest(context.Context, string, string, int, time.Duration) {}
 func (noMetrics) SubscribersCreated(string, string, int)                             {}
+func (noMetrics) AuthFailure(string)                                                 {}

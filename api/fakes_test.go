@@ -271,10 +271,11 @@ func (a *fakeAuth) Lookups() int {
 
 // fakeMetrics records what the server reports.
 type fakeMetrics struct {
-	mu       sync.Mutex
-	inFlight int
-	observed []observation
-	created  map[string]int // "operation/status" → n
+	mu           sync.Mutex
+	inFlight     int
+	observed     []observation
+	created      map[string]int // "operation/status" → n
+	authFailures map[string]int
 }
 
 type observation struct {
@@ -316,4 +317,13 @@ func (s *fakeStore) reset(keep int) {
 	defer s.mu.Unlock()
 	s.subs = s.subs[:min(keep, len(s.subs))]
 	s.calls, s.received = nil, nil
+}
+
+func (m *fakeMetrics) AuthFailure(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.authFailures == nil {
+		m.authFailures = map[string]int{}
+	}
+	m.authFailures[reason]++
 }

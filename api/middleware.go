@@ -17,6 +17,9 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -135,6 +138,7 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
 				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
 				_, info.route, _ = strings.Cut(pattern, " ")
+				nameSpan(r, info.route)
 			}
 			mux.ServeHTTP(w, r)
 			return
@@ -153,6 +157,16 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 		}
 	})
+}
+
+// nameSpan names the request's server span "METHOD /route" and sets http.route, as the HTTP
+// semantic conventions ask: the tracing handler outside cannot see the route, because the
+// middleware here hands the mux a copy of the request.
+func nameSpan(r *http.Request, route string) {
+	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
+		span.SetName(r.Method + " " + route)
+		span.SetAttributes(attribute.String("http.route", route))
+	}
 }
 
 // headerRecorder captures the status and headers the mux would answer an unrouted request.
@@ -174,15 +188,43 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// authenticate checks the bearer key and the plan (API.md §5 steps 2–3).
+// authenticate checks the bearer key and the plan (API.md §5 steps 2–3). Every 401 counts
+// toward the client's lockout.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if len(ctx.Operation().Security) == 0 {
 		next(ctx)
 		return
 	}
-	p, err := s.principal(ctx.Context(), ctx.Header("Authorization"))
+	// An "auth" event on the server span (cheaper than a span of its own, and most lookups
+	// hit the key cache): the outcome and the key's public id, never the key.
+	header := ctx.Header("Authorization")
+	p, err := s.principal(ctx.Context(), header)
+	outcome := authOK
+	var apiErr *Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.status == http.StatusUnauthorized:
+		outcome = authFailure(header)
+	case err != nil:
+		outcome = "error"
+	case !p.APIAccess:
+		outcome = authPlanDisabled
+	}
+	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
+		attrs := []attribute.KeyValue{attribute.String("app.auth.outcome", outcome)}
+		if p.KeyID != uuid.Nil {
+			attrs = append(attrs, attribute.String("app.api_key.id", p.KeyID.String()))
+		}
+		span.AddEvent("auth", trace.WithAttributes(attrs...))
+	}
+	if outcome != authOK && outcome != "error" {
+		s.metrics.AuthFailure(outcome)
+	}
 	if err != nil {
 		s.writeErr(ctx, err)
+		var e *Error
+		if s.limiter != nil && errors.As(err, &e) && e.status == http.StatusUnauthorized {
+			s.limiter.AuthFailed(ctx.Context(), s.clientIP(ctx))
+		}
 		return
 	}
 	if !p.APIAccess {
@@ -190,6 +232,22 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	next(huma.WithValue(ctx, principalKey, p))
+}
+
+// Authentication outcomes, as the auth event's app.auth.outcome and the AuthFailure reason.
+const (
+	authOK           = "ok"
+	authMissing      = "missing"       // no Authorization header, or another scheme
+	authInvalid      = "invalid"       // malformed, unknown or revoked key (not told apart)
+	authPlanDisabled = "plan_disabled" // the newsletter's plan has API access disabled
+)
+
+// authFailure classifies the header of a request refused with 401.
+func authFailure(header string) string {
+	if scheme, _, ok := strings.Cut(header, " "); !ok || !strings.EqualFold(scheme, "Bearer") {
+		return authMissing
+	}
+	return authInvalid
 }
 
 // principal verifies an Authorization header value.
@@ -216,11 +274,6 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	s.keys.put(hash, p)
 	return p, nil
 }
-
-// limit is where the per-key lockout and rate limits of API.md §5 step 4 apply.
-// TODO(limits): the rate-limit issue plugs the limiter in here (and the client-IP lockout
-// before authenticate).
-func (s *Server) limit(ctx huma.Context, next func(huma.Context)) { next(ctx) }
 
 // Operation metadata: what top-level JSON type an operation's body must be.
 const (

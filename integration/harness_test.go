@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -17,12 +18,17 @@ import (
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/internal/testredis"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
 var pg *testdb.Server
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
+func TestMain(m *testing.M) {
+	code := testdb.Main(m, &pg)
+	testredis.Stop()
+	os.Exit(code)
+}
 
 // freshDatabase clones the migrated template into a new database, dropped when t ends.
 func freshDatabase(t testing.TB) string { return pg.Fresh(t) }
@@ -42,6 +48,8 @@ type env struct {
 type envOptions struct {
 	dsn         string // use this database instead of a fresh one
 	keyCacheTTL time.Duration
+	limiter     api.Limiter    // nil: no limits
+	trusted     []netip.Prefix // TRUSTED_PROXIES
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -61,9 +69,11 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	t.Cleanup(func() { db.Close() })
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
 	srv := api.New(api.Config{
-		Store:       repo.NewSubscribers(db),
-		Auth:        e.accounts,
-		KeyCacheTTL: o.keyCacheTTL,
+		Store:          repo.NewSubscribers(db),
+		Auth:           e.accounts,
+		KeyCacheTTL:    o.keyCacheTTL,
+		Limiter:        o.limiter,
+		TrustedProxies: o.trusted,
 	})
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close)

@@ -147,3 +147,18 @@ func (e *EmailTakenError) Error() string { return ErrEmailTaken.Error() }
 
 // Unwrap makes errors.Is(err, ErrEmailTaken) hold.
 func (e *EmailTakenError) Unwrap() error { return ErrEmailTaken }
+
+// ConfirmationEffect says what applying p to before does to the subscriber's confirmation:
+// whether outstanding links and unsent emails are retired, and whether a new confirmation
+// email is queued. Setting any status retires them, and pending asks again. Changing the
+// email of a pending subscriber asks again too: the confirmation must reach the address it
+// confirms, and the old link must not confirm the new one.
+func (p SubscriberPatch) ConfirmationEffect(before Subscriber) (retire, queue bool) {
+	switch {
+	case p.Status != nil:
+		return true, *p.Status == StatusPending
+	case p.Email != nil && EmailKey(*p.Email) != EmailKey(before.Email) && before.Status == StatusPending:
+		return true, true
+	}
+	return false, false
+}

@@ -51,7 +51,7 @@ func Open(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	return bun.NewDB(sqldb, pgdialect.New()), nil
+	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(queryHook(dsn)), nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to

@@ -58,11 +58,10 @@ type outboxRow struct {
 	SentAt        *time.Time `bun:"sent_at"`
 }
 
-// Outbox kinds and states.
+// Outbox states.
 const (
-	KindConfirmation = "confirmation"
-	StatePending     = "pending"
-	StateCancelled   = "cancelled"
+	StatePending   = "pending"
+	StateCancelled = "cancelled"
 )
 
 // Subscribers stores subscribers and queues their confirmation emails.
@@ -226,9 +225,8 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 	return row.toModel(), nil
 }
 
-// Update applies a patch. Setting status pending queues a new confirmation email; any status
-// change retires earlier confirmation links and cancels unsent emails. A new email already
-// used in the newsletter gives model.ErrEmailTaken.
+// Update applies a patch; what it does to confirmations is model.SubscriberPatch.ConfirmationEffect.
+// A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
 	var row subscriberRow
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -239,6 +237,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		if err != nil {
 			return translate(err)
 		}
+		retire, queue := p.ConfirmationEffect(row.toModel())
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -253,13 +252,12 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			Column("email", "email_key", "first_name", "last_name", "status", "updated_at").Exec(ctx); err != nil {
 			return translate(err)
 		}
-		if p.Status == nil {
-			return nil
+		if retire {
+			if err := retireConfirmations(ctx, tx, row.ID, row.UpdatedAt); err != nil {
+				return err
+			}
 		}
-		if err := retireConfirmations(ctx, tx, row.ID, row.UpdatedAt); err != nil {
-			return err
-		}
-		if *p.Status == model.StatusPending {
+		if queue {
 			return queueConfirmations(ctx, tx, []subscriberRow{row})
 		}
 		return nil
@@ -308,7 +306,7 @@ func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) e
 			ID:            uuid.Must(uuid.NewV7()),
 			NewsletterID:  sub.NewsletterID,
 			SubscriberID:  sub.ID,
-			Kind:          KindConfirmation,
+			Kind:          model.EmailKindConfirmation,
 			State:         StatePending,
 			NextAttemptAt: sub.UpdatedAt,
 			Traceparent:   carrier.Get("traceparent"),
@@ -321,7 +319,8 @@ func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) e
 }
 
 // retireConfirmations cancels a subscriber's unsent confirmation emails and makes its
-// outstanding confirmation links invalid.
+// confirmation links invalid, the one that confirmed included: after a status change through
+// the API, an old link neither changes the subscriber nor claims to have subscribed them.
 func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID, now time.Time) error {
 	if _, err := db.NewUpdate().Table("email_outbox").
 		Set("state = ?", StateCancelled).Set("updated_at = ?", now).
@@ -330,6 +329,6 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 	}
 	_, err := db.NewUpdate().Table("confirmation_tokens").
 		Set("retired_at = ?", now).
-		Where("subscriber_id = ? AND retired_at IS NULL AND confirmed_at IS NULL", subscriberID).Exec(ctx)
+		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
 }

@@ -2,8 +2,12 @@ package telemetry
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,16 +19,97 @@ import (
 // RouteUnmatched is the route label of requests that matched no route (404, 405).
 const RouteUnmatched = "unmatched"
 
+// DBName is the db_name label of the database pool metrics (go_sql_*).
+const DBName = "subscriberd"
+
+// Label values of email_sends_total{outcome}.
+const (
+	EmailSent      = "sent"      // the relay accepted the message
+	EmailRetry     = "retry"     // a transient failure; the message is due again later
+	EmailFailed    = "failed"    // a permanent failure or the last attempt; the message is given up
+	EmailCancelled = "cancelled" // the message was no longer needed (subscriber not pending)
+)
+
+// Label values of rate_limit_decisions_total{scope} (the scope) and lockouts_total{scope}.
+const (
+	ScopeKey           = "key"            // the per-key rate-limit windows
+	ScopeBulk          = "bulk"           // the extra windows of POST /subscribers/bulk
+	ScopeClientLockout = "client_lockout" // the per-client-IP lockout after failed authentications
+	ScopeKeyLockout    = "key_lockout"    // the per-key lockout after 4xx writes
+
+	LockoutClient = "client" // lockouts_total: a client IP was locked out
+	LockoutKey    = "key"    // lockouts_total: an API key was locked out
+)
+
+// Label values of rate_limit_decisions_total{outcome}.
+const (
+	DecisionAllowed = "allowed" // under every limit
+	DecisionLimited = "limited" // a window is exhausted: 429
+	DecisionLocked  = "locked"  // a lockout is in force: 429
+)
+
+// Label values of auth_failures_total{reason}.
+const (
+	AuthMissing      = "missing"       // no Authorization header, or another scheme
+	AuthInvalid      = "invalid"       // unknown key
+	AuthRevoked      = "revoked"       // a revoked key
+	AuthPlanDisabled = "plan_disabled" // the newsletter's plan has API access disabled (403)
+)
+
+// labelOther replaces a label value outside a family's fixed set, so a caller's mistake can
+// never create unbounded series.
+const labelOther = "other"
+
+var (
+	emailOutcomes   = []string{EmailSent, EmailRetry, EmailFailed, EmailCancelled}
+	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout}
+	decisionResults = []string{DecisionAllowed, DecisionLimited, DecisionLocked}
+	authReasons     = []string{AuthMissing, AuthInvalid, AuthRevoked, AuthPlanDisabled}
+	lockoutScopes   = []string{LockoutClient, LockoutKey}
+)
+
+// bounded returns v when it is one of allowed, else labelOther.
+func bounded(v string, allowed []string) string {
+	if slices.Contains(allowed, v) {
+		return v
+	}
+	return labelOther
+}
+
+// requestBuckets are the HTTP latency buckets. 0.25 s is the latency SLO threshold, so it must
+// stay a bucket edge (deploy/prometheus/rules.yml depends on le="0.25").
+var requestBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// emailBuckets cover an SMTP exchange: a local catcher answers in milliseconds, a remote relay
+// with STARTTLS in hundreds of milliseconds, a struggling one in tens of seconds.
+var emailBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
 // Metrics holds the service's Prometheus collectors on their own registry. Labels are bounded:
 // methods, route templates, status codes and fixed enumerations — never keys, emails or IPs.
+//
+// The recording methods are safe for concurrent use. Other packages do not import telemetry:
+// each declares the small interface it needs (for example `EmailSend(outcome string, d
+// time.Duration)`), and cmd/subscriberd passes a *Metrics.
 type Metrics struct {
 	reg                *prometheus.Registry
 	requestDuration    *prometheus.HistogramVec
 	inFlight           prometheus.Gauge
 	subscribersCreated *prometheus.CounterVec
+
+	emailSends        *prometheus.CounterVec
+	emailSendDuration prometheus.Histogram
+	outboxErrors      prometheus.Counter
+	decisions         *prometheus.CounterVec
+	authFailures      *prometheus.CounterVec
+	lockouts          *prometheus.CounterVec
+
+	redisOnce sync.Once
+	redisUp   prometheus.Gauge
 }
 
 // NewMetrics creates the collectors, with the Go runtime, process and build-info collectors.
+// Every counter with a fixed label set starts at zero for each label value, so rate() and the
+// alert ratios work from the first scrape.
 func NewMetrics(version string) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
@@ -32,7 +117,7 @@ func NewMetrics(version string) *Metrics {
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                        "http_server_request_duration_seconds",
 			Help:                        "Duration of HTTP requests served, by method, route template and status code.",
-			Buckets:                     []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+			Buckets:                     requestBuckets,
 			NativeHistogramBucketFactor: 1.1,
 		}, []string{"method", "route", "code"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -43,10 +128,52 @@ func NewMetrics(version string) *Metrics {
 			Name: "subscribers_created_total",
 			Help: "Subscribers created, by initial status and operation (create, bulk).",
 		}, []string{"status", "operation"}),
+		emailSends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "email_sends_total",
+			Help: "Confirmation email send attempts, by outcome (sent, retry, failed, cancelled).",
+		}, []string{"outcome"}),
+		emailSendDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:                        "email_send_duration_seconds",
+			Help:                        "Duration of one SMTP send attempt, whatever its outcome.",
+			Buckets:                     emailBuckets,
+			NativeHistogramBucketFactor: 1.1,
+		}),
+		outboxErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "email_outbox_collect_errors_total",
+			Help: "Scrapes at which the outbox depth and age could not be read from the database.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_decisions_total",
+			Help: "Rate-limit and lockout decisions, by scope (key, bulk, client_lockout, key_lockout) and outcome (allowed, limited, locked).",
+		}, []string{"scope", "outcome"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "auth_failures_total",
+			Help: "Requests refused by authentication, by reason (missing, invalid, revoked, plan_disabled).",
+		}, []string{"reason"}),
+		lockouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockouts_total",
+			Help: "Temporary lockouts imposed, by scope (client, key).",
+		}, []string{"scope"}),
+	}
+	for _, o := range emailOutcomes {
+		m.emailSends.WithLabelValues(o)
+	}
+	for _, s := range decisionScopes {
+		for _, o := range decisionResults {
+			m.decisions.WithLabelValues(s, o)
+		}
+	}
+	for _, r := range authReasons {
+		m.authFailures.WithLabelValues(r)
+	}
+	for _, s := range lockoutScopes {
+		m.lockouts.WithLabelValues(s)
 	}
 	reg.MustRegister(m.requestDuration, m.inFlight, m.subscribersCreated,
+		m.emailSends, m.emailSendDuration, m.outboxErrors, m.decisions, m.authFailures, m.lockouts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "subscriberd_build_info",
 			Help:        "Build information of the running binary; always 1.",
@@ -72,16 +199,127 @@ func (m *Metrics) RequestStarted() func() {
 
 // ObserveRequest records one served request. A sampled span in ctx becomes the exemplar.
 func (m *Metrics) ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration) {
-	obs := m.requestDuration.WithLabelValues(method, route, strconv.Itoa(code))
+	observe(ctx, m.requestDuration.WithLabelValues(method, route, strconv.Itoa(code)), d)
+}
+
+// observe records d on o, with the trace and span ids of a sampled span in ctx as exemplar.
+func observe(ctx context.Context, o prometheus.Observer, d time.Duration) {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
-		obs.(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(),
+		o.(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(),
 			prometheus.Labels{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String()})
 		return
 	}
-	obs.Observe(d.Seconds())
+	o.Observe(d.Seconds())
 }
 
 // SubscribersCreated counts n subscribers created with status by operation ("create", "bulk").
 func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 	m.subscribersCreated.WithLabelValues(status, operation).Add(float64(n))
+}
+
+// EmailSend records one SMTP send attempt with its outcome (EmailSent, EmailRetry, EmailFailed,
+// EmailCancelled; anything else counts as "other") and how long it took.
+func (m *Metrics) EmailSend(outcome string, d time.Duration) {
+	m.EmailSendContext(context.Background(), outcome, d)
+}
+
+// EmailSendContext is EmailSend with the send span's context, whose trace id becomes the
+// exemplar of the duration histogram.
+func (m *Metrics) EmailSendContext(ctx context.Context, outcome string, d time.Duration) {
+	m.emailSends.WithLabelValues(bounded(outcome, emailOutcomes)).Inc()
+	observe(ctx, m.emailSendDuration, d)
+}
+
+// OutboxStats reports the number of emails waiting in the outbox and the age of the oldest one
+// that is due (zero when none is due). It is called at every scrape with a context that
+// expires after OutboxStatsTimeout, so it should be one cheap query.
+type OutboxStats func(ctx context.Context) (depth int64, oldestDueAge time.Duration, err error)
+
+// OutboxStatsTimeout bounds one OutboxStats call, so a slow database cannot stall a scrape.
+const OutboxStatsTimeout = 2 * time.Second
+
+// RegisterOutboxGauges exports email_outbox_depth and email_outbox_oldest_due_age_seconds,
+// read through stats at each scrape. When stats fails, both gauges are left out of that
+// scrape (the rules alert on their absence) and email_outbox_collect_errors_total grows.
+// It may be called once.
+func (m *Metrics) RegisterOutboxGauges(stats OutboxStats) error {
+	c := &outboxCollector{
+		stats:  stats,
+		errors: m.outboxErrors,
+		depth: prometheus.NewDesc("email_outbox_depth",
+			"Emails waiting in the outbox (due or scheduled for a retry).", nil, nil),
+		age: prometheus.NewDesc("email_outbox_oldest_due_age_seconds",
+			"How long the oldest due email has been waiting; 0 when none is due.", nil, nil),
+	}
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("outbox gauges: %w", err)
+	}
+	return nil
+}
+
+type outboxCollector struct {
+	stats      OutboxStats
+	errors     prometheus.Counter
+	depth, age *prometheus.Desc
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.depth
+	ch <- c.age
+}
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), OutboxStatsTimeout)
+	defer cancel()
+	depth, age, err := c.stats(ctx)
+	if err != nil {
+		c.errors.Inc()
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(depth))
+	ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age.Seconds())
+}
+
+// Decision counts one rate-limit or lockout decision: scope is ScopeKey, ScopeBulk,
+// ScopeClientLockout or ScopeKeyLockout; outcome is DecisionAllowed, DecisionLimited or
+// DecisionLocked. Values outside these sets count as "other".
+func (m *Metrics) Decision(scope, outcome string) {
+	m.decisions.WithLabelValues(bounded(scope, decisionScopes), bounded(outcome, decisionResults)).Inc()
+}
+
+// BackendUp sets rate_limit_redis_up to 1 or 0 after each exchange with the shared counter
+// store. The gauge appears at the first call, so an instance without Redis does not export it.
+func (m *Metrics) BackendUp(up bool) {
+	m.redisOnce.Do(func() {
+		m.redisUp = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rate_limit_redis_up",
+			Help: "1 if the last exchange with the Redis rate-limit store succeeded, else 0.",
+		})
+		m.reg.MustRegister(m.redisUp)
+	})
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.redisUp.Set(v)
+}
+
+// AuthFailure counts one refused authentication: AuthMissing, AuthInvalid, AuthRevoked or
+// AuthPlanDisabled (anything else counts as "other").
+func (m *Metrics) AuthFailure(reason string) {
+	m.authFailures.WithLabelValues(bounded(reason, authReasons)).Inc()
+}
+
+// Lockout counts one lockout imposed on LockoutClient (an IP) or LockoutKey.
+func (m *Metrics) Lockout(scope string) {
+	m.lockouts.WithLabelValues(bounded(scope, lockoutScopes)).Inc()
+}
+
+// RegisterDB exports the pool statistics of db as go_sql_*{db_name="subscriberd"}. It may be
+// called once.
+func (m *Metrics) RegisterDB(db *sql.DB) error {
+	if err := m.reg.Register(collectors.NewDBStatsCollector(db, DBName)); err != nil {
+		return fmt.Errorf("database pool metrics: %w", err)
+	}
+	return nil
 }

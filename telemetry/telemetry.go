@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -38,7 +39,11 @@ func SetupTracing(ctx context.Context, version string, getenv func(string) strin
 	if getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
 		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(ServiceName)))
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	sampler, err := samplerFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
 	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
@@ -49,6 +54,39 @@ func SetupTracing(ctx context.Context, version string, getenv func(string) strin
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// samplerFromEnv builds the sampler named by OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// (the SDK's own variables, read through getenv so configuration stays testable and is
+// validated at start). The default is parentbased_always_on. With NewHTTPHandler's
+// public-endpoint behaviour every request starts a new root, so only the root sampler decides:
+// a caller's sampled flag cannot force sampling.
+func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
+	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
+	ratio := 1.0
+	if strings.HasSuffix(name, "traceidratio") && arg != "" {
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: %q is not a ratio between 0 and 1", arg)
+		}
+		ratio = r
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio), nil
+	}
+	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER: %q is not one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio", name)
 }
 
 // NewLogger returns a slog logger writing to w in format "json" or "text" at level

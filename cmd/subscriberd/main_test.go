@@ -13,12 +13,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/internal/testredis"
+	"github.com/subscriberd/subscriberd/limits"
 )
 
 var pg *testdb.Server
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
+func TestMain(m *testing.M) {
+	code := testdb.Main(m, &pg)
+	testredis.Stop()
+	os.Exit(code)
+}
+
+// removeLimitKeys removes, when t ends, the limiter's Redis keys of the API key keyID (the
+// service writes them under the default prefix).
+func removeLimitKeys(t *testing.T, redisURL, keyID string) {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, limits.DefaultRedisPrefix+"{"+keyID+"}*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+}
 
 // syncBuffer is a bytes.Buffer safe for the server goroutine and the test to share.
 type syncBuffer struct {
@@ -58,6 +84,15 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 		{"bad admin addr flag", []string{"serve", "--admin-addr", "nope"}, nil, "ADMIN_ADDR"},
 		{"bad database url", []string{"serve"}, map[string]string{"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL"},
 		{"bad public base url", []string{"serve"}, map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
+		{"bad smtp url", []string{"serve"}, map[string]string{"SMTP_URL": "smtp://mail.example.com:99999"}, "SMTP_URL"},
+		{"bad smtp scheme flag", []string{"serve", "--smtp-url", "http://mail.example.com"}, nil, "SMTP_URL"},
+		{"bad mail from", []string{"serve"}, map[string]string{"MAIL_FROM": "not an address"}, "MAIL_FROM"},
+		{"bad rate limits", []string{"serve"}, map[string]string{"RATE_LIMITS": "60/minute"}, "RATE_LIMITS"},
+		{"bad bulk rate limits flag", []string{"serve", "--bulk-rate-limits", "ten"}, nil, "BULK_RATE_LIMITS"},
+		{"bad auth lockout", []string{"serve"}, map[string]string{"AUTH_LOCKOUT": "10/10m"}, "AUTH_LOCKOUT"},
+		{"bad write lockout", []string{"serve"}, map[string]string{"WRITE_LOCKOUT": "0/10m:10m"}, "WRITE_LOCKOUT"},
+		{"bad trusted proxies", []string{"serve"}, map[string]string{"TRUSTED_PROXIES": "10.0.0.0/40"}, "TRUSTED_PROXIES"},
+		{"bad redis url", []string{"serve"}, map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},
 		{"newsletter without name", []string{"newsletter", "create"}, nil, "--name is required"},
 		{"apikey without newsletter", []string{"apikey", "create"}, nil, "--newsletter"},
 		{"revoke without id", []string{"apikey", "revoke"}, nil, "ID argument is required"},
@@ -99,6 +134,7 @@ func TestServeLifecycle(t *testing.T) {
 		"LISTEN_ADDR":  "127.0.0.1:0",
 		"ADMIN_ADDR":   "127.0.0.1:0",
 		"LOG_FORMAT":   "json",
+		"REDIS_URL":    testredis.URL(t),
 	}
 	nl := cli(t, env, "newsletter", "create", "--name", "Lifecycle")
 	if nl["name"] != "Lifecycle" || nl["api_access"] != true {
@@ -108,6 +144,7 @@ func TestServeLifecycle(t *testing.T) {
 	if !regexp.MustCompile(`^sk_[0-9A-Za-z]{40}$`).MatchString(key["key"].(string)) || !strings.HasPrefix(key["key"].(string), key["prefix"].(string)) {
 		t.Fatalf("apikey = %v", key)
 	}
+	removeLimitKeys(t, env["REDIS_URL"], key["id"].(string))
 	updated := cli(t, env, "newsletter", "update", nl["id"].(string), "--api-access=true", "--name", "Renamed")
 	if updated["name"] != "Renamed" {
 		t.Errorf("updated newsletter = %v", updated)
@@ -143,16 +180,23 @@ func TestServeLifecycle(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("create = %d %s", res.StatusCode, body)
 	}
-	for path, want := range map[string]string{"/livez": "ok", "/readyz": "ok", "/healthz": "ok",
-		"/metrics": `http_server_request_duration_seconds_count{code="201",method="POST",route="/api/v1/subscribers"} 1`} {
-		res, err := http.Get(admin + path)
+	if got := res.Header.Get("RateLimit-Limit"); got != "60" {
+		t.Errorf("RateLimit-Limit = %q, want 60 (the default minute window)", got)
+	}
+	for _, c := range []struct{ path, want string }{
+		{"/livez", "ok"}, {"/readyz", "ok"}, {"/healthz", "ok"},
+		{"/metrics", `http_server_request_duration_seconds_count{code="201",method="POST",route="/api/v1/subscribers"} 1`},
+		{"/metrics", `rate_limit_decisions_total{outcome="allowed",scope="key"} 1`},
+		{"/metrics", "rate_limit_redis_up 1"},
+	} {
+		res, err := http.Get(admin + c.path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
-			t.Errorf("GET %s = %d, want 200 containing %q", path, res.StatusCode, want)
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), c.want) {
+			t.Errorf("GET %s = %d, want 200 containing %q", c.path, res.StatusCode, c.want)
 		}
 	}
 	if res, err := http.Get(api + "/metrics"); err == nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := validateServe(cfg); err != nil {
 		return err
 	}
+	lim, err := parseLimits(cfg)
+	if err != nil {
+		return err
+	}
 	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
 	if err != nil {
 		return err
@@ -51,6 +56,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}()
 
+	mailer, err := newMailer(cfg, log)
+	if err != nil {
+		return err
+	}
+
 	db, err := openDB(ctx, cfg["DATABASE_URL"], *migrateFirst, log)
 	if err != nil {
 		return err
@@ -58,18 +68,36 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	defer db.Close()
 
 	metrics := telemetry.NewMetrics(version)
+	if err := metrics.RegisterDB(db.DB); err != nil {
+		return err
+	}
+	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics)
+	defer closeLimiter()
 	accounts := repo.NewAccounts(db)
 	public := api.New(api.Config{
-		Store:   repo.NewSubscribers(db),
-		Auth:    accounts,
-		Logger:  log,
-		Metrics: metrics,
+		Store:          repo.NewSubscribers(db),
+		Auth:           accounts,
+		Logger:         log,
+		Metrics:        metrics,
+		Limiter:        limiter,
+		TrustedProxies: lim.trusted,
 	})
+	public.HandleConfirmations(repo.NewConfirmations(db))
+
+	// The worker outlives ctx: on SIGTERM it is stopped below, after its current email.
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	workerDone := startWorker(workerCtx, db, mailer, metrics, log)
+	defer func() {
+		stopWorker()
+		<-workerDone
+	}()
 
 	var draining atomic.Bool
 	admin := adminHandler(db, metrics, &draining)
 
-	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], public, log)
+	// One server span per request; server.address is the public name, never the Host header.
+	traced := telemetry.NewHTTPHandler(public, serverAddress(cfg["PUBLIC_BASE_URL"]), nil)
+	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], traced, log)
 	adminSrv := newHTTPServer(cfg["ADMIN_ADDR"], admin, log)
 	publicLn, err := net.Listen("tcp", cfg["LISTEN_ADDR"])
 	if err != nil {
@@ -96,8 +124,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	log.Info("shutting down", "grace", shutdownGrace.String())
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
+	stopWorker() // finishes its current email while the servers drain
 	err = publicSrv.Shutdown(stopCtx)
 	adminSrv.Shutdown(stopCtx) //nolint:errcheck // admin has no long requests
+	<-workerDone
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -188,4 +218,21 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// serverAddress is host:port of the public base URL, the fixed server.address and server.port
+// of spans (with the scheme's default port, so the client's Host header never supplies one).
+func serverAddress(publicBaseURL string) string {
+	u, err := url.Parse(publicBaseURL)
+	if err != nil || u.Hostname() == "" {
+		return telemetry.ServiceName
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }

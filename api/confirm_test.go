@@ -1,0 +1,119 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// fakeConfirmer answers by token hash; calls counts the hashes it was asked about.
+type fakeConfirmer struct {
+	mu      sync.Mutex
+	answers map[string]func() (model.Confirmation, error) // by string(hash)
+	calls   int
+}
+
+func (f *fakeConfirmer) answer(hash []byte) (model.Confirmation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if a, ok := f.answers[string(hash)]; ok {
+		return a()
+	}
+	return model.Confirmation{}, fmt.Errorf("fake: %w", model.ErrTokenInvalid)
+}
+
+func (f *fakeConfirmer) Lookup(_ context.Context, hash []byte) (model.Confirmation, error) {
+	return f.answer(hash)
+}
+
+func (f *fakeConfirmer) Confirm(_ context.Context, hash []byte) (model.Confirmation, error) {
+	return f.answer(hash)
+}
+
+func TestConfirmPages(t *testing.T) {
+	valid, _ := mail.NewToken()
+	done, _ := mail.NewToken()
+	down, _ := mail.NewToken()
+	broken, _ := mail.NewToken()
+	unknown, _ := mail.NewToken()
+	fc := &fakeConfirmer{answers: map[string]func() (model.Confirmation, error){
+		string(mail.HashToken(valid)): func() (model.Confirmation, error) {
+			return model.Confirmation{NewsletterName: "Tom & Jerry"}, nil
+		},
+		string(mail.HashToken(done)): func() (model.Confirmation, error) {
+			return model.Confirmation{NewsletterName: "Tom & Jerry", Confirmed: true}, nil
+		},
+		string(mail.HashToken(down)): func() (model.Confirmation, error) {
+			return model.Confirmation{}, fmt.Errorf("db: %w", model.ErrUnavailable)
+		},
+		string(mail.HashToken(broken)): func() (model.Confirmation, error) {
+			return model.Confirmation{}, errors.New("something unexpected")
+		},
+	}}
+	e := newEnv(t)
+	e.srv.HandleConfirmations(fc)
+
+	for _, tc := range []struct {
+		name, method, token string
+		status              int
+		text                string
+	}{
+		{"GET a valid link shows the form", "GET", valid, 200, `<form id="confirm" method="post">`},
+		{"POST a valid link confirms", "POST", valid, 200, "You’re subscribed"},
+		{"GET a link that confirmed says so", "GET", done, 200, "You’re subscribed"},
+		{"POST a link that confirmed says so", "POST", done, 200, "You’re subscribed"},
+		{"GET an unknown link", "GET", unknown, 404, "no longer valid"},
+		{"POST an unknown link", "POST", unknown, 404, "no longer valid"},
+		{"POST a malformed link", "POST", "not-a-token", 404, "no longer valid"},
+		{"GET with the database down", "GET", down, 503, "try again"},
+		{"POST with an unexpected error", "POST", broken, 503, "try again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.do(t, req{tc.method, "/confirm/" + tc.token, nil, nil})
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.text) {
+				t.Fatalf("status %d, want %d with %q:\n%s", rec.Code, tc.status, tc.text, rec.Body)
+			}
+			h := rec.Header()
+			if !strings.HasPrefix(h.Get("Content-Type"), "text/html") || h.Get("Cache-Control") != "no-store" ||
+				h.Get("Content-Security-Policy") != mail.PageCSP || h.Get("X-Request-Id") == "" {
+				t.Errorf("headers %v", h)
+			}
+			if tc.status == 503 && h.Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+			if strings.Contains(rec.Body.String(), tc.token) {
+				t.Error("the page repeats the token")
+			}
+		})
+	}
+
+	// A malformed token is answered without asking storage.
+	before := fc.calls
+	e.do(t, req{"GET", "/confirm/short", nil, nil})
+	if fc.calls != before {
+		t.Error("a malformed token reached the Confirmer")
+	}
+	// Other methods: the envelope's 405 with Allow, decided by routing.
+	rec := e.do(t, req{"PUT", "/confirm/" + valid, nil, nil})
+	if rec.Code != http.StatusMethodNotAllowed || !strings.Contains(rec.Header().Get("Allow"), "POST") {
+		t.Errorf("PUT: status %d Allow %q; want 405 naming GET and POST", rec.Code, rec.Header().Get("Allow"))
+	}
+	// The token never reaches the logs; the unexpected error does, the unavailable one as a warning.
+	logs := e.logs.String()
+	for _, tok := range []string{valid, done, down, broken, unknown} {
+		if strings.Contains(logs, tok) {
+			t.Errorf("logs contain a token")
+		}
+	}
+	if !strings.Contains(logs, "something unexpected") || !strings.Contains(logs, `"level":"WARN","msg":"database unavailable"`) {
+		t.Errorf("logs lack the errors:\n%s", logs)
+	}
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/subscriberd/subscriberd/internal/smtptest"
+)
+
+// TestServeSendsConfirmationEmails runs serve as configured by its environment against a real
+// SMTP server: a pending subscriber gets the email, its link confirms, the metrics count it,
+// and the logs hold neither the token nor the address.
+func TestServeSendsConfirmationEmails(t *testing.T) {
+	t.Parallel()
+	catcher := smtptest.Start(t)
+	env := map[string]string{
+		"DATABASE_URL":    pg.Empty(t),
+		"LISTEN_ADDR":     "127.0.0.1:0",
+		"ADMIN_ADDR":      "127.0.0.1:0",
+		"SMTP_URL":        catcher.URL(),
+		"MAIL_FROM":       "Serve Test <serve@example.net>",
+		"PUBLIC_BASE_URL": "https://news.example.net/",
+	}
+	nl := cli(t, env, "newsletter", "create", "--name", "Serve Weekly")
+	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
+	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
+	var m []string
+	waitUntil(t, "serve to start", func() bool { m = addrs.FindStringSubmatch(logs.String()); return m != nil })
+	public, admin := "http://"+m[1], "http://"+m[2]
+
+	req, _ := http.NewRequest("POST", public+"/api/v1/subscribers", strings.NewReader(`{"email":"reader@example.com","status":"pending"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("create = %d", res.StatusCode)
+	}
+	waitUntil(t, "the email", func() bool { return len(catcher.Messages()) == 1 })
+	msg := catcher.Messages()[0]
+	if msg.To != "reader@example.com" || msg.Header.Get("From") != `"Serve Test" <serve@example.net>` ||
+		!strings.HasPrefix(msg.Link, "https://news.example.net/confirm/") {
+		t.Errorf("email to %s from %s with link %s", msg.To, msg.Header.Get("From"), msg.Link)
+	}
+
+	res, err = http.Post(public+"/confirm/"+msg.Token(), "application/x-www-form-urlencoded", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "subscribed") {
+		t.Errorf("POST link = %d:\n%s", res.StatusCode, body)
+	}
+	res, err = http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{`email_sends_total{outcome="sent"} 1`, "email_outbox_depth 0",
+		// The page is labelled by its route: the token stays out of metrics.
+		`http_server_request_duration_seconds_count{code="200",method="POST",route="/confirm/{token}"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+	for _, secret := range []string{msg.Token(), "reader@example.com"} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("logs contain %q", secret)
+		}
+	}
+}
+
+// TestServeWithoutSMTPWarnsAndLogsEmails checks the development mode: no SMTP_URL, a warning
+// at start, and the email in the log at info without its link.
+func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	nl := cli(t, env, "newsletter", "create", "--name", "Dev Weekly")
+	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
+	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)"`)
+	var m []string
+	waitUntil(t, "serve to start", func() bool { m = addrs.FindStringSubmatch(logs.String()); return m != nil })
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"SMTP_URL is not set`) {
+		t.Errorf("no warning about SMTP_URL at start:\n%s", logs.String())
+	}
+	req, _ := http.NewRequest("POST", "http://"+m[1]+"/api/v1/subscribers", strings.NewReader(`{"email":"dev@example.com","status":"pending"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	waitUntil(t, "the logged email", func() bool {
+		return strings.Contains(logs.String(), `"msg":"email not sent: SMTP_URL is not set"`)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve = %v", err)
+	}
+	if out := logs.String(); strings.Contains(out, "/confirm/") || strings.Contains(out, "dev@example.com") ||
+		!strings.Contains(out, "Confirm your subscription to Dev Weekly") {
+		t.Errorf("at info the log must show the email without its link or full address:\n%s", out)
+	}
+}
+
+// waitUntil polls cond until it holds, failing after a generous bound.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+// Package limits decides whether a request may proceed: per-key rate limits over several
+// windows (with extra windows for bulk requests), a per-client-IP lockout after repeated
+// authentication failures and a per-key lockout after repeated failed writes (API.md §5).
+//
+// The counters live in a Backend: Memory in the process, or Redis shared by every instance,
+// usually behind a Failover that decides in process while Redis is unreachable. The Limiter
+// turns a backend's answer into a Decision that carries what HTTP needs (Retry-After and
+// RateLimit-* values) and records each decision as a metric and a span, never with the key
+// or the client address. The package imports no other project package.
+package limits
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Scopes and outcomes of decisions, the label values of rate_limit_decisions_total.
+const (
+	ScopeKey           = "key"            // a request's rate windows
+	ScopeBulk          = "bulk"           // a bulk request's rate windows (general and bulk)
+	ScopeClientLockout = "client_lockout" // the client IP's authentication lockout
+	ScopeKeyLockout    = "key_lockout"    // the key's write lockout
+
+	OutcomeAllowed = "allowed"
+	OutcomeLimited = "limited" // a rate window is empty
+	OutcomeLocked  = "locked"  // a lockout holds
+)
+
+// Recorder receives what the limiter does, for metrics. Implementations must be safe for
+// concurrent use; labels are the constants above, never a key or an address.
+type Recorder interface {
+	// Decision counts one decision of scope with outcome.
+	Decision(scope, outcome string)
+	// BackendUp reports whether the shared (Redis) backend is in use.
+	BackendUp(up bool)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Decision(string, string) {}
+func (nopRecorder) BackendUp(bool)          {}
+
+// Decision is the answer for one request.
+type Decision struct {
+	// Allowed is false when the request must get 429.
+	Allowed bool
+	// RetryAfter is, when not Allowed, the whole seconds (≥ 1, rounded up) until a retry can
+	// succeed.
+	RetryAfter int
+	// Limit, Remaining and Reset describe the window closest to running out, for the
+	// RateLimit-* headers; Limit is 0 when no rate window applies (no headers).
+	Limit, Remaining, Reset int
+}
+
+// SetHeaders writes the RateLimit-* headers when a window applies, and Retry-After when the
+// request is not allowed.
+func (d Decision) SetHeaders(h http.Header) {
+	if d.Limit > 0 {
+		h.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
+		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+		h.Set("RateLimit-Reset", strconv.Itoa(d.Reset))
+	}
+	if !d.Allowed {
+		h.Set("Retry-After", strconv.Itoa(d.RetryAfter))
+	}
+}
+
+// Limiter applies a Config with a Backend. It is safe for concurrent use.
+type Limiter struct {
+	cfg    Config
+	b      Backend
+	rec    Recorder
+	log    *slog.Logger
+	tracer trace.Tracer
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithRecorder sends decisions to rec.
+func WithRecorder(rec Recorder) Option { return func(l *Limiter) { l.rec = rec } }
+
+// WithLogger logs backend errors to log.
+func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
+
+// WithTracerProvider creates decision spans with tp instead of the global provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(l *Limiter) { l.tracer = tp.Tracer(tracerName) }
+}
+
+const tracerName = "github.com/subscriberd/subscriberd/limits"
+
+// New returns a Limiter applying cfg with the counters in b.
+func New(cfg Config, b Backend, opts ...Option) *Limiter {
+	l := &Limiter{cfg: cfg, b: b, rec: nopRecorder{}, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(l)
+	}
+	if l.tracer == nil {
+		l.tracer = otel.GetTracerProvider().Tracer(tracerName)
+	}
+	return l
+}
+
+// Config returns the policy the limiter applies.
+func (l *Limiter) Config() Config { return l.cfg }
+
+// Backend keys. The subject sits in a Redis Cluster hash tag, so every key one script touches
+// lives in one slot. Client addresses and key ids are stored as given: they never leave the
+// backend (no log, label or span carries them).
+func clientLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:client_lock" }
+func clientLogKey(ip netip.Addr) string  { return "{" + ip.String() + "}:auth_failures" }
+func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }
+func keyLogKey(id string) string         { return "{" + id + "}:write_errors" }
+func bucketKey(id, kind string, w Window) string {
+	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
+}
+
+// CheckClient answers step 1 of API.md §5: is the client at ip locked out?
+func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
+	if !l.cfg.AuthLockout.Enabled() {
+		return Decision{Allowed: true}
+	}
+	ctx, span := l.tracer.Start(ctx, "limits.client_lockout")
+	defer span.End()
+	left, err := l.b.LockedFor(ctx, clientLockKey(ip))
+	if err != nil {
+		l.backendError(ctx, span, err)
+		return Decision{Allowed: true}
+	}
+	d := Decision{Allowed: left <= 0}
+	outcome := OutcomeAllowed
+	if !d.Allowed {
+		d.RetryAfter = seconds(left)
+		outcome = OutcomeLocked
+	}
+	l.record(span, ScopeClientLockout, outcome, d, "")
+	return d
+}
+
+// AuthFailed records an authentication failure (a 401) from ip; the failure that fills the
+// AuthLockout rule starts the lock.
+func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) {
+	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
+}
+
+// WriteFailed records a failed write (a 4xx other than 401, 403 and 429 to POST, PUT or
+// DELETE) of the key keyID; the failure that fills the WriteLockout rule starts the lock.
+func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
+	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
+}
+
+// CountsAsWriteFailure reports whether a response with status to a request with method
+// counts toward the write lockout.
+func CountsAsWriteFailure(method string, status int) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodDelete:
+	default:
+		return false
+	}
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string, rule Lockout) {
+	if !rule.Enabled() {
+		return
+	}
+	ctx, span := l.tracer.Start(ctx, name)
+	defer span.End()
+	locked, err := l.b.Fail(ctx, logKey, lockKey, rule)
+	if err != nil {
+		l.backendError(ctx, span, err)
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", locked),
+			attribute.String("limits.backend", l.b.Name()))
+	}
+	if locked {
+		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
+			slog.Duration("lock", rule.Lock))
+	}
+}
+
+// CheckKey answers step 4 of API.md §5 for the key keyID: its write lockout, then its rate
+// windows — and the bulk windows too when bulk is true. A request that is not allowed takes
+// nothing from any window.
+func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decision {
+	var bbuf [8]Bucket
+	buckets := bbuf[:0]
+	for _, w := range l.cfg.Rate {
+		buckets = append(buckets, Bucket{Key: bucketKey(keyID, "rate", w), Window: w})
+	}
+	if bulk {
+		for _, w := range l.cfg.Bulk {
+			buckets = append(buckets, Bucket{Key: bucketKey(keyID, "bulk", w), Window: w})
+		}
+	}
+	if len(buckets) == 0 && !l.cfg.WriteLockout.Enabled() {
+		return Decision{Allowed: true}
+	}
+	ctx, span := l.tracer.Start(ctx, "limits.key")
+	defer span.End()
+	out, err := l.b.Take(ctx, keyLockKey(keyID), buckets)
+	if err != nil {
+		l.backendError(ctx, span, err)
+		return Decision{Allowed: true}
+	}
+	if out.Locked > 0 {
+		d := Decision{RetryAfter: seconds(out.Locked)}
+		if len(buckets) > 0 {
+			// Nothing can be used until the lock ends: say so in the headers too.
+			d.Limit, d.Reset = buckets[0].Window.Limit, d.RetryAfter
+		}
+		l.record(span, ScopeKeyLockout, OutcomeLocked, d, "")
+		return d
+	}
+	scope := ScopeKey
+	if bulk {
+		scope = ScopeBulk
+	}
+	if len(buckets) == 0 {
+		d := Decision{Allowed: true}
+		l.record(span, ScopeKeyLockout, OutcomeAllowed, d, "")
+		return d
+	}
+	i := closest(out)
+	st := out.Windows[i]
+	d := Decision{Allowed: out.Allowed, Limit: buckets[i].Window.Limit, Remaining: st.Remaining, Reset: seconds(st.ResetAfter)}
+	outcome := OutcomeAllowed
+	if !out.Allowed {
+		outcome = OutcomeLimited
+		d.RetryAfter = seconds(st.RetryAfter)
+	}
+	l.record(span, scope, outcome, d, buckets[i].Window.String())
+	return d
+}
+
+// closest picks the window to report. Denied: the empty window that frees up last (its
+// retry-after is the request's). Allowed: the fewest requests left, and of those the one that
+// takes longest to refill.
+func closest(out Outcome) int {
+	best := 0
+	for i, st := range out.Windows {
+		b := out.Windows[best]
+		switch {
+		case !out.Allowed:
+			if !st.Allowed && (b.Allowed || st.RetryAfter > b.RetryAfter) {
+				best = i
+			}
+		case st.Remaining < b.Remaining || st.Remaining == b.Remaining && st.ResetAfter > b.ResetAfter:
+			best = i
+		}
+	}
+	return best
+}
+
+func (l *Limiter) record(span trace.Span, scope, outcome string, d Decision, window string) {
+	l.rec.Decision(scope, outcome)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("limits.scope", scope),
+		attribute.String("limits.decision", outcome),
+		attribute.String("limits.backend", l.b.Name()),
+	}
+	if window != "" {
+		attrs = append(attrs, attribute.String("limits.window", window),
+			attribute.Int("limits.limit", d.Limit), attribute.Int("limits.remaining", d.Remaining))
+	}
+	if !d.Allowed {
+		attrs = append(attrs, attribute.Int("limits.retry_after", d.RetryAfter))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// backendError fails open: a limiter that cannot decide lets the request through.
+func (l *Limiter) backendError(ctx context.Context, span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "limiter backend failed; request allowed")
+	if ctx.Err() == nil {
+		l.log.WarnContext(ctx, "rate limiter: backend failed; request allowed", slog.String("error", err.Error()))
+	}
+}
+
+// seconds rounds d up to whole seconds, at least 1.
+func seconds(d time.Duration) int {
+	s := int(math.Ceil(d.Seconds()))
+	return max(s, 1)
+}

@@ -1,0 +1,185 @@
+package mail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	gomail "github.com/wneessen/go-mail"
+)
+
+// Transport delivers one message. An error wrapping a [*PermanentError] means the message will
+// never be accepted as it is; any other error is worth retrying later.
+type Transport interface {
+	Send(ctx context.Context, m *Message) error
+}
+
+// PermanentError is a delivery the SMTP server refused for good: a 5xx reply to the sender,
+// a recipient or the message. Retrying it would only be refused again.
+type PermanentError struct {
+	Code int // the SMTP reply code, 5xx
+	Err  error
+}
+
+// Error describes the refusal.
+func (e *PermanentError) Error() string {
+	return fmt.Sprintf("permanent SMTP failure (%d): %v", e.Code, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err is a permanent delivery failure.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// DefaultSMTPTimeout bounds the connection and every command of one delivery.
+const DefaultSMTPTimeout = 30 * time.Second
+
+// SMTP sends messages through an SMTP server, one connection per message.
+type SMTP struct {
+	host    string
+	opts    []gomail.Option
+	display string // the URL without password, for logs
+}
+
+// NewSMTP configures delivery from an SMTP URL:
+//   - smtp://[user:pass@]host[:port] — plain connection upgraded with STARTTLS when the server
+//     offers it (port 587 by default);
+//   - smtps://[user:pass@]host[:port] — implicit TLS (port 465 by default).
+//
+// Credentials, when given, are sent with AUTH PLAIN, which every submission server offers;
+// go-mail refuses to send them over a connection that is not encrypted, except to a server on
+// loopback. timeout bounds the connection and each command (0 means [DefaultSMTPTimeout]).
+func NewSMTP(rawURL string, timeout time.Duration) (*SMTP, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, errors.New("SMTP_URL: not a URL")
+	}
+	if timeout <= 0 {
+		timeout = DefaultSMTPTimeout
+	}
+	var port int
+	opts := []gomail.Option{gomail.WithTimeout(timeout)}
+	switch u.Scheme {
+	case "smtp":
+		port = 587
+		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSOpportunistic))
+	case "smtps":
+		port = 465
+		opts = append(opts, gomail.WithSSL())
+	default:
+		return nil, fmt.Errorf("SMTP_URL: scheme %q is not smtp or smtps", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return nil, errors.New("SMTP_URL: no host")
+	}
+	if p := u.Port(); p != "" {
+		port, err = strconv.Atoi(p)
+		if err != nil || port < 1 || port > 65535 {
+			return nil, fmt.Errorf("SMTP_URL: bad port %q", p)
+		}
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, errors.New("SMTP_URL: unexpected path or query")
+	}
+	opts = append(opts, gomail.WithPort(port))
+	if u.User != nil && u.User.Username() != "" {
+		pass, _ := u.User.Password()
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthPlain),
+			gomail.WithUsername(u.User.Username()), gomail.WithPassword(pass))
+	}
+	display := u.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
+	if u.User != nil && u.User.Username() != "" {
+		display = u.Scheme + "://" + url.User(u.User.Username()).String() + ":***@" + net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	return &SMTP{host: host, opts: opts, display: display}, nil
+}
+
+// String is the server's URL with the password masked, for logs.
+func (s *SMTP) String() string { return s.display }
+
+// Send delivers m over a new connection.
+func (s *SMTP) Send(ctx context.Context, m *Message) error {
+	msg, err := goMailMsg(m)
+	if err != nil {
+		return &PermanentError{Code: 0, Err: err}
+	}
+	// A client per message: go-mail clients hold one connection, and a fresh one per email
+	// keeps concurrent workers and a restarted server out of each other's way.
+	c, err := gomail.NewClient(s.host, s.opts...)
+	if err != nil {
+		return fmt.Errorf("smtp client: %w", err)
+	}
+	return classify(c.DialAndSendWithContext(ctx, msg))
+}
+
+// goMailMsg builds the MIME message: multipart/alternative with text and HTML, the addresses
+// set from parsed values so that no name can add a header or a recipient.
+func goMailMsg(m *Message) (*gomail.Msg, error) {
+	msg := gomail.NewMsg()
+	msg.SetAddrHeaderFromMailAddress(gomail.HeaderFrom, m.From)
+	msg.SetAddrHeaderFromMailAddress(gomail.HeaderTo, m.To)
+	msg.Subject(m.Subject)
+	msg.SetMessageIDWithValue(m.ID)
+	msg.SetDate()
+	msg.SetGenHeader(gomail.HeaderXAutoResponseSuppress, "All")
+	msg.SetGenHeader("Auto-Submitted", "auto-generated")
+	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
+	msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	return msg, nil
+}
+
+// classify wraps a 5xx refusal of the sender, a recipient or the message in a PermanentError.
+// Everything else — connection, TLS, authentication, 4xx — is temporary: the message may go
+// through once the server or its configuration is back.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *gomail.SendError
+	if errors.As(err, &se) && !se.IsTemp() && se.ErrorCode() >= 500 && se.ErrorCode() < 600 {
+		switch se.Reason {
+		case gomail.ErrSMTPMailFrom, gomail.ErrSMTPRcptTo, gomail.ErrSMTPData, gomail.ErrSMTPDataClose:
+			return &PermanentError{Code: se.ErrorCode(), Err: err}
+		}
+	}
+	return err
+}
+
+// LogTransport writes emails to a logger instead of sending them: the transport when no
+// SMTP_URL is configured. At info it logs the Message-ID, the subject and the recipient with its
+// local part masked; the full recipient, the link (which holds the token) and the text only at
+// debug.
+type LogTransport struct {
+	Log *slog.Logger
+}
+
+// Send logs m.
+func (t LogTransport) Send(ctx context.Context, m *Message) error {
+	t.Log.InfoContext(ctx, "email not sent: SMTP_URL is not set",
+		slog.String("message_id", m.ID), slog.String("to", maskAddress(m.To.Address)), slog.String("subject", m.Subject))
+	t.Log.DebugContext(ctx, "email content", slog.String("message_id", m.ID), slog.String("to", m.To.Address),
+		slog.String("link", m.Link), slog.String("text", m.Text))
+	return nil
+}
+
+// maskAddress keeps the first character of the local part and the domain: a***@example.com.
+func maskAddress(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at <= 0 {
+		return "***"
+	}
+	r, _ := utf8.DecodeRuneInString(addr)
+	return string(r) + "***" + addr[at:]
+}

@@ -1,0 +1,305 @@
+package mail
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Outbox is the storage the worker needs: the transactional outbox of confirmation emails and
+// the confirmation tokens. Several workers, in one process or many, may use one outbox at once.
+// Times are taken from the outbox's own clock; the worker passes durations.
+type Outbox interface {
+	// Claim leases up to limit due pending emails, oldest due first, skipping rows other
+	// workers hold (FOR UPDATE SKIP LOCKED): each claimed email is hidden from other claims for
+	// lease, so that a worker that dies mid-send gives its emails back when the lease ends.
+	Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error)
+	// IssueToken stores the hash of a new token for e, valid for ttl, and retires the
+	// subscriber's earlier tokens. It fails with model.ErrEmailObsolete when e is no longer
+	// pending, its subscriber is no longer pending, or a newer email superseded it.
+	IssueToken(ctx context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error
+	// MarkSent records that the email was handed to the SMTP server.
+	MarkSent(ctx context.Context, id uuid.UUID) error
+	// Retry counts a failed attempt and makes the email due again after delay.
+	Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string) error
+	// Fail counts a failed attempt and gives up on the email; it stays for inspection.
+	Fail(ctx context.Context, id uuid.UUID, reason string) error
+	// Cancel gives up on an email nobody wants any more.
+	Cancel(ctx context.Context, id uuid.UUID, reason string) error
+	// Release hands claimed, untried emails back at once (on shutdown).
+	Release(ctx context.Context, ids []uuid.UUID) error
+}
+
+// Outcomes of one delivery attempt, as given to [Recorder.EmailSend].
+const (
+	OutcomeSent      = "sent"
+	OutcomeRetry     = "retry"
+	OutcomeFailed    = "failed"
+	OutcomeCancelled = "cancelled"
+)
+
+// Recorder receives the worker's metrics: one call per attempt with its outcome
+// ([OutcomeSent], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and duration.
+type Recorder interface {
+	EmailSend(outcome string, d time.Duration)
+}
+
+// WorkerConfig tunes a [Worker]. Zero values take the defaults named on each field.
+type WorkerConfig struct {
+	BatchSize    int           // emails claimed at once; default 10
+	PollInterval time.Duration // look for due emails this often without a wake-up; default 5s
+	Lease        time.Duration // a claimed email is hidden from other workers this long; default 10m
+	RetryBase    time.Duration // delay before the second attempt, doubling after; default 30s
+	RetryMax     time.Duration // longest delay between attempts; default 1h
+	MaxAttempts  int           // attempts before an email fails for good; default 12
+	SendTimeout  time.Duration // bound on one email (token, SMTP, bookkeeping); default 2m
+
+	// Wake, when not nil, is signalled when new emails are queued (LISTEN/NOTIFY), so they go
+	// out at once instead of at the next poll.
+	Wake <-chan struct{}
+	// Recorder receives metrics; nil records nothing.
+	Recorder Recorder
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// TracerProvider defaults to the global one.
+	TracerProvider trace.TracerProvider
+}
+
+func (c *WorkerConfig) defaults() {
+	setDefault(&c.BatchSize, 10)
+	setDefault(&c.PollInterval, 5*time.Second)
+	setDefault(&c.Lease, 10*time.Minute)
+	setDefault(&c.RetryBase, 30*time.Second)
+	setDefault(&c.RetryMax, time.Hour)
+	setDefault(&c.MaxAttempts, 12)
+	setDefault(&c.SendTimeout, 2*time.Minute)
+	if c.Recorder == nil {
+		c.Recorder = nopRecorder{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+}
+
+func setDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) EmailSend(string, time.Duration) {}
+
+// Worker delivers the outbox's confirmation emails until its context ends.
+type Worker struct {
+	outbox    Outbox
+	transport Transport
+	composer  *Composer
+	cfg       WorkerConfig
+	log       *slog.Logger
+	tracer    trace.Tracer
+}
+
+// NewWorker returns a worker that claims emails from o, writes them with c and sends them
+// through t.
+func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
+	cfg.defaults()
+	return &Worker{
+		outbox: o, transport: t, composer: c, cfg: cfg,
+		log:    cfg.Logger.With(slog.String("component", "email_worker")),
+		tracer: cfg.TracerProvider.Tracer("github.com/subscriberd/subscriberd/mail"),
+	}
+}
+
+// Run delivers due emails until ctx ends, then returns nil after finishing the email in hand
+// and handing the rest of its batch back to the outbox.
+func (w *Worker) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.cfg.Wake:
+		case <-timer.C:
+		}
+		for {
+			n, err := w.RunOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				w.log.WarnContext(ctx, "claiming due emails failed", slog.Any("error", err))
+			}
+			if err != nil || n < w.cfg.BatchSize || ctx.Err() != nil {
+				break // a full batch means more may be due: go on at once
+			}
+		}
+		timer.Reset(w.cfg.PollInterval)
+	}
+}
+
+// RunOnce claims one batch of due emails and delivers it, and reports how many it claimed.
+// When ctx ends it stops after the email in hand and releases the others.
+func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	jobs, err := w.outbox.Claim(ctx, w.cfg.BatchSize, w.cfg.Lease)
+	if err != nil {
+		return 0, err
+	}
+	for i, job := range jobs {
+		if ctx.Err() != nil {
+			w.release(ctx, jobs[i:])
+			break
+		}
+		w.deliver(ctx, job)
+	}
+	return len(jobs), nil
+}
+
+func (w *Worker) release(ctx context.Context, jobs []model.OutboxEmail) {
+	ids := make([]uuid.UUID, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.outbox.Release(rctx, ids); err != nil {
+		// Not lost: the lease ends and another worker takes them.
+		w.log.WarnContext(ctx, "releasing claimed emails failed", slog.Int("count", len(ids)), slog.Any("error", err))
+	}
+}
+
+// deliver makes one attempt at one email and records its outcome. It runs to its end even when
+// ctx is cancelled (shutdown waits for the email in hand), bounded by SendTimeout.
+func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), w.cfg.SendTimeout)
+	defer cancel()
+	attempt := job.Attempts + 1
+	opts := []trace.SpanStartOption{
+		trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("subscriberd.email.outbox_id", job.ID.String()),
+			attribute.String("subscriberd.email.kind", job.Kind),
+			attribute.Int("subscriberd.email.attempt", attempt),
+		),
+	}
+	if sc := parseTraceparent(job.Traceparent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := w.tracer.Start(ctx, "email.send", opts...)
+	log := w.log.With(slog.String("outbox_id", job.ID.String()), slog.Int("attempt", attempt))
+
+	outcome, err := w.attempt(ctx, job, attempt, log)
+	span.SetAttributes(attribute.String("subscriberd.email.outcome", outcome))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
+	w.cfg.Recorder.EmailSend(outcome, time.Since(start))
+}
+
+func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger) (string, error) {
+	if job.Kind != model.EmailKindConfirmation {
+		// Written by a newer version, or by hand: this worker cannot write it, and must not
+		// send a confirmation in its place. It stays for inspection.
+		err := errors.New("unknown email kind " + strconv.Quote(job.Kind))
+		if ferr := w.outbox.Fail(ctx, job.ID, err.Error()); ferr != nil {
+			log.WarnContext(ctx, "recording failure failed", slog.Any("error", ferr))
+		}
+		log.ErrorContext(ctx, "email failed for good", slog.Any("error", err))
+		return OutcomeFailed, err
+	}
+	token, hash := NewToken()
+	if err := w.outbox.IssueToken(ctx, job, hash, TokenTTL); err != nil {
+		if errors.Is(err, model.ErrEmailObsolete) {
+			if err := w.outbox.Cancel(ctx, job.ID, "subscriber no longer pending or email superseded"); err != nil {
+				log.WarnContext(ctx, "cancelling email failed", slog.Any("error", err))
+			}
+			log.InfoContext(ctx, "email cancelled: no longer wanted")
+			return OutcomeCancelled, nil
+		}
+		// The database is the likely culprit; nothing was sent. If even the retry cannot be
+		// recorded, the lease ends and the email comes back by itself.
+		log.WarnContext(ctx, "issuing confirmation token failed", slog.Any("error", err))
+		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error()); rerr != nil {
+			log.WarnContext(ctx, "recording retry failed", slog.Any("error", rerr))
+		}
+		return OutcomeRetry, err
+	}
+	msg, err := w.composer.Compose(job, token)
+	if err == nil {
+		err = w.transport.Send(ctx, msg)
+	}
+	if err == nil {
+		if err := w.outbox.MarkSent(ctx, job.ID); err != nil {
+			// The server has the email; when the lease ends it may go out once more, with the
+			// same Message-ID. That beats losing it.
+			log.ErrorContext(ctx, "email sent but not recorded as sent", slog.Any("error", err))
+		}
+		log.InfoContext(ctx, "email sent", slog.String("message_id", msg.ID))
+		return OutcomeSent, nil
+	}
+
+	reason := truncate(err.Error(), 1000)
+	if IsPermanent(err) || attempt >= w.cfg.MaxAttempts {
+		if ferr := w.outbox.Fail(ctx, job.ID, reason); ferr != nil {
+			log.WarnContext(ctx, "recording failure failed", slog.Any("error", ferr))
+		}
+		log.ErrorContext(ctx, "email failed for good", slog.Bool("permanent", IsPermanent(err)), slog.Any("error", err))
+		return OutcomeFailed, err
+	}
+	delay := w.Backoff(attempt)
+	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason); rerr != nil {
+		log.WarnContext(ctx, "recording retry failed", slog.Any("error", rerr))
+	}
+	log.WarnContext(ctx, "email will be retried", slog.Duration("delay", delay), slog.Any("error", err))
+	return OutcomeRetry, err
+}
+
+// Backoff is the delay after the given failed attempt (1 for the first): RetryBase doubling
+// per attempt up to RetryMax, less a random quarter of it, so that emails that failed together
+// do not all come back together.
+func (w *Worker) Backoff(attempt int) time.Duration {
+	d := w.cfg.RetryBase
+	for i := 1; i < attempt && d < w.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.RetryMax)
+	return d - rand.N(d/4+1)
+}
+
+// parseTraceparent reads a W3C traceparent header value; an invalid or empty one gives an
+// invalid span context.
+func parseTraceparent(s string) trace.SpanContext {
+	if s == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": s})
+	return trace.SpanContextFromContext(ctx)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary.
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

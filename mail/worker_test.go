@@ -1,0 +1,427 @@
+package mail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// fakeRow is one email in fakeOutbox.
+type fakeRow struct {
+	email    model.OutboxEmail
+	state    string
+	due      time.Time
+	delay    time.Duration // last retry delay
+	reason   string
+	obsolete bool     // IssueToken answers ErrEmailObsolete
+	hashes   [][]byte // issued token hashes
+}
+
+// fakeOutbox is an in-memory Outbox: enough of the contract to drive the worker.
+type fakeOutbox struct {
+	mu       sync.Mutex
+	rows     []*fakeRow
+	released []uuid.UUID
+	claims   chan int // when set, receives the size of every claim
+	failing  int      // the next claims that fail, as with the database down
+}
+
+func (o *fakeOutbox) add(e model.OutboxEmail) *fakeRow {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e.ID == uuid.Nil {
+		e.ID = uuid.New()
+	}
+	if e.Email == "" {
+		e.Email = "s" + e.ID.String()[:8] + "@example.com"
+	}
+	if e.Kind == "" {
+		e.Kind = model.EmailKindConfirmation
+	}
+	r := &fakeRow{email: e, state: model.EmailPending}
+	o.rows = append(o.rows, r)
+	return r
+}
+
+func (o *fakeOutbox) row(id uuid.UUID) *fakeRow {
+	for _, r := range o.rows {
+		if r.email.ID == id {
+			return r
+		}
+	}
+	panic("no row " + id.String())
+}
+
+func (o *fakeOutbox) Claim(_ context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failing > 0 {
+		o.failing--
+		o.report(-1)
+		return nil, fmt.Errorf("claim: %w", model.ErrUnavailable)
+	}
+	now := time.Now()
+	var out []model.OutboxEmail
+	for _, r := range o.rows {
+		if len(out) < limit && r.state == model.EmailPending && !r.due.After(now) {
+			r.due = now.Add(lease)
+			out = append(out, r.email)
+		}
+	}
+	o.report(len(out))
+	return out, nil
+}
+
+// report tells the test about a claim, never blocking the worker.
+func (o *fakeOutbox) report(n int) {
+	if o.claims != nil {
+		select {
+		case o.claims <- n:
+		default:
+		}
+	}
+}
+
+func (o *fakeOutbox) IssueToken(_ context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.row(e.ID)
+	if r.obsolete {
+		return fmt.Errorf("issue: %w", model.ErrEmailObsolete)
+	}
+	if ttl != TokenTTL {
+		return fmt.Errorf("ttl %v", ttl)
+	}
+	r.hashes = append(r.hashes, hash)
+	return nil
+}
+
+func (o *fakeOutbox) set(id uuid.UUID, f func(*fakeRow)) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f(o.row(id))
+	return nil
+}
+
+func (o *fakeOutbox) MarkSent(_ context.Context, id uuid.UUID) error {
+	return o.set(id, func(r *fakeRow) { r.state = model.EmailSent; r.email.Attempts++ })
+}
+
+func (o *fakeOutbox) Retry(_ context.Context, id uuid.UUID, d time.Duration, reason string) error {
+	return o.set(id, func(r *fakeRow) {
+		r.email.Attempts++
+		r.due, r.delay, r.reason = time.Now().Add(d), d, reason
+	})
+}
+
+func (o *fakeOutbox) Fail(_ context.Context, id uuid.UUID, reason string) error {
+	return o.set(id, func(r *fakeRow) { r.state = model.EmailFailed; r.email.Attempts++; r.reason = reason })
+}
+
+func (o *fakeOutbox) Cancel(_ context.Context, id uuid.UUID, reason string) error {
+	return o.set(id, func(r *fakeRow) { r.state = model.EmailCancelled; r.reason = reason })
+}
+
+func (o *fakeOutbox) Release(_ context.Context, ids []uuid.UUID) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		o.row(id).due = time.Time{}
+	}
+	o.released = append(o.released, ids...)
+	return nil
+}
+
+// fakeTransport keeps the messages it is given and answers with err(m) when set.
+type fakeTransport struct {
+	mu   sync.Mutex
+	sent []*Message
+	err  func(ctx context.Context, m *Message) error
+	got  chan *Message
+}
+
+func (t *fakeTransport) Send(ctx context.Context, m *Message) error {
+	if t.err != nil {
+		if err := t.err(ctx, m); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	t.sent = append(t.sent, m)
+	t.mu.Unlock()
+	if t.got != nil {
+		t.got <- m
+	}
+	return nil
+}
+
+type fakeRecorder struct {
+	mu       sync.Mutex
+	outcomes []string
+}
+
+func (r *fakeRecorder) EmailSend(outcome string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d < 0 {
+		outcome += "(negative duration)"
+	}
+	r.outcomes = append(r.outcomes, outcome)
+}
+
+func (r *fakeRecorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.outcomes, ",")
+}
+
+type workerFixture struct {
+	outbox    *fakeOutbox
+	transport *fakeTransport
+	rec       *fakeRecorder
+	spans     *tracetest.SpanRecorder
+	logs      *bytes.Buffer
+	worker    *Worker
+}
+
+func newFixture(t *testing.T, cfg WorkerConfig) *workerFixture {
+	t.Helper()
+	f := &workerFixture{outbox: &fakeOutbox{}, transport: &fakeTransport{}, rec: &fakeRecorder{},
+		spans: tracetest.NewSpanRecorder(), logs: &bytes.Buffer{}}
+	c, err := NewComposer("News <news@example.com>", "https://example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Recorder = f.rec
+	cfg.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
+	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f.worker = NewWorker(f.outbox, f.transport, c, cfg)
+	return f
+}
+
+func TestWorkerSendsDueEmails(t *testing.T) {
+	f := newFixture(t, WorkerConfig{})
+	a := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", FirstName: "Ann"})
+	b := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly"})
+	n, err := f.worker.RunOnce(context.Background())
+	if err != nil || n != 2 {
+		t.Fatalf("RunOnce = %d, %v; want 2 claimed", n, err)
+	}
+	if got := f.rec.String(); got != "sent,sent" {
+		t.Errorf("outcomes %q, want sent,sent", got)
+	}
+	for i, r := range []*fakeRow{a, b} {
+		if r.state != model.EmailSent || r.email.Attempts != 1 || len(r.hashes) != 1 {
+			t.Fatalf("row %d: state %s attempts %d tokens %d; want sent, 1, 1", i, r.state, r.email.Attempts, len(r.hashes))
+		}
+		m := f.transport.sent[i]
+		token := strings.TrimPrefix(m.Link, "https://example.com/confirm/")
+		if !bytes.Equal(HashToken(token), r.hashes[0]) {
+			t.Errorf("row %d: the link's token does not match the stored hash", i)
+		}
+		if m.ID != r.email.ID.String()+"@example.com" || m.To.Address != r.email.Email {
+			t.Errorf("row %d: message id %q to %q", i, m.ID, m.To.Address)
+		}
+	}
+	if strings.Contains(f.logs.String(), "/confirm/") {
+		t.Errorf("the worker logged a link:\n%s", f.logs)
+	}
+	if n, _ := f.worker.RunOnce(context.Background()); n != 0 {
+		t.Errorf("second RunOnce claimed %d, want 0", n)
+	}
+}
+
+func TestWorkerOutcomes(t *testing.T) {
+	temporary := errors.New("451 4.3.0 try again later")
+	permanent := &PermanentError{Code: 550, Err: errors.New("550 5.1.1 no such user")}
+	for _, tc := range []struct {
+		name       string
+		attempts   int // made before
+		obsolete   bool
+		sendErr    error
+		outcome    string
+		state      string
+		wantSent   int
+		minD, maxD time.Duration
+	}{
+		{"temporary first failure", 0, false, temporary, OutcomeRetry, model.EmailPending, 0, 22500 * time.Millisecond, 30 * time.Second},
+		{"temporary third failure", 2, false, temporary, OutcomeRetry, model.EmailPending, 0, 90 * time.Second, 120 * time.Second},
+		{"temporary failure capped at an hour", 9, false, temporary, OutcomeRetry, model.EmailPending, 0, 45 * time.Minute, time.Hour},
+		{"temporary failure at the last attempt", 11, false, temporary, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"permanent failure at once", 0, false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"no longer wanted", 0, true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
+		{"success after failures", 5, false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
+		{"unknown kind", 0, false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, WorkerConfig{})
+			kind := model.EmailKindConfirmation
+			if tc.name == "unknown kind" {
+				kind = "newsletter-issue"
+			}
+			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, Kind: kind})
+			r.obsolete = tc.obsolete
+			f.transport.err = func(context.Context, *Message) error { return tc.sendErr }
+			if _, err := f.worker.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.rec.String(); got != tc.outcome {
+				t.Errorf("outcome %q, want %q", got, tc.outcome)
+			}
+			if r.state != tc.state || len(f.transport.sent) != tc.wantSent {
+				t.Errorf("state %s, sent %d; want %s, %d", r.state, len(f.transport.sent), tc.state, tc.wantSent)
+			}
+			if tc.maxD > 0 && (r.delay < tc.minD || r.delay > tc.maxD) {
+				t.Errorf("retry delay %v, want within [%v, %v]", r.delay, tc.minD, tc.maxD)
+			}
+			if tc.sendErr != nil && !strings.Contains(r.reason, tc.sendErr.Error()) {
+				t.Errorf("recorded reason %q lacks %q", r.reason, tc.sendErr)
+			}
+			if tc.obsolete && len(r.hashes) != 0 {
+				t.Error("a token was stored for an obsolete email")
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	w := NewWorker(&fakeOutbox{}, &fakeTransport{}, nil, WorkerConfig{})
+	for _, tc := range []struct {
+		attempt int
+		max     time.Duration
+	}{{1, 30 * time.Second}, {2, time.Minute}, {3, 2 * time.Minute}, {7, 32 * time.Minute}, {8, time.Hour}, {12, time.Hour}, {1000, time.Hour}} {
+		for range 50 {
+			d := w.Backoff(tc.attempt)
+			if d > tc.max || d < tc.max*3/4 {
+				t.Fatalf("Backoff(%d) = %v, want within [%v, %v]", tc.attempt, d, tc.max*3/4, tc.max)
+			}
+		}
+	}
+}
+
+func TestWorkerSpanLinksTheQueuingRequest(t *testing.T) {
+	f := newFixture(t, WorkerConfig{})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Traceparent: tp})
+	f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Traceparent: "garbage"})
+	f.worker.RunOnce(context.Background())
+	spans := f.spans.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	s := spans[0]
+	if s.Name() != "email.send" || len(s.Links()) != 1 {
+		t.Fatalf("span %q with %d links, want email.send with 1", s.Name(), len(s.Links()))
+	}
+	l := s.Links()[0].SpanContext
+	if l.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || l.SpanID().String() != "00f067aa0ba902b7" {
+		t.Errorf("link to %s/%s", l.TraceID(), l.SpanID())
+	}
+	if s.SpanContext().TraceID() == l.TraceID() || s.Parent().IsValid() {
+		t.Error("the send span should start its own trace and link the request's")
+	}
+	if len(spans[1].Links()) != 0 {
+		t.Errorf("an invalid traceparent gave %d links", len(spans[1].Links()))
+	}
+}
+
+func TestWorkerStopsAfterTheEmailInHand(t *testing.T) {
+	f := newFixture(t, WorkerConfig{})
+	rows := []*fakeRow{f.outbox.add(model.OutboxEmail{}), f.outbox.add(model.OutboxEmail{}), f.outbox.add(model.OutboxEmail{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.transport.err = func(sendCtx context.Context, _ *Message) error {
+		cancel() // shutdown begins while the first email is being sent
+		return sendCtx.Err()
+	}
+	n, err := f.worker.RunOnce(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if rows[0].state != model.EmailSent || len(f.transport.sent) != 1 {
+		t.Errorf("first email: state %s, sent %d; want it finished despite the shutdown", rows[0].state, len(f.transport.sent))
+	}
+	if len(f.outbox.released) != 2 || f.outbox.released[0] != rows[1].email.ID || f.outbox.released[1] != rows[2].email.ID {
+		t.Errorf("released %v, want the two untried emails", f.outbox.released)
+	}
+	for _, r := range rows[1:] {
+		if r.state != model.EmailPending || !r.due.IsZero() || len(r.hashes) != 0 {
+			t.Errorf("untried email: state %s due %v tokens %d", r.state, r.due, len(r.hashes))
+		}
+	}
+}
+
+func TestWorkerRunWakesOnSignalAndStops(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	f := newFixture(t, WorkerConfig{PollInterval: time.Hour, Wake: wake, BatchSize: 2})
+	f.transport.got = make(chan *Message, 10)
+	f.outbox.claims = make(chan int, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.worker.Run(ctx) }()
+
+	// The first look at start finds nothing; then three queued emails with a batch of two:
+	// one wake-up delivers them all, the next poll being an hour away.
+	if n := <-f.outbox.claims; n != 0 {
+		t.Fatalf("first claim got %d emails", n)
+	}
+	for range 3 {
+		f.outbox.add(model.OutboxEmail{})
+	}
+	wake <- struct{}{}
+	for i := range 3 {
+		select {
+		case <-f.transport.got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("email %d not delivered after the wake-up", i+1)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestWorkerRunSurvivesClaimErrors(t *testing.T) {
+	f := newFixture(t, WorkerConfig{PollInterval: time.Millisecond})
+	f.outbox.failing = 3
+	f.outbox.claims = make(chan int, 100)
+	f.transport.got = make(chan *Message, 1)
+	f.outbox.add(model.OutboxEmail{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.worker.Run(ctx) }()
+	select {
+	case <-f.transport.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no email after the database came back")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	for range 3 {
+		if n := <-f.outbox.claims; n != -1 {
+			t.Fatalf("claim answered %d, want the three failures first", n)
+		}
+	}
+	if got := strings.Count(f.logs.String(), "claiming due emails failed"); got != 3 {
+		t.Errorf("%d claim failures logged, want 3:\n%s", got, f.logs)
+	}
+}

@@ -1,0 +1,58 @@
+package model
+
+import (
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// EmailKindConfirmation is the outbox kind of a double-opt-in confirmation email, the only
+// kind there is today.
+const EmailKindConfirmation = "confirmation"
+
+// Outbox states of an email.
+const (
+	EmailPending   = "pending"
+	EmailSent      = "sent"
+	EmailFailed    = "failed"
+	EmailCancelled = "cancelled"
+)
+
+// OutboxEmail is one confirmation email due for delivery: an outbox row together with what is
+// needed to write it, read when the email is claimed (the subscriber's current address and name,
+// the newsletter's current name).
+type OutboxEmail struct {
+	ID             uuid.UUID
+	NewsletterID   uuid.UUID
+	NewsletterName string
+	SubscriberID   uuid.UUID
+	Email          string
+	FirstName      string
+	LastName       string
+	Kind           string
+	Attempts       int    // delivery attempts already made
+	Traceparent    string // W3C trace context of the request that queued it; may be ""
+	CreatedAt      time.Time
+}
+
+// Name is the subscriber's display name, "" when there is none.
+func (e OutboxEmail) Name() string { return JoinName(e.FirstName, e.LastName) }
+
+// Confirmation is what a confirmation token leads to.
+type Confirmation struct {
+	SubscriberID   uuid.UUID
+	NewsletterName string
+	// Confirmed is set when this token already confirmed the subscription.
+	Confirmed bool
+}
+
+// Errors of the email outbox and confirmation tokens.
+var (
+	// ErrEmailObsolete means an outbox email is no longer wanted: its subscriber is no longer
+	// pending, a newer confirmation email superseded it, or it was cancelled.
+	ErrEmailObsolete = errors.New("confirmation email no longer wanted")
+	// ErrTokenInvalid means a confirmation token is unknown, expired or superseded, or its
+	// subscriber is no longer pending (and the token is not the one that confirmed it).
+	ErrTokenInvalid = errors.New("confirmation link no longer valid")
+)

@@ -1,0 +1,223 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Outbox states besides those in subscribers.go.
+const (
+	StateSent   = "sent"
+	StateFailed = "failed"
+)
+
+// NotifyChannel is the PostgreSQL channel notified when outbox rows are inserted (see the
+// email_outbox_notify migration).
+const NotifyChannel = "email_outbox"
+
+// Outbox is the transactional outbox of confirmation emails as the email worker uses it: it
+// implements mail.Outbox. Claims are leases, committed at once; the email is sent outside any
+// transaction, and its outcome recorded afterwards. Times come from the service's clock, like
+// every timestamp of the schema.
+type Outbox struct {
+	db  *bun.DB
+	now func() time.Time
+}
+
+// NewOutbox returns the outbox on db.
+func NewOutbox(db *bun.DB) *Outbox {
+	return &Outbox{db: db, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// claimedRow is a claimed outbox row with what the email needs.
+type claimedRow struct {
+	ID             uuid.UUID `bun:"id,type:uuid"`
+	NewsletterID   uuid.UUID `bun:"newsletter_id,type:uuid"`
+	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
+	Kind           string    `bun:"kind"`
+	Attempts       int       `bun:"attempts"`
+	Traceparent    string    `bun:"traceparent"`
+	CreatedAt      time.Time `bun:"created_at"`
+	Email          string    `bun:"email"`
+	FirstName      string    `bun:"first_name"`
+	LastName       string    `bun:"last_name"`
+	NewsletterName string    `bun:"newsletter_name"`
+}
+
+// Claim leases up to limit due pending emails, oldest due first: their next attempt moves to
+// now+lease, which hides them from every other claim until then. Rows another transaction holds
+// are skipped, not waited for.
+func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
+	now := o.now()
+	var rows []claimedRow
+	err := o.db.NewRaw(`
+WITH due AS (
+    SELECT id FROM email_outbox
+    WHERE state = 'pending' AND next_attempt_at <= ?0
+    ORDER BY next_attempt_at
+    LIMIT ?1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
+    FROM due WHERE o.id = due.id
+    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.traceparent, o.created_at
+)
+SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
+FROM claimed AS c
+JOIN subscribers AS s ON s.id = c.subscriber_id
+JOIN newsletters AS n ON n.id = c.newsletter_id
+ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.OutboxEmail, len(rows))
+	for i, r := range rows {
+		out[i] = model.OutboxEmail{
+			ID: r.ID, NewsletterID: r.NewsletterID, NewsletterName: r.NewsletterName,
+			SubscriberID: r.SubscriberID, Email: r.Email, FirstName: r.FirstName, LastName: r.LastName,
+			Kind: r.Kind, Attempts: r.Attempts, Traceparent: r.Traceparent, CreatedAt: r.CreatedAt.UTC(),
+		}
+	}
+	return out, nil
+}
+
+// IssueToken stores the hash of a new confirmation token for e, valid for ttl, and retires
+// every other token of the subscriber, in one transaction that holds the subscriber's row so it
+// cannot change meanwhile. It fails with model.ErrEmailObsolete when the subscriber is no longer
+// pending or the email is no longer pending (cancelled by a later change).
+func (o *Outbox) IssueToken(ctx context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error {
+	now := o.now()
+	err := o.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// Locks in the order every writer of a subscriber uses: subscriber, outbox, tokens.
+		var status, state string
+		err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ? FOR UPDATE", e.SubscriberID).Scan(ctx, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		err = tx.NewRaw("SELECT state FROM email_outbox WHERE id = ?", e.ID).Scan(ctx, &state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("email gone: %w", model.ErrEmailObsolete)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		if status != string(model.StatusPending) || state != StatePending {
+			return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
+		}
+		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET retired_at = ?
+WHERE subscriber_id = ? AND retired_at IS NULL`, now, e.SubscriberID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		_, err = tx.NewRaw(`INSERT INTO confirmation_tokens (hash, subscriber_id, outbox_id, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx)
+		return translate(err)
+	})
+	if err != nil && !errors.Is(err, model.ErrEmailObsolete) {
+		return translate(err)
+	}
+	return err
+}
+
+// MarkSent records the email as handed to the SMTP server. It is recorded even when a change
+// cancelled the email while it was being sent: it did go out (its link is dead by then).
+func (o *Outbox) MarkSent(ctx context.Context, id uuid.UUID) error {
+	now := o.now()
+	_, err := o.db.NewRaw(`UPDATE email_outbox
+SET state = 'sent', attempts = attempts + 1, sent_at = ?0, updated_at = ?0, last_error = ''
+WHERE id = ?1 AND state IN ('pending', 'cancelled')`, now, id).Exec(ctx)
+	return translate(err)
+}
+
+// Retry counts a failed attempt and makes the email due again after delay.
+func (o *Outbox) Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string) error {
+	now := o.now()
+	_, err := o.db.NewRaw(`UPDATE email_outbox
+SET attempts = attempts + 1, next_attempt_at = ?0, last_error = ?1, updated_at = ?2
+WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id).Exec(ctx)
+	return translate(err)
+}
+
+// Fail counts a failed attempt and gives up on the email, which stays for inspection.
+func (o *Outbox) Fail(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := o.db.NewRaw(`UPDATE email_outbox
+SET state = 'failed', attempts = attempts + 1, last_error = ?0, updated_at = ?1
+WHERE id = ?2 AND state = 'pending'`, reason, o.now(), id).Exec(ctx)
+	return translate(err)
+}
+
+// Cancel gives up on an email nobody wants any more.
+func (o *Outbox) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := o.db.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = ?0, updated_at = ?1
+WHERE id = ?2 AND state = 'pending'`, reason, o.now(), id).Exec(ctx)
+	return translate(err)
+}
+
+// Release makes claimed, untried emails due again at once.
+func (o *Outbox) Release(ctx context.Context, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	now := o.now()
+	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?0
+WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
+	return translate(err)
+}
+
+// Stats reads, for metrics, how many emails wait to be sent (due or scheduled for a retry) and
+// how long the longest-waiting due one has been due (0 when none is).
+func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
+	now := o.now()
+	var st struct {
+		Pending int64      `bun:"pending"`
+		Oldest  *time.Time `bun:"oldest"`
+	}
+	err = o.db.NewRaw(`SELECT count(*) AS pending,
+    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?) AS oldest
+FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
+	if err != nil {
+		return 0, 0, translate(err)
+	}
+	if st.Oldest != nil {
+		oldestDue = now.Sub(*st.Oldest)
+	}
+	return st.Pending, oldestDue, nil
+}
+
+// Listen signals on the returned channel whenever outbox rows are inserted (PostgreSQL
+// LISTEN/NOTIFY on a connection of its own, re-established after failures), until ctx ends.
+// Signals coalesce: one pending signal stands for any number of inserts.
+func (o *Outbox) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
+	wake := make(chan struct{}, 1)
+	ln := pgdriver.NewListener(o.db)
+	if err := ln.Listen(ctx, NotifyChannel); err != nil {
+		// The listener retries its connection by itself; until then the worker polls.
+		log.WarnContext(ctx, "listening for queued emails failed; polling meanwhile", slog.Any("error", err))
+	}
+	notes := ln.Channel()
+	go func() {
+		<-ctx.Done()
+		ln.Close() //nolint:errcheck // closing on shutdown
+	}()
+	go func() {
+		for range notes {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return wake
+}

@@ -1,0 +1,131 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Confirmations resolves confirmation tokens, stored only as hashes, for the double-opt-in
+// pages.
+type Confirmations struct {
+	db  *bun.DB
+	now func() time.Time
+}
+
+// NewConfirmations returns the token store on db.
+func NewConfirmations(db *bun.DB) *Confirmations {
+	return &Confirmations{db: db, now: func() time.Time { return time.Now().UTC() }}
+}
+
+type tokenRow struct {
+	SubscriberID   uuid.UUID  `bun:"subscriber_id,type:uuid"`
+	ExpiresAt      time.Time  `bun:"expires_at"`
+	RetiredAt      *time.Time `bun:"retired_at"`
+	ConfirmedAt    *time.Time `bun:"confirmed_at"`
+	Status         string     `bun:"status"`
+	NewsletterName string     `bun:"newsletter_name"`
+}
+
+// usable tells what a token may do now: confirm its pending subscriber, or show again that
+// it did (the token that confirmed, while the subscriber stays active and nothing retired it).
+// Anything else — expired, retired, superseded, or a subscriber that changed for another
+// reason — is invalid.
+func (t *tokenRow) usable(now time.Time) (confirm, replay bool) {
+	if !now.Before(t.ExpiresAt) || t.RetiredAt != nil {
+		return false, false
+	}
+	if t.ConfirmedAt != nil {
+		return false, t.Status == string(model.StatusActive)
+	}
+	return t.Status == string(model.StatusPending), false
+}
+
+const tokenQuery = `SELECT t.subscriber_id, t.expires_at, t.retired_at, t.confirmed_at, s.status,
+    n.name AS newsletter_name
+FROM confirmation_tokens AS t
+JOIN subscribers AS s ON s.id = t.subscriber_id
+JOIN newsletters AS n ON n.id = s.newsletter_id
+WHERE t.hash = ?`
+
+// Lookup tells whether the token with this hash can confirm (or has confirmed) its
+// subscription, changing nothing. An unusable token is model.ErrTokenInvalid.
+func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirmation, error) {
+	var t tokenRow
+	err := c.db.NewRaw(tokenQuery, hash).Scan(ctx, &t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Confirmation{}, fmt.Errorf("%w", model.ErrTokenInvalid)
+	}
+	if err != nil {
+		return model.Confirmation{}, translate(err)
+	}
+	confirm, replay := t.usable(c.now())
+	if !confirm && !replay {
+		return model.Confirmation{}, fmt.Errorf("%w", model.ErrTokenInvalid)
+	}
+	return model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Confirmed: replay}, nil
+}
+
+// Confirm makes the token's pending subscriber active, marks the token as the one that
+// confirmed, retires the subscriber's other tokens and cancels its unsent confirmation emails,
+// in one transaction. Confirming again with the same token succeeds and changes nothing; any
+// other unusable token is model.ErrTokenInvalid.
+func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirmation, error) {
+	var out model.Confirmation
+	err := c.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		now := c.now()
+		var subscriberID uuid.UUID
+		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrTokenInvalid)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		// Lock the subscriber first, as every other writer does, then read the token as it
+		// stands under that lock: a concurrent change or confirmation has finished by then.
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ? FOR UPDATE", subscriberID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		var t tokenRow
+		if err := tx.NewRaw(tokenQuery, hash).Scan(ctx, &t); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w", model.ErrTokenInvalid)
+			}
+			return translate(err)
+		}
+		out = model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Confirmed: true}
+		confirm, replay := t.usable(now)
+		switch {
+		case replay:
+			return nil
+		case !confirm:
+			return fmt.Errorf("%w", model.ErrTokenInvalid)
+		}
+		if _, err := tx.NewRaw(`UPDATE subscribers SET status = 'active', updated_at = ? WHERE id = ?`,
+			now, subscriberID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if _, err := tx.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = 'confirmed', updated_at = ?
+WHERE subscriber_id = ? AND state = 'pending'`, now, subscriberID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET retired_at = ?
+WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID, hash).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		_, err = tx.NewRaw(`UPDATE confirmation_tokens SET confirmed_at = ? WHERE hash = ?`, now, hash).Exec(ctx)
+		return translate(err)
+	})
+	if err != nil {
+		return model.Confirmation{}, translate(err) // a failed commit is the driver's error
+	}
+	return out, nil
+}

@@ -1,0 +1,292 @@
+package telemetry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+func TestMetricsLintClean(t *testing.T) {
+	m := NewMetrics("v1.2.3")
+	touchAll(m)
+	problems, err := testutil.GatherAndLint(m.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
+	m := NewMetrics("test")
+	for name, want := range map[string]int{
+		"email_sends_total":          4,
+		"rate_limit_decisions_total": 12,
+		"auth_failures_total":        4,
+		"lockouts_total":             2,
+	} {
+		if got, err := testutil.GatherAndCount(m.Registry(), name); err != nil || got != want {
+			t.Errorf("%s: got %d series (err %v), want %d", name, got, err, want)
+		}
+	}
+	// Families that appear only when their source exists.
+	for _, name := range []string{"rate_limit_redis_up", "email_outbox_depth", "go_sql_max_open_connections"} {
+		if got, _ := testutil.GatherAndCount(m.Registry(), name); got != 0 {
+			t.Errorf("%s: got %d series before registration, want 0", name, got)
+		}
+	}
+}
+
+func TestRecordingMethods(t *testing.T) {
+	m := NewMetrics("test")
+	m.EmailSend(EmailSent, 40*time.Millisecond)
+	m.EmailSend(EmailRetry, 3*time.Second)
+	m.EmailSend("smtp said 550 for bob@example.com", time.Second) // unbounded value: becomes "other"
+	m.Decision(ScopeKey, DecisionAllowed)
+	m.Decision(ScopeBulk, DecisionLimited)
+	m.Decision(ScopeClientLockout, DecisionLocked)
+	m.AuthFailure(AuthInvalid)
+	m.AuthFailure(AuthInvalid)
+	m.AuthFailure(AuthPlanDisabled)
+	m.Lockout(LockoutClient)
+	m.BackendUp(true)
+	m.BackendUp(false)
+	m.SubscribersCreated("bulk", "pending", 3)
+
+	expected := `
+# HELP auth_failures_total Requests refused by authentication, by reason (missing, invalid, revoked, plan_disabled).
+# TYPE auth_failures_total counter
+auth_failures_total{reason="invalid"} 2
+auth_failures_total{reason="missing"} 0
+auth_failures_total{reason="plan_disabled"} 1
+auth_failures_total{reason="revoked"} 0
+# HELP email_sends_total Confirmation email send attempts, by outcome (sent, retry, failed, cancelled).
+# TYPE email_sends_total counter
+email_sends_total{outcome="cancelled"} 0
+email_sends_total{outcome="failed"} 0
+email_sends_total{outcome="other"} 1
+email_sends_total{outcome="retry"} 1
+email_sends_total{outcome="sent"} 1
+# HELP lockouts_total Temporary lockouts imposed, by scope (client, key).
+# TYPE lockouts_total counter
+lockouts_total{scope="client"} 1
+lockouts_total{scope="key"} 0
+# HELP rate_limit_redis_up 1 if the last exchange with the Redis rate-limit store succeeded, else 0.
+# TYPE rate_limit_redis_up gauge
+rate_limit_redis_up 0
+# HELP subscribers_created_total Subscribers created, by initial status and operation (create, bulk).
+# TYPE subscribers_created_total counter
+subscribers_created_total{operation="bulk",status="pending"} 3
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected),
+		"auth_failures_total", "email_sends_total", "lockouts_total", "rate_limit_redis_up",
+		"subscribers_created_total"); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		scope, outcome string
+		want           float64
+	}{
+		{ScopeKey, DecisionAllowed, 1},
+		{ScopeBulk, DecisionLimited, 1},
+		{ScopeClientLockout, DecisionLocked, 1},
+		{ScopeKeyLockout, DecisionLocked, 0},
+	} {
+		if got := testutil.ToFloat64(m.decisions.WithLabelValues(c.scope, c.outcome)); got != c.want {
+			t.Errorf("rate_limit_decisions_total{scope=%q,outcome=%q} = %v, want %v", c.scope, c.outcome, got, c.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.emailSendDuration); got != 1 {
+		t.Errorf("email_send_duration_seconds: %d series, want 1", got)
+	}
+	scrape := scrapeText(t, m, "")
+	for _, want := range []string{
+		`email_send_duration_seconds_count 3`,
+		`email_send_duration_seconds_bucket{le="0.05"} 1`,
+		`email_send_duration_seconds_bucket{le="5"} 3`,
+	} {
+		if !strings.Contains(scrape, want+"\n") {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
+
+func TestOutboxGauges(t *testing.T) {
+	m := NewMetrics("test")
+	var fail error
+	err := m.RegisterOutboxGauges(func(ctx context.Context) (int64, time.Duration, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("outbox stats called without a deadline")
+		}
+		return 7, 90 * time.Second, fail
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected := `
+# HELP email_outbox_depth Emails waiting in the outbox (due or scheduled for a retry).
+# TYPE email_outbox_depth gauge
+email_outbox_depth 7
+# HELP email_outbox_oldest_due_age_seconds How long the oldest due email has been waiting; 0 when none is due.
+# TYPE email_outbox_oldest_due_age_seconds gauge
+email_outbox_oldest_due_age_seconds 90
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected),
+		"email_outbox_depth", "email_outbox_oldest_due_age_seconds"); err != nil {
+		t.Error(err)
+	}
+
+	fail = errors.New("database down")
+	n, err := testutil.GatherAndCount(m.Registry(), "email_outbox_depth", "email_outbox_oldest_due_age_seconds")
+	if err != nil || n != 0 {
+		t.Errorf("with a failing query: %d outbox series (err %v), want 0 and a successful scrape", n, err)
+	}
+	if got := testutil.ToFloat64(m.outboxErrors); got != 1 {
+		t.Errorf("email_outbox_collect_errors_total = %v, want 1", got)
+	}
+	if err := m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil }); err == nil {
+		t.Error("second RegisterOutboxGauges: got nil error")
+	}
+}
+
+func TestRegisterDB(t *testing.T) {
+	m := NewMetrics("test")
+	db := sql.OpenDB(nopConnector{})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(12)
+	if err := m.RegisterDB(db); err != nil {
+		t.Fatal(err)
+	}
+	expected := `
+# HELP go_sql_max_open_connections Maximum number of open connections to the database.
+# TYPE go_sql_max_open_connections gauge
+go_sql_max_open_connections{db_name="subscriberd"} 12
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), "go_sql_max_open_connections"); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{"go_sql_in_use_connections", "go_sql_wait_count_total", "go_sql_wait_duration_seconds_total"} {
+		if n, _ := testutil.GatherAndCount(m.Registry(), name); n != 1 {
+			t.Errorf("%s: %d series, want 1", name, n)
+		}
+	}
+	if err := m.RegisterDB(db); err == nil {
+		t.Error("second RegisterDB: got nil error")
+	}
+}
+
+const openMetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+// scrapeText GETs the metrics handler over HTTP with the given Accept header.
+func scrapeText(t *testing.T, m *Metrics, accept string) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d, err %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+func TestExemplarCarriesTraceID(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("test").Start(context.Background(), "POST /api/v1/subscribers")
+	sc := span.SpanContext()
+	span.End()
+
+	m := NewMetrics("test")
+	m.ObserveRequest(ctx, "POST", "/api/v1/subscribers", 201, 20*time.Millisecond)
+	m.EmailSendContext(ctx, EmailSent, 300*time.Millisecond)
+	m.ObserveRequest(context.Background(), "GET", "/api/v1/subscribers", 200, 20*time.Millisecond)
+
+	om := scrapeText(t, m, openMetrics)
+	for _, bucket := range []string{
+		`http_server_request_duration_seconds_bucket{code="201",method="POST",route="/api/v1/subscribers",le="0.025"} 1 `,
+		`email_send_duration_seconds_bucket{le="0.5"} 1 `,
+	} {
+		if !hasExemplar(om, bucket, sc.TraceID().String(), sc.SpanID().String()) {
+			t.Errorf("OpenMetrics scrape lacks the exemplar on %s", bucket)
+		}
+	}
+	if strings.Contains(om, `code="200",method="GET",route="/api/v1/subscribers",le="0.025"} 1 #`) {
+		t.Error("a request without a sampled span got an exemplar")
+	}
+	if plain := scrapeText(t, m, ""); strings.Contains(plain, "trace_id") {
+		t.Error("the classic text format carries exemplars; Prometheus would reject it")
+	}
+}
+
+// hasExemplar reports whether scrape has the line starting with series followed by an exemplar
+// with exactly these ids (client_golang writes exemplar labels in map order).
+func hasExemplar(scrape, series, traceID, spanID string) bool {
+	for line := range strings.Lines(scrape) {
+		rest, ok := strings.CutPrefix(line, series)
+		if !ok {
+			continue
+		}
+		labels, ok := strings.CutPrefix(rest, "# {")
+		labels, _, _ = strings.Cut(labels, "}")
+		want := []string{`trace_id="` + traceID + `"`, `span_id="` + spanID + `"`}
+		got := strings.Split(labels, ",")
+		slices.Sort(want)
+		slices.Sort(got)
+		return ok && slices.Equal(got, want)
+	}
+	return false
+}
+
+func TestUnsampledSpanGivesNoExemplar(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	ctx, span := tp.Tracer("test").Start(context.Background(), "x")
+	span.End()
+	m := NewMetrics("test")
+	m.ObserveRequest(ctx, "GET", "/x", 200, time.Millisecond)
+	if om := scrapeText(t, m, openMetrics); strings.Contains(om, "trace_id") {
+		t.Error("an unsampled span became an exemplar: it would point at a trace that was never exported")
+	}
+}
+
+func TestMetricNames(t *testing.T) {
+	names := MetricNames()
+	for _, want := range []string{
+		"http_server_request_duration_seconds_bucket", "http_server_request_duration_seconds_count",
+		"http_server_active_requests", "subscribers_created_total",
+		"email_sends_total", "email_send_duration_seconds_bucket", "email_outbox_depth",
+		"email_outbox_oldest_due_age_seconds", "email_outbox_collect_errors_total",
+		"rate_limit_decisions_total", "rate_limit_redis_up", "auth_failures_total", "lockouts_total",
+		"go_sql_in_use_connections", "go_sql_max_open_connections", "go_sql_wait_duration_seconds_total",
+		"go_goroutines", "go_gc_duration_seconds", "go_gc_duration_seconds_count", "process_cpu_seconds_total",
+		"process_resident_memory_bytes", "go_build_info", "subscriberd_build_info",
+	} {
+		if _, ok := slices.BinarySearch(names, want); !ok {
+			t.Errorf("MetricNames lacks %s", want)
+		}
+	}
+	for _, absent := range []string{"http_server_request_duration_seconds", "email_send_duration_seconds"} {
+		if _, ok := slices.BinarySearch(names, absent); ok {
+			t.Errorf("MetricNames lists the histogram base name %s, which no series has", absent)
+		}
+	}
+}
