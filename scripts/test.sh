@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of subscriberd: vet, staticcheck and `go test -race ./...` (unit, fuzz seed
-# corpora and integration tests against a real PostgreSQL and Redis).
+# Runs every test of subscriberd: vet, staticcheck, `go test -race ./...` (unit, fuzz seed
+# corpora and integration tests against a real PostgreSQL and Redis) and the Prometheus alert
+# rules' checks and unit tests (promtool).
 #
 # Integration tests start PostgreSQL and Redis containers with testcontainers when a Docker
 # engine answers. Without one, they use the machine's own servers through TEST_DATABASE_URL and
@@ -25,3 +26,5 @@ echo "== staticcheck" >&2
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 echo "== go test -race" >&2
 go test -race -count=1 -timeout 30m ./...
+echo "== promtool check rules / test rules" >&2
+./scripts/promtool.sh
