@@ -2,6 +2,7 @@ package repo
 
 import (
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -17,15 +18,23 @@ import (
 // queries stay off, because bun inlines arguments, so formatted text would put emails into
 // traces. bunotel emits the older attribute names (db.system, db.statement, db.name); the
 // stable db.system.name and db.namespace are added so both generations of backends match.
+//
+// On SQLite the system is "sqlite" and the namespace the file's name.
 func queryHook(dsn string) bun.QueryHook {
 	var dbName string
-	if u, err := url.Parse(dsn); err == nil {
+	system := "postgresql"
+	if IsSQLite(dsn) {
+		system = "sqlite"
+		if p, err := SQLitePath(dsn); err == nil {
+			dbName = filepath.Base(p)
+		}
+	} else if u, err := url.Parse(dsn); err == nil {
 		dbName = strings.TrimPrefix(u.Path, "/")
 	}
 	return bunotel.NewQueryHook(
 		bunotel.WithDBName(dbName),
 		bunotel.WithAttributes(
-			attribute.String("db.system.name", "postgresql"),
+			attribute.String("db.system.name", system),
 			attribute.String("db.namespace", dbName),
 		),
 		bunotel.WithFormattedQueries(false),
