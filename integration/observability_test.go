@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
 )
@@ -271,9 +272,10 @@ func checkAuthSpan(t *testing.T, _ []sdktrace.ReadOnlySpan, srv sdktrace.ReadOnl
 }
 
 // checkDBSpans checks the database spans: client spans named "{op} {table}" for the expected
-// names, with PostgreSQL attributes and statements without bound values.
+// names, with the store's attributes and statements without bound values.
 func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 	t.Helper()
+	system := map[string]string{testdb.Postgres: "postgresql", testdb.SQLite: "sqlite"}[testdb.Store()]
 	for _, name := range want {
 		got := spansNamed(tr, name)
 		if len(got) == 0 {
@@ -286,7 +288,7 @@ func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 		}
 		for _, s := range got {
 			a := attrMap(s)
-			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != "postgresql" || a["db.statement"].AsString() == "" {
+			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != system || a["db.statement"].AsString() == "" {
 				t.Errorf("span %q: kind %v, db.system.name %q, statement %q", s.Name(), s.SpanKind(), a["db.system.name"].AsString(), a["db.statement"].AsString())
 			}
 		}
@@ -367,6 +369,7 @@ func TestTraceUnauthorized(t *testing.T) {
 }
 
 func TestTraceDatabaseOutage(t *testing.T) {
+	postgresOnly(t, noOutageOnSQLite)
 	direct, err := url.Parse(freshDatabase(t))
 	if err != nil {
 		t.Fatal(err)

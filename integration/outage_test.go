@@ -80,6 +80,7 @@ func (p *tcpProxy) restore() {
 
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
+	postgresOnly(t, noOutageOnSQLite)
 	direct, err := url.Parse(freshDatabase(t))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of subscriberd: vet, staticcheck and `go test -race ./...` (unit, fuzz seed
-# corpora and integration tests against a real PostgreSQL and Redis).
+# corpora and integration tests against a real PostgreSQL and Redis), then the integration and
+# command tests a second time on the embedded SQLite store (TEST_STORE=sqlite).
 #
 # Integration tests start PostgreSQL and Redis containers with testcontainers when a Docker
 # engine answers. Without one, they use the machine's own servers through TEST_DATABASE_URL and
@@ -23,5 +24,9 @@ echo "== go vet" >&2
 go vet ./...
 echo "== staticcheck" >&2
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
-echo "== go test -race" >&2
-go test -race -count=1 -timeout 30m ./...
+echo "== go test -race ./... (store: postgres)" >&2
+TEST_STORE=postgres go test -race -count=1 -timeout 30m ./...
+# The same integration suite and command tests again on the embedded SQLite store: a matrix,
+# not a copy. The bench packages stay on PostgreSQL, the store every performance figure is about.
+echo "== go test -race ./integration ./cmd/subscriberd (store: sqlite)" >&2
+TEST_STORE=sqlite go test -race -count=1 -timeout 30m ./integration ./cmd/subscriberd
