@@ -36,11 +36,19 @@ const (
 	OutcomeLocked  = "locked"  // a lockout holds
 )
 
+// Subjects of lockouts, the label values of lockouts_total.
+const (
+	LockoutClient = "client" // a client IP, after repeated authentication failures
+	LockoutKey    = "key"    // an API key, after repeated failed writes
+)
+
 // Recorder receives what the limiter does, for metrics. Implementations must be safe for
 // concurrent use; labels are the constants above, never a key or an address.
 type Recorder interface {
 	// Decision counts one decision of scope with outcome.
 	Decision(scope, outcome string)
+	// Lockout counts one lockout imposed on a LockoutClient or a LockoutKey.
+	Lockout(subject string)
 	// BackendUp reports whether the shared (Redis) backend is in use.
 	BackendUp(up bool)
 }
@@ -48,6 +56,7 @@ type Recorder interface {
 type nopRecorder struct{}
 
 func (nopRecorder) Decision(string, string) {}
+func (nopRecorder) Lockout(string)          {}
 func (nopRecorder) BackendUp(bool)          {}
 
 // Decision is the answer for one request.
@@ -131,6 +140,7 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 	if !l.cfg.AuthLockout.Enabled() {
 		return Decision{Allowed: true}
 	}
+	parent := trace.SpanFromContext(ctx)
 	ctx, span := l.tracer.Start(ctx, "limits.client_lockout")
 	defer span.End()
 	left, err := l.b.LockedFor(ctx, clientLockKey(ip))
@@ -144,20 +154,20 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 		d.RetryAfter = seconds(left)
 		outcome = OutcomeLocked
 	}
-	l.record(span, ScopeClientLockout, outcome, d, "")
+	l.record(parent, span, ScopeClientLockout, outcome, d, "")
 	return d
 }
 
 // AuthFailed records an authentication failure (a 401) from ip; the failure that fills the
 // AuthLockout rule starts the lock.
 func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) {
-	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
+	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
 }
 
 // WriteFailed records a failed write (a 4xx other than 401, 403 and 429 to POST, PUT or
 // DELETE) of the key keyID; the failure that fills the WriteLockout rule starts the lock.
 func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
-	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
+	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
 }
 
 // CountsAsWriteFailure reports whether a response with status to a request with method
@@ -175,7 +185,7 @@ func CountsAsWriteFailure(method string, status int) bool {
 	return status >= 400 && status < 500
 }
 
-func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string, rule Lockout) {
+func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) {
 	if !rule.Enabled() {
 		return
 	}
@@ -191,6 +201,7 @@ func (l *Limiter) fail(ctx context.Context, name, scope, logKey, lockKey string,
 			attribute.String("limits.backend", l.b.Name()))
 	}
 	if locked {
+		l.rec.Lockout(subject)
 		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
 			slog.Duration("lock", rule.Lock))
 	}
@@ -213,6 +224,7 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 	if len(buckets) == 0 && !l.cfg.WriteLockout.Enabled() {
 		return Decision{Allowed: true}
 	}
+	parent := trace.SpanFromContext(ctx)
 	ctx, span := l.tracer.Start(ctx, "limits.key")
 	defer span.End()
 	out, err := l.b.Take(ctx, keyLockKey(keyID), buckets)
@@ -226,7 +238,7 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 			// Nothing can be used until the lock ends: say so in the headers too.
 			d.Limit, d.Reset = buckets[0].Window.Limit, d.RetryAfter
 		}
-		l.record(span, ScopeKeyLockout, OutcomeLocked, d, "")
+		l.record(parent, span, ScopeKeyLockout, OutcomeLocked, d, "")
 		return d
 	}
 	scope := ScopeKey
@@ -235,7 +247,7 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 	}
 	if len(buckets) == 0 {
 		d := Decision{Allowed: true}
-		l.record(span, ScopeKeyLockout, OutcomeAllowed, d, "")
+		l.record(parent, span, ScopeKeyLockout, OutcomeAllowed, d, "")
 		return d
 	}
 	i := closest(out)
@@ -246,7 +258,7 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 		outcome = OutcomeLimited
 		d.RetryAfter = seconds(st.RetryAfter)
 	}
-	l.record(span, scope, outcome, d, buckets[i].Window.String())
+	l.record(parent, span, scope, outcome, d, buckets[i].Window.String())
 	return d
 }
 
@@ -269,8 +281,18 @@ func closest(out Outcome) int {
 	return best
 }
 
-func (l *Limiter) record(span trace.Span, scope, outcome string, d Decision, window string) {
+// record counts a decision and describes it on its own span, and in brief on the request's
+// span (app.ratelimit.decision and app.ratelimit.policy, overwritten by a later check of the
+// same request), so a trace search finds refused requests without opening children.
+func (l *Limiter) record(parent, span trace.Span, scope, outcome string, d Decision, window string) {
 	l.rec.Decision(scope, outcome)
+	if parent.IsRecording() {
+		policy := scope
+		if window != "" {
+			policy += " " + window
+		}
+		parent.SetAttributes(attribute.String("app.ratelimit.decision", outcome), attribute.String("app.ratelimit.policy", policy))
+	}
 	if !span.IsRecording() {
 		return
 	}

@@ -55,6 +55,12 @@ func (r *recorder) Decision(scope, outcome string) {
 	r.n[scope+"/"+outcome]++
 }
 
+func (r *recorder) Lockout(subject string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n["lockout/"+subject]++
+}
+
 func (r *recorder) BackendUp(up bool) {
 	r.mu.Lock()
 	r.up = append(r.up, up)
@@ -287,6 +293,9 @@ func testAuthLockout(t *testing.T, nb newBackend) {
 	if got := rec.count("client_lockout/locked"); got != 2 {
 		t.Errorf("client_lockout/locked = %d, want 2", got)
 	}
+	if got := rec.count("lockout/client"); got != 1 {
+		t.Errorf("client lockouts imposed = %d, want 1", got)
+	}
 }
 
 // testWriteLockout checks the key lockout: threshold, that a locked key takes nothing from
@@ -308,6 +317,9 @@ func testWriteLockout(t *testing.T, nb newBackend) {
 	wantDecision(t, "after the lock", l.CheckKey(ctx, "k", false), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
 	if got := rec.count("key_lockout/locked"); got != 20 {
 		t.Errorf("key_lockout/locked = %d, want 20", got)
+	}
+	if got := rec.count("lockout/key"); got != 1 {
+		t.Errorf("key lockouts imposed = %d, want 1", got)
 	}
 	// With the rate limits off the lockout still holds, without headers.
 	l2, _, _ := newLimiter(t, nb, Config{WriteLockout: Lockout{Failures: 1, Window: time.Minute, Lock: time.Minute}})
@@ -373,7 +385,7 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	tp := trace.NewTracerProvider(trace.WithSpanProcessor(sr))
 	cfg := Config{Rate: []Window{{1, time.Minute}}, AuthLockout: Lockout{1, time.Minute, time.Minute}, WriteLockout: Lockout{1, time.Minute, time.Minute}}
 	l := New(cfg, NewMemory(nil, 0), WithTracerProvider(tp))
-	ctx := context.Background()
+	ctx, server := tp.Tracer("test").Start(context.Background(), "server")
 	const key, ip = "key-id-4f2a", "198.51.100.77"
 	l.CheckKey(ctx, key, false)
 	l.CheckKey(ctx, key, false)
@@ -381,9 +393,10 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 	l.AuthFailed(ctx, netip.MustParseAddr(ip))
 	l.CheckClient(ctx, netip.MustParseAddr(ip))
 
+	server.End()
 	spans := sr.Ended()
-	if len(spans) != 5 {
-		t.Fatalf("%d spans, want 5", len(spans))
+	if len(spans) != 6 {
+		t.Fatalf("%d spans, want 6", len(spans))
 	}
 	seen := map[string]string{}
 	for _, s := range spans {
@@ -402,6 +415,9 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 		"limits.key limits.retry_after":            "60",
 		"limits.client_lockout limits.decision":    "locked",
 		"limits.write_failure limits.lock_started": "true",
+		// The last check of the request wins on the request's own span.
+		"server app.ratelimit.decision": "locked",
+		"server app.ratelimit.policy":   "client_lockout",
 	} {
 		if seen[k] != v {
 			t.Errorf("span attribute %q = %q, want %q", k, seen[k], v)

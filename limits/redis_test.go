@@ -132,8 +132,17 @@ func newProxy(t testing.TB, target string) *proxy {
 	return p
 }
 
-// Start listens again on the proxy's address.
-func (p *proxy) Start() {
+// Start listens again on the proxy's address and forwards.
+func (p *proxy) Start() { p.listen(true) }
+
+// Hang cuts the open connections and then accepts new ones but never answers: Redis is
+// reachable but does not respond, and only timeouts save the caller.
+func (p *proxy) Hang() {
+	p.Stop()
+	p.listen(false)
+}
+
+func (p *proxy) listen(forward bool) {
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		p.t.Fatalf("proxy listen: %v", err)
@@ -146,6 +155,12 @@ func (p *proxy) Start() {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if !forward {
+				p.mu.Lock()
+				p.conns[c] = true
+				p.mu.Unlock()
+				continue
 			}
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
@@ -291,6 +306,56 @@ func TestFailover(t *testing.T) {
 		if strings.Contains(logs, "k1") || strings.Contains(logs, "192.0.2.1") {
 			t.Errorf("instance %s logged a key or an address:\n%s", name, logs)
 		}
+	}
+}
+
+// TestFailoverOnHang: a Redis that accepts connections but never answers costs a request
+// one timeout, after which the instance decides in process; it returns to Redis once Redis
+// answers again. This needs the short timeouts of RedisOptions to reach the socket.
+func TestFailoverOnHang(t *testing.T) {
+	prefix := testredis.Prefix(t)
+	opt, err := RedisOptions(testredis.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, opt.Addr)
+	opt.Addr = px.addr
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	rec := newRecorder()
+	f := NewFailover(context.Background(), NewRedis(rdb, prefix, nil), NewMemory(nil, 0), nil, rec, 50*time.Millisecond)
+	t.Cleanup(f.Close)
+	if up := <-rec.upCh; !up {
+		t.Fatal("started down")
+	}
+	l := New(Config{Rate: []Window{{3, time.Hour}}}, f)
+	ctx := context.Background()
+	if d := l.CheckKey(ctx, "k", false); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("through Redis: %+v", d)
+	}
+
+	px.Hang()
+	// The request context has no deadline: only the client's own timeouts end the wait.
+	if d := l.CheckKey(ctx, "k", false); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("with Redis hanging: %+v, want a fresh in-process decision (2 left)", d)
+	}
+	if up := <-rec.upCh; up || f.Up() {
+		t.Fatal("still on Redis while it hangs")
+	}
+
+	px.Stop()
+	px.Start()
+	select {
+	case up := <-rec.upCh:
+		if !up {
+			t.Fatal("reported down twice")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no recovery 10 s after Redis answered again")
+	}
+	// Back on Redis, which still holds the first request.
+	if d := l.CheckKey(ctx, "k", false); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("back on Redis: %+v, want 1 left", d)
 	}
 }
 
