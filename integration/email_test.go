@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
@@ -545,9 +547,17 @@ func TestEmailWorkerWakesOnNotify(t *testing.T) {
 	cfg.PollInterval = time.Hour
 	cfg.Wake = m.outbox.Listen(ctx, discardLog)
 	done := make(chan struct{})
-	w := m.worker(cfg)
+	tr, err := mail.NewSMTP(m.smtp.URL(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &claimCounter{Outbox: m.outbox}
+	w := mail.NewWorker(counted, tr, m.composer, cfg)
 	go func() { defer close(done); w.Run(ctx) }() //nolint:errcheck
 	t.Cleanup(func() { cancel(); <-done })
+	// Run's first look at start is over before the email is queued, so only the wake-up can
+	// bring it.
+	waitFor(t, "the worker's first look", func() bool { return counted.claims.Load() > 0 })
 
 	// Run looks once at start; wait until the listener is connected before queuing, so the
 	// notification cannot be missed. (On SQLite the wake-up is in process and Listen has
@@ -560,6 +570,17 @@ WHERE datname = current_database() AND state = 'idle' AND query LIKE 'LISTEN%'`)
 	}
 	m.create("wake@example.com", "pending")
 	waitFor(t, "the email", func() bool { return len(m.smtp.Messages()) == 1 })
+}
+
+// claimCounter counts the worker's claims.
+type claimCounter struct {
+	mail.Outbox
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
+	defer c.claims.Add(1)
+	return c.Outbox.Claim(ctx, limit, lease)
 }
 
 // TestEmailTwoWorkersDeliverEachOnce runs two workers, each with its own pool as two instances
@@ -782,4 +803,27 @@ func TestEmailLostBookkeepingResendsOnce(t *testing.T) {
 	}
 	m.wantPage("POST", msgs[0].Link, http.StatusNotFound, invalidText)
 	m.wantPage("POST", msgs[1].Link, http.StatusOK, subscribedText)
+}
+
+// TestOutboxStats reads the outbox gauges' source on the store under test: how many emails
+// wait, and how long the longest-waiting due one has been due (none due: 0).
+func TestOutboxStats(t *testing.T) {
+	t.Parallel()
+	m := newMailEnv(t)
+	ctx := context.Background()
+	m.create("stats1@example.com", "pending")
+	m.create("stats2@example.com", "pending")
+	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET next_attempt_at = ?", time.Now().UTC().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	pending, oldest, err := m.outbox.Stats(ctx)
+	if err != nil || pending != 2 || oldest < time.Hour || oldest > 2*time.Hour {
+		t.Fatalf("Stats = %d, %v, %v; want 2 emails, due for about an hour", pending, oldest, err)
+	}
+	if got, err := m.outbox.Claim(ctx, 10, 24*time.Hour); err != nil || len(got) != 2 {
+		t.Fatalf("Claim = %d emails, %v; want 2", len(got), err)
+	}
+	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest != 0 {
+		t.Fatalf("Stats while leased = %d, %v, %v; want 2 waiting, none due", pending, oldest, err)
+	}
 }

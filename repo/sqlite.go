@@ -205,8 +205,11 @@ func (w *waker) notify() {
 // emailsQueued wakes the email workers of db after a commit that queued emails. PostgreSQL
 // does it with a trigger and NOTIFY (see the email_outbox_notify migration).
 func emailsQueued(db *bun.DB) {
-	if isSQLite(db) {
-		wakerOf(db).notify()
+	if !isSQLite(db) {
+		return
+	}
+	if w, ok := wakers.Load(db); ok { // nobody listens on a database without an entry
+		w.(*waker).notify()
 	}
 }
 
