@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"sync"
 	"testing"
+
+	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 // tcpProxy forwards a loopback port to the database; cut simulates an outage by closing the
@@ -122,5 +126,57 @@ func TestDatabaseOutage(t *testing.T) {
 	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}).want(t, http.StatusCreated, "")
 	if n := e.count("SELECT count(*) FROM subscribers"); n != 2 {
 		t.Errorf("subscribers = %d, want 2 (nothing written during the outage)", n)
+	}
+}
+
+// TestSQLiteWriteLockHeldElsewhere is the SQLite counterpart of a database outage: another
+// process holds the file's write lock past the busy timeout. Writes answer 503 with
+// Retry-After (never 500) once the retries are spent, reads go on (WAL), and writes work again
+// when the lock is released. SQLite only: PostgreSQL has no database-wide write lock.
+func TestSQLiteWriteLockHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	if testdb.Store() != testdb.SQLite {
+		t.Skip("SQLite only: PostgreSQL has no database-wide write lock to hold")
+	}
+	e := newEnv(t)
+	e.do("POST", "/subscribers", map[string]any{"email": "before@x.io"}).want(t, http.StatusCreated, "")
+
+	other, err := repo.Open(e.dsn, repo.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(context.Background(), nil) // BEGIN IMMEDIATE: takes the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(context.Background(), "UPDATE newsletters SET name = name"); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/subscribers", map[string]any{"email": "during@x.io"}},
+		{"POST", "/subscribers/bulk", []any{map[string]any{"email": "during2@x.io", "status": "pending"}}},
+	} {
+		// A connection of its own for each request: the test server has no ReadTimeout, so
+		// net/http never clears the read deadline Huma set for the body, and a kept-alive
+		// connection would cancel later requests.
+		r := e.do(req.method, req.path, req.body, "Connection: close")
+		r.want(t, http.StatusServiceUnavailable, "service_unavailable")
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", req.method, req.path)
+		}
+	}
+	if r := e.do("GET", "/subscribers", nil, "Connection: close").want(t, http.StatusOK, ""); r.body["pagination"].(map[string]any)["total"] != 1.0 {
+		t.Errorf("list while locked = %s, want the one subscriber", r.raw)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}, "Connection: close").want(t, http.StatusCreated, "")
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 2 {
+		t.Errorf("subscribers = %d, want 2 (nothing written while locked)", n)
 	}
 }

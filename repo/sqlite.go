@@ -30,7 +30,10 @@ import (
 // none needs FOR UPDATE or SKIP LOCKED: holding the lock already excludes every other writer.
 
 // sqliteBusyTimeout is how long a connection waits for the write lock before SQLITE_BUSY.
-const sqliteBusyTimeout = 5 * time.Second
+// Writes take milliseconds, so a second is a long queue. With busyRetries the longest wait is
+// about 4.3 s: the store answers model.ErrUnavailable itself before Huma's 5 s body-read
+// deadline cancels the request.
+const sqliteBusyTimeout = time.Second
 
 // busyRetries is how many times a transaction that still found the database busy after the
 // busy timeout is run again before the caller gets model.ErrUnavailable (503).
@@ -121,6 +124,9 @@ func asSQLiteError(err error) (*sqlite.Error, bool) {
 // unique violation, only the columns ("UNIQUE constraint failed: subscribers.newsletter_id,
 // subscribers.email_key"), so the subscriber email key is recognised by those.
 func translateSQLite(err error, e *sqlite.Error) error {
+	if errors.Is(err, model.ErrUnavailable) { // translated already
+		return err
+	}
 	code := e.Code()
 	switch {
 	case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE &&

@@ -109,7 +109,7 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		return nil
 	}
 	var err error
-	if in.Status == model.StatusPending {
+	if in.Status == model.StatusPending || s.sqlite { // on SQLite for runInTx's retries when busy
 		err = runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return insert(ctx, tx) })
 	} else {
 		err = insert(ctx, s.db)
