@@ -34,7 +34,7 @@ func withAccounts(ctx context.Context, cfg config, stderr io.Writer, fn func(*re
 	if err != nil {
 		return err
 	}
-	db, err := openDB(ctx, cfg["DATABASE_URL"], true, log)
+	db, err := openDB(ctx, cfg, true, log)
 	if err != nil {
 		return err
 	}
@@ -58,10 +58,10 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 	logStore(log, cfg["DATABASE_URL"])
 	var db *bun.DB
 	if err := repo.EnsureDatabase(ctx, cfg["DATABASE_URL"]); err != nil {
-		return fmt.Errorf("DATABASE_URL %s: %w", redact(cfg["DATABASE_URL"]), err)
+		return dbErr(cfg, err)
 	}
 	if db, err = repo.Open(cfg["DATABASE_URL"], repo.Options{MaxConns: 2}); err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return dbErr(cfg, err)
 	}
 	defer db.Close()
 	applied, err := repo.Migrate(ctx, db)

@@ -82,6 +82,19 @@ func bindSettings(fs *flag.FlagSet, getenv func(string) string, names ...string)
 	}
 }
 
+// storeFrom is the config key, not a setting, naming the variable that chose the database:
+// DATA_DIR when DATABASE_URL was unset.
+const storeFrom = "store_from"
+
+// dbErr prefixes a database error with the variable that chose the database and its URL.
+func dbErr(cfg config, err error) error {
+	name := "DATABASE_URL"
+	if cfg[storeFrom] != "" {
+		name = cfg[storeFrom]
+	}
+	return fmt.Errorf("%s (%s): %w", name, redact(cfg["DATABASE_URL"]), err)
+}
+
 // resolveDatabase checks DATABASE_URL and, when it is unset, sets it to the embedded SQLite file
 // in DATA_DIR, so that everything after reads one URL. Errors name the variable.
 func resolveDatabase(cfg config) error {
@@ -92,6 +105,7 @@ func resolveDatabase(cfg config) error {
 			return errors.New("DATA_DIR: must name a directory (DATABASE_URL is unset, so the SQLite database lives there)")
 		}
 		cfg["DATABASE_URL"] = repo.SQLiteURL(filepath.Join(dir, sqliteFile))
+		cfg[storeFrom] = "DATA_DIR"
 		return nil
 	}
 	if repo.IsSQLite(dsn) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -108,8 +109,17 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 			}
 		})
 	}
+	// A DATA_DIR that cannot be a directory stops the first command, naming DATA_DIR.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"newsletter", "create", "--name", "x"}, envFunc(map[string]string{"DATA_DIR": file}), io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATA_DIR") {
+		t.Errorf("DATA_DIR on a file: %v, want an error naming DATA_DIR", err)
+	}
 	// A password in DATABASE_URL never appears in an error.
-	err := run(t.Context(), []string{"serve"}, envFunc(map[string]string{
+	err = run(t.Context(), []string{"serve"}, envFunc(map[string]string{
 		"DATABASE_URL": "postgres://u:hunter2@127.0.0.1:1/x?sslmode=disable", "LISTEN_ADDR": "x"}), io.Discard, io.Discard)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error %v leaks the password or is missing", err)

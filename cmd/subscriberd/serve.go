@@ -70,7 +70,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 
-	db, err := openDB(ctx, cfg["DATABASE_URL"], *migrateFirst, log)
+	db, err := openDB(ctx, cfg, *migrateFirst, log)
 	if err != nil {
 		return err
 	}
@@ -171,16 +171,17 @@ func validateServe(cfg config) error {
 
 // openDB opens the pool and, when migrate is set, creates the database if missing and applies
 // pending migrations.
-func openDB(ctx context.Context, dsn string, migrate bool, log *slog.Logger) (*bun.DB, error) {
+func openDB(ctx context.Context, cfg config, migrate bool, log *slog.Logger) (*bun.DB, error) {
+	dsn := cfg["DATABASE_URL"]
 	logStore(log, dsn)
 	if migrate {
 		if err := repo.EnsureDatabase(ctx, dsn); err != nil {
-			return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+			return nil, dbErr(cfg, err)
 		}
 	}
 	db, err := repo.Open(dsn, repo.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, dbErr(cfg, err)
 	}
 	if !migrate {
 		return db, nil
@@ -188,7 +189,7 @@ func openDB(ctx context.Context, dsn string, migrate bool, log *slog.Logger) (*b
 	applied, err := repo.Migrate(ctx, db)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+		return nil, dbErr(cfg, err)
 	}
 	if len(applied) > 0 {
 		log.Info("applied migrations", "migrations", applied)
