@@ -258,7 +258,11 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 		SkipValidateParams: true,
 		// preflight enforces MaxBodyBytes; Huma's own limit only needs to be above it.
 		MaxBodyBytes: 2 * MaxBodyBytes,
-		Metadata:     map[string]any{},
+		// Bodies are read by preflight, under the server's ReadTimeout. Huma's default sets a
+		// 5 s read deadline that it never clears: a request slower than that lost its
+		// connection context (500) and poisoned the keep-alive connection (503s after it).
+		BodyReadTimeout: -1,
+		Metadata:        map[string]any{},
 	}
 	if body != "" {
 		op.Metadata[metaBody] = body

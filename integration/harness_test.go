@@ -60,10 +60,11 @@ type env struct {
 }
 
 type envOptions struct {
-	dsn         string // use this database instead of a fresh one
-	keyCacheTTL time.Duration
-	limiter     api.Limiter    // nil: no limits
-	trusted     []netip.Prefix // TRUSTED_PROXIES
+	dsn              string // use this database instead of a fresh one
+	keyCacheTTL      time.Duration
+	statementTimeout time.Duration
+	limiter          api.Limiter    // nil: no limits
+	trusted          []netip.Prefix // TRUSTED_PROXIES
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -76,7 +77,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	if dsn == "" {
 		dsn = freshDatabase(t)
 	}
-	db, err := repo.Open(dsn, repo.Options{})
+	db, err := repo.Open(dsn, repo.Options{StatementTimeout: o.statementTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

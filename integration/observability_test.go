@@ -13,7 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/emersion/go-smtp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,7 +27,10 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/smtptest"
 	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/limits"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
 )
@@ -99,6 +104,12 @@ const testServerAddress = "subscriberd.test"
 
 func newObserved(t *testing.T, opts ...func(*envOptions)) *observed {
 	t.Helper()
+	return newObservedLimited(t, nil, opts...)
+}
+
+// newObservedLimited is newObserved with the limiter of lim (nil: no limits).
+func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptions)) *observed {
+	t.Helper()
 	useTracerProvider(recordingTP)
 	e := newEnv(t, opts...)
 	o := &observed{env: e, metrics: telemetry.NewMetrics("test"), logs: &syncBuffer{}}
@@ -110,13 +121,19 @@ func newObserved(t *testing.T, opts ...func(*envOptions)) *observed {
 	for _, f := range opts {
 		f(&cfg)
 	}
+	var limiter api.Limiter
+	if lim != nil {
+		limiter = limits.New(*lim, limits.NewMemory(nil, 0), limits.WithRecorder(o.metrics))
+	}
 	public := api.New(api.Config{
 		Store:       repo.NewSubscribers(e.db),
 		Auth:        e.accounts,
 		Logger:      log,
 		Metrics:     o.metrics,
 		KeyCacheTTL: cfg.keyCacheTTL,
+		Limiter:     limiter,
 	})
+	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))
 	t.Cleanup(srv.Close)
 	e.srv, e.base = srv, srv.URL+api.BasePath
@@ -475,4 +492,136 @@ func counterSum(t *testing.T, m *telemetry.Metrics, family, label, value string)
 		}
 	}
 	return total
+}
+
+// An email send is its own trace (a CLIENT span "email.send") linked to the request that queued
+// it; its attributes name the outbox row, never the recipient, even when the SMTP server's
+// refusal quotes the address.
+func TestTraceEmailSendLinksToRequest(t *testing.T) {
+	o := newObserved(t)
+	_, reqTrace := o.traced("POST", "/subscribers", map[string]any{"email": "pending@example.com", "status": "pending"})
+	reqID := serverSpan(t, reqTrace).SpanContext().TraceID()
+	_, rejTrace := o.traced("POST", "/subscribers", map[string]any{"email": "refused@example.com", "status": "pending"})
+	rejID := serverSpan(t, rejTrace).SpanContext().TraceID()
+
+	catcher := smtptest.Start(t)
+	catcher.Refuse(func(to string, _ int) *smtp.SMTPError {
+		if to == "refused@example.com" {
+			return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: no such user"}
+		}
+		return nil
+	})
+	tr, err := mail.NewSMTP(catcher.URL(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	composer, err := mail.NewComposer(testFrom, "http://subscriberd.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testWorkerConfig()
+	cfg.Recorder = o.metrics
+	w := mail.NewWorker(repo.NewOutbox(o.db), tr, composer, cfg)
+	if _, err := w.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	sends := map[trace.TraceID]sdktrace.ReadOnlySpan{} // request trace → its send span
+	for _, s := range spans.Ended() {
+		if s.Name() != "email.send" {
+			continue
+		}
+		for _, l := range s.Links() {
+			if id := l.SpanContext.TraceID(); id == reqID || id == rejID {
+				sends[id] = s
+			}
+		}
+	}
+	for id, want := range map[trace.TraceID]codes.Code{reqID: codes.Unset, rejID: codes.Error} {
+		s, ok := sends[id]
+		if !ok {
+			t.Errorf("no email.send span links to request trace %s", id)
+			continue
+		}
+		if s.SpanContext().TraceID() == id || s.Parent().IsValid() || s.SpanKind() != trace.SpanKindClient {
+			t.Errorf("email.send: trace %s parent %v kind %v; want a new root CLIENT span linked to the request",
+				s.SpanContext().TraceID(), s.Parent(), s.SpanKind())
+		}
+		if s.Status().Code != want {
+			t.Errorf("email.send for trace %s: status %v, want %v", id, s.Status().Code, want)
+		}
+		assertNoSecrets(t, []sdktrace.ReadOnlySpan{s})
+	}
+	if got := counterSum(t, o.metrics, "email_sends_total", "outcome", "sent"); got != 1 {
+		t.Errorf("email_sends_total{outcome=sent} = %v, want 1", got)
+	}
+
+	// The link in the email: its token is in the path, never in the span.
+	msgs := catcher.Messages()
+	if len(msgs) != 1 || msgs[0].Token() == "" {
+		t.Fatalf("got %d messages, want one with a link", len(msgs))
+	}
+	token := msgs[0].Token()
+	r, pageTrace := o.traced("GET", o.srv.URL+"/confirm/"+token, nil)
+	if r.status != http.StatusOK {
+		t.Errorf("GET link = %d", r.status)
+	}
+	page := serverSpan(t, pageTrace)
+	checkServerSpan(t, page, "GET /confirm/{token}", "/confirm/{token}", 200)
+	if got := attrMap(page)["url.path"].AsString(); strings.Contains(got, token) || got == "" {
+		t.Errorf("url.path = %q: the token must be cut", got)
+	}
+	assertNoSecrets(t, pageTrace, token)
+}
+
+// A 429 is not an error; the decision is a span under the server span with its scope and
+// outcome, and the metrics count it. Neither carries the key or the client's address.
+func TestTraceRateLimited(t *testing.T) {
+	lim := limits.Config{Rate: []limits.Window{{Limit: 2, Period: time.Minute}}}
+	o := newObservedLimited(t, &lim)
+	for range 2 {
+		o.do("GET", "/subscribers", nil).want(t, http.StatusOK, "")
+	}
+	r, tr := o.traced("GET", "/subscribers", nil)
+	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	srv := serverSpan(t, tr)
+	checkServerSpan(t, srv, "GET /api/v1/subscribers", "/api/v1/subscribers", 429)
+	decisions := spansNamed(tr, "limits.key")
+	if len(decisions) != 1 {
+		t.Fatalf("%d limits.key spans, want 1", len(decisions))
+	}
+	a := attrMap(decisions[0])
+	if a["limits.scope"].AsString() != "key" || a["limits.decision"].AsString() != "limited" {
+		t.Errorf("decision span: scope %q decision %q, want key/limited", a["limits.scope"].AsString(), a["limits.decision"].AsString())
+	}
+	assertNoSecrets(t, tr, o.key, "127.0.0.1")
+	if got := counterSum(t, o.metrics, "rate_limit_decisions_total", "outcome", "limited"); got != 1 {
+		t.Errorf("rate_limit_decisions_total{outcome=limited} = %v, want 1", got)
+	}
+}
+
+// Repeated 401s lock the client out: the lockout is counted, and the locked request's decision
+// span says so without the client's address.
+func TestTraceClientLockout(t *testing.T) {
+	lim := limits.Config{AuthLockout: limits.Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute}}
+	o := newObservedLimited(t, &lim)
+	wrong := "Authorization: Bearer sk_" + strings.Repeat("W", 40)
+	for range 2 {
+		o.do("GET", "/subscribers", nil, wrong).want(t, http.StatusUnauthorized, "")
+	}
+	r, tr := o.traced("GET", "/subscribers", nil)
+	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	srv := serverSpan(t, tr)
+	checkServerSpan(t, srv, "GET /api/v1/subscribers", "/api/v1/subscribers", 429)
+	locked := spansNamed(tr, "limits.client_lockout")
+	if len(locked) != 1 || attrMap(locked[0])["limits.decision"].AsString() != "locked" {
+		t.Errorf("client lockout decision spans: %d, want 1 with decision locked", len(locked))
+	}
+	assertNoSecrets(t, tr, o.key, "127.0.0.1")
+	if got := counterSum(t, o.metrics, "lockouts_total", "scope", "client"); got != 1 {
+		t.Errorf("lockouts_total{scope=client} = %v, want 1", got)
+	}
+	if got := counterSum(t, o.metrics, "auth_failures_total", "reason", "invalid"); got != 2 {
+		t.Errorf("auth_failures_total{reason=invalid} = %v, want 2", got)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
@@ -126,6 +127,27 @@ func TestDatabaseOutage(t *testing.T) {
 	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}).want(t, http.StatusCreated, "")
 	if n := e.count("SELECT count(*) FROM subscribers"); n != 2 {
 		t.Errorf("subscribers = %d, want 2 (nothing written during the outage)", n)
+	}
+}
+
+// A statement that outlives the statement timeout is cancelled by the server: the client gets
+// 503 and nothing was written, so retrying is safe.
+func TestStatementTimeoutAnswers503AndWritesNothing(t *testing.T) {
+	t.Parallel()
+	postgresOnly(t, "the slow statement is a PL/pgSQL trigger calling pg_sleep, cancelled by PostgreSQL's statement_timeout; SQLite has neither (its waits are bounded by the busy timeout, see TestSQLiteWriteLockHeldElsewhere)")
+	e := newEnv(t, func(o *envOptions) { o.statementTimeout = 300 * time.Millisecond })
+	if _, err := e.db.ExecContext(t.Context(), `
+CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$;
+CREATE TRIGGER slow_insert BEFORE INSERT ON subscribers FOR EACH ROW EXECUTE FUNCTION slow_insert();`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("POST", "/subscribers", map[string]any{"email": "slow@x.io"}).want(t, http.StatusServiceUnavailable, "service_unavailable")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 0 {
+		t.Errorf("subscribers = %d after a cancelled insert, want 0", n)
 	}
 }
 

@@ -424,3 +424,23 @@ func TestSpansCarryNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// Each lockout the limiter starts is counted exactly once, by subject.
+func TestLockoutsAreRecorded(t *testing.T) {
+	rec := newRecorder()
+	cfg := Config{AuthLockout: Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute},
+		WriteLockout: Lockout{Failures: 2, Window: time.Minute, Lock: time.Minute}}
+	l := New(cfg, NewMemory(nil, 0), WithRecorder(rec))
+	ctx := context.Background()
+	ip := netip.MustParseAddr("192.0.2.7")
+	l.AuthFailed(ctx, ip)
+	if n := rec.count("lockout/client"); n != 0 {
+		t.Errorf("after one failure: %d client lockouts, want 0", n)
+	}
+	l.AuthFailed(ctx, ip)
+	l.WriteFailed(ctx, "key-1")
+	l.WriteFailed(ctx, "key-1")
+	if c, k := rec.count("lockout/client"), rec.count("lockout/key"); c != 1 || k != 1 {
+		t.Errorf("lockouts: client %d, key %d; want 1 and 1", c, k)
+	}
+}

@@ -206,7 +206,9 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
 	outcome, err := w.attempt(ctx, job, attempt, log)
 	span.SetAttributes(attribute.String("subscriberd.email.outcome", outcome))
 	if err != nil {
-		span.RecordError(err)
+		// Not span.RecordError: SMTP replies quote the recipient ("550 <ann@example.com>: no
+		// such user"), and addresses stay out of traces. The class is enough to find the log.
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
@@ -302,4 +304,15 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// errorType is the low-cardinality class of a failed attempt, for the span's error.type.
+func errorType(err error) string {
+	switch {
+	case IsPermanent(err):
+		return "permanent"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "transient"
 }

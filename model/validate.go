@@ -122,12 +122,12 @@ func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 			verr = verr.Add(strconv.Itoa(i), fmt.Sprintf(msgObject, strconv.Itoa(i)))
 			continue
 		}
-		ns, itemErr := parseInput(obj, prefix)
+		ns, emailOK, itemErr := parseItem(obj, prefix)
 		verr = verr.Merge(itemErr)
 		// Duplicates are judged on the email alone, whatever else the item gets wrong, so
 		// every failing field is reported at once.
-		if email, msg := checkEmail(obj[attrEmail], prefix+attrEmail); msg == "" {
-			key := EmailKey(email)
+		if emailOK {
+			key := EmailKey(ns.Email)
 			if _, dup := seen[key]; dup {
 				verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
 			}
@@ -190,8 +190,18 @@ func ParsePatch(obj map[string]any) (SubscriberPatch, *ValidationError) {
 }
 
 func parseInput(obj map[string]any, prefix string) (NewSubscriber, *ValidationError) {
-	verr := prohibitUnknown(obj, prefix, nil)
-	ns := NewSubscriber{Status: StatusActive}
+	ns, _, verr := parseItem(obj, prefix)
+	if verr != nil {
+		return NewSubscriber{}, verr
+	}
+	return ns, nil
+}
+
+// parseItem validates one input object. ns.Email is the valid email whenever emailOK, even
+// when other fields fail.
+func parseItem(obj map[string]any, prefix string) (ns NewSubscriber, emailOK bool, verr *ValidationError) {
+	verr = prohibitUnknown(obj, prefix, nil)
+	ns = NewSubscriber{Status: StatusActive}
 
 	attr := prefix + attrEmail
 	if raw, ok := obj[attrEmail]; ok {
@@ -199,7 +209,7 @@ func parseInput(obj map[string]any, prefix string) (NewSubscriber, *ValidationEr
 		if msg != "" {
 			verr = verr.Add(attr, msg)
 		}
-		ns.Email = email
+		ns.Email, emailOK = email, msg == ""
 	} else {
 		verr = verr.Add(attr, fmt.Sprintf(msgRequired, attr))
 	}
@@ -221,10 +231,7 @@ func parseInput(obj map[string]any, prefix string) (NewSubscriber, *ValidationEr
 		}
 		ns.Status = st
 	}
-	if verr != nil {
-		return NewSubscriber{}, verr
-	}
-	return ns, nil
+	return ns, emailOK, verr
 }
 
 // prohibitUnknown reports every property that is not an input field, in a stable order.

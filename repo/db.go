@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,9 +29,17 @@ import (
 
 // Options tune the connection pool.
 type Options struct {
-	// MaxConns bounds open (and idle) connections. Zero means 16.
+	// MaxConns bounds open (and idle) connections. Zero means 16 (8 on SQLite).
 	MaxConns int
+	// StatementTimeout is how long the server lets one statement run before cancelling it
+	// (and rolling it back). Zero means DefaultStatementTimeout. PostgreSQL only: on SQLite,
+	// waits are bounded by the busy timeout and statements run in process.
+	StatementTimeout time.Duration
 }
+
+// DefaultStatementTimeout bounds every statement on the server side, below the HTTP server's
+// write timeout and the shutdown grace.
+const DefaultStatementTimeout = 25 * time.Second
 
 // Open returns a pool for dsn: a PostgreSQL URL (postgres://, postgresql://) or an SQLite one
 // (sqlite:///abs/path.db, sqlite://relative/path.db; see SQLitePath). It does not connect yet.
@@ -55,13 +64,23 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	if n <= 0 {
 		n = 16
 	}
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithTimeout(5*time.Second),
+	stmt := opts.StatementTimeout
+	if stmt <= 0 {
+		stmt = DefaultStatementTimeout
+	}
+	// The server gives up on a statement (and rolls it back) before the client stops waiting
+	// for it: a client-side timeout alone answered 503 while the statement went on and
+	// committed, so a retry met its own write. 57014 (query canceled) maps to 503.
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
+		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
+		pgdriver.WithReadTimeout(stmt+5*time.Second),
+		pgdriver.WithConnParams(map[string]any{"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10)}),
 		pgdriver.WithApplicationName("subscriberd")))
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(queryHook(dsn)), nil
+	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(newQueryHook(dsn, "postgresql")), nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -191,6 +210,7 @@ func translate(err error) error {
 		case strings.HasPrefix(code, "08"), // connection exception
 			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
 			code == "53300", // too many connections
+			code == "57014", // statement timeout: cancelled and rolled back by the server
 			code == "3D000": // database does not exist
 			return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
 		}
@@ -206,4 +226,13 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
 	}
 	return err
+}
+
+// sqlState is the SQLSTATE of a server error, or "".
+func sqlState(err error) string {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		return pgErr.Field('C')
+	}
+	return ""
 }

@@ -93,7 +93,7 @@ func openSQLite(dsn string, opts Options) (*bun.DB, error) {
 	}
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
-	return bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(queryHook(dsn)), nil
+	return bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(newQueryHook(dsn, "sqlite")), nil
 }
 
 // ensureSQLiteDir creates the directory of the SQLite file of dsn.

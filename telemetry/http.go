@@ -8,7 +8,9 @@ import (
 
 	"github.com/felixge/httpsnoop"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -53,6 +55,11 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		}
 		// Give the application the real peer address and headers that were hidden from otelhttp.
 		r.RemoteAddr, r.Header = info.remoteAddr, info.header
+		span := trace.SpanFromContext(r.Context())
+		if !span.IsRecording() { // sampled out: nothing below would be kept
+			next.ServeHTTP(w, r)
+			return
+		}
 		status := 0
 		w = httpsnoop.Wrap(w, httpsnoop.Hooks{
 			WriteHeader: func(f httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
@@ -74,7 +81,6 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		})
 		next.ServeHTTP(w, r)
 
-		span := trace.SpanFromContext(r.Context())
 		// The route is known here only when next is the ServeMux itself; otherwise the
 		// application names the span, and url.path relies on the generic redaction (tokens are
 		// longer than any identifier, so they are caught either way).
@@ -95,9 +101,13 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		otelhttp.WithServerName(serverAddress),
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
 	}
-	if tp != nil {
-		opts = append(opts, otelhttp.WithTracerProvider(tp))
+	// A provider given here is asked for its tracer once; without one otelhttp asks the global
+	// provider on every request. The installed global provider is the one to use.
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
+	// Only W3C trace context is read, for the link to the caller's span; baggage is never used.
+	opts = append(opts, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}))
 	traced := otelhttp.NewHandler(inner, "", opts...)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info := &requestInfo{remoteAddr: r.RemoteAddr, header: r.Header}

@@ -203,3 +203,18 @@ func TestPublicEndpoint(t *testing.T) {
 		t.Errorf("a caller's sampled flag forced sampling: %d spans recorded", len(spans))
 	}
 }
+
+// A sampled-out request still reaches the application with its real peer address and headers.
+func TestUnsampledRequestKeepsPeer(t *testing.T) {
+	req := httptest.NewRequest("POST", "/api/v1/boom", nil)
+	req.Header.Set("X-Forwarded-For", "198.51.100.1")
+	called := false
+	mux := testMux(t)
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called = true
+		mux.ServeHTTP(w, r)
+	})
+	if spans := serveTraced(t, sdktrace.NeverSample(), next, req); len(spans) != 0 || !called {
+		t.Errorf("%d spans recorded, handler called %v; want 0 and true", len(spans), called)
+	}
+}

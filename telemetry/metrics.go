@@ -97,7 +97,7 @@ type Metrics struct {
 	subscribersCreated *prometheus.CounterVec
 
 	emailSends        *prometheus.CounterVec
-	emailSendDuration prometheus.Histogram
+	emailSendDuration *prometheus.HistogramVec
 	outboxErrors      prometheus.Counter
 	decisions         *prometheus.CounterVec
 	authFailures      *prometheus.CounterVec
@@ -132,12 +132,12 @@ func NewMetrics(version string) *Metrics {
 			Name: "email_sends_total",
 			Help: "Confirmation email send attempts, by outcome (sent, retry, failed, cancelled).",
 		}, []string{"outcome"}),
-		emailSendDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		emailSendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                        "email_send_duration_seconds",
-			Help:                        "Duration of one SMTP send attempt, whatever its outcome.",
+			Help:                        "Duration of one confirmation email delivery attempt (token, SMTP, bookkeeping), by outcome.",
 			Buckets:                     emailBuckets,
 			NativeHistogramBucketFactor: 1.1,
-		}),
+		}, []string{"outcome"}),
 		outboxErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "email_outbox_collect_errors_total",
 			Help: "Scrapes at which the outbox depth and age could not be read from the database.",
@@ -217,7 +217,7 @@ func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 	m.subscribersCreated.WithLabelValues(status, operation).Add(float64(n))
 }
 
-// EmailSend records one SMTP send attempt with its outcome (EmailSent, EmailRetry, EmailFailed,
+// EmailSend records one email delivery attempt with its outcome (EmailSent, EmailRetry, EmailFailed,
 // EmailCancelled; anything else counts as "other") and how long it took.
 func (m *Metrics) EmailSend(outcome string, d time.Duration) {
 	m.EmailSendContext(context.Background(), outcome, d)
@@ -226,8 +226,9 @@ func (m *Metrics) EmailSend(outcome string, d time.Duration) {
 // EmailSendContext is EmailSend with the send span's context, whose trace id becomes the
 // exemplar of the duration histogram.
 func (m *Metrics) EmailSendContext(ctx context.Context, outcome string, d time.Duration) {
-	m.emailSends.WithLabelValues(bounded(outcome, emailOutcomes)).Inc()
-	observe(ctx, m.emailSendDuration, d)
+	outcome = bounded(outcome, emailOutcomes)
+	m.emailSends.WithLabelValues(outcome).Inc()
+	observe(ctx, m.emailSendDuration.WithLabelValues(outcome), d)
 }
 
 // OutboxStats reports the number of emails waiting in the outbox and the age of the oldest one

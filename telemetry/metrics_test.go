@@ -107,14 +107,16 @@ subscribers_created_total{operation="bulk",status="pending"} 3
 			t.Errorf("rate_limit_decisions_total{scope=%q,outcome=%q} = %v, want %v", c.scope, c.outcome, got, c.want)
 		}
 	}
-	if got := testutil.CollectAndCount(m.emailSendDuration); got != 1 {
-		t.Errorf("email_send_duration_seconds: %d series, want 1", got)
+	if got := testutil.CollectAndCount(m.emailSendDuration); got != 3 {
+		t.Errorf("email_send_duration_seconds: %d series, want one per outcome seen (3)", got)
 	}
 	scrape := scrapeText(t, m, "")
 	for _, want := range []string{
-		`email_send_duration_seconds_count 3`,
-		`email_send_duration_seconds_bucket{le="0.05"} 1`,
-		`email_send_duration_seconds_bucket{le="5"} 3`,
+		`email_send_duration_seconds_count{outcome="sent"} 1`,
+		`email_send_duration_seconds_bucket{outcome="sent",le="0.05"} 1`,
+		`email_send_duration_seconds_bucket{outcome="retry",le="2.5"} 0`,
+		`email_send_duration_seconds_bucket{outcome="retry",le="5"} 1`,
+		`email_send_duration_seconds_count{outcome="other"} 1`,
 	} {
 		if !strings.Contains(scrape, want+"\n") {
 			t.Errorf("scrape lacks %q", want)
@@ -224,7 +226,7 @@ func TestExemplarCarriesTraceID(t *testing.T) {
 	om := scrapeText(t, m, openMetrics)
 	for _, bucket := range []string{
 		`http_server_request_duration_seconds_bucket{code="201",method="POST",route="/api/v1/subscribers",le="0.025"} 1 `,
-		`email_send_duration_seconds_bucket{le="0.5"} 1 `,
+		`email_send_duration_seconds_bucket{outcome="sent",le="0.5"} 1 `,
 	} {
 		if !hasExemplar(om, bucket, sc.TraceID().String(), sc.SpanID().String()) {
 			t.Errorf("OpenMetrics scrape lacks the exemplar on %s", bucket)

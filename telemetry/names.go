@@ -43,6 +43,7 @@ func MetricNames() []string {
 func touchAll(m *Metrics) {
 	m.ObserveRequest(context.Background(), "GET", RouteUnmatched, 404, time.Millisecond)
 	m.SubscribersCreated("create", "pending", 1)
+	m.EmailSend(EmailSent, time.Millisecond)
 	m.BackendUp(true)
 	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
 	_ = m.RegisterDB(sql.OpenDB(nopConnector{}))

@@ -45,7 +45,7 @@ type config struct {
 	clients, passes                   int
 	checkClients                      []int
 	duration, warmup, checkDuration   time.Duration
-	timeout, stall                    time.Duration
+	timeout, stall, drain             time.Duration
 	maxRequests                       int64
 	only                              map[string]bool
 	noBaseline, vacuum                bool
@@ -74,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured warm-up per scenario")
 	fs.DurationVar(&c.checkDuration, "check-duration", 4*time.Second, "measured time per check scenario")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Second, "timeout of one request or query")
+	fs.DurationVar(&c.drain, "drain-timeout", 2*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them, so that its work does not slow the next scenario (needs -database-url)")
 	fs.DurationVar(&c.stall, "stall", 3*time.Second, "a scenario with no completion for this long has stalled")
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
@@ -406,6 +407,12 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 		wait()
 	}
 	rec.fill(out, dur)
+	if sc.Write {
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd")
+	}
+	if name == svc.CreatePending {
+		b.drainOutbox(ctx, &rec)
+	}
 	b.rep.Runs = append(b.rep.Runs, rec)
 	b.progress(rec)
 	return rec
@@ -427,6 +434,13 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 		OnMeasure: func() { cpu.start(b.cfg.pid) }}, sc.Op)
 	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
 	rec.fill(out, b.cfg.duration)
+	switch name {
+	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, baseline.ApplicationName)
+	}
+	if name == baseline.InsertPending {
+		b.drainOutbox(ctx, &rec)
+	}
 	b.rep.Runs = append(b.rep.Runs, rec)
 	b.progress(rec)
 	return rec
@@ -435,6 +449,16 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 func (b *bench) progress(r RunRecord) {
 	fmt.Fprintf(b.log, "%-8s %-8s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d  cpu svc/tool %s\n",
 		r.Phase, r.Kind, r.Scenario, r.Clients, r.RequestsPerSec, r.P50Ms, r.P99Ms, r.MaxMs, r.ErrorCount, cpuCol(&r))
+	if r.OutboxQueued > 0 {
+		state := "sent"
+		if !r.OutboxDrained {
+			state = fmt.Sprintf("NOT all sent (%d left)", r.OutboxLeft)
+		}
+		fmt.Fprintf(b.log, "         %d confirmation emails queued: %s %.1fs after the run\n", r.OutboxQueued, state, r.DrainSeconds)
+	}
+	if r.Conns > 0 {
+		fmt.Fprintf(b.log, "         %d database connections on %d distinct counter slots\n", r.Conns, r.CounterSlots)
+	}
 	for k, d := range r.ErrorDetails {
 		fmt.Fprintf(b.log, "         %s: %.200s\n", k, d)
 	}
@@ -494,4 +518,50 @@ func (b *bench) vacuumTables(ctx context.Context) error {
 	b.rep.Meta.Vacuumed = true
 	fmt.Fprintf(b.log, "VACUUM ANALYZE took %.1fs\n", time.Since(t0).Seconds())
 	return nil
+}
+
+// counterSlots counts the open connections of the application app to the database, and the
+// distinct subscriber_counts slots they write (the migration's trigger picks the slot as
+// pg_backend_pid() % 16). Writers whose connections share a slot queue on that counter row
+// until commit, so few distinct slots would cap write concurrency; recording them rules that
+// out (or in) when write figures differ between runs. Backend pids are handed out in order,
+// so a pool opened at once usually covers 11-15 slots of 16.
+func (b *bench) counterSlots(ctx context.Context, app string) (conns, slots int) {
+	if b.db == nil {
+		return 0, 0
+	}
+	_ = b.db.NewRaw(`SELECT count(*), count(DISTINCT pid % 16) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = ? AND backend_type = 'client backend'`, app).
+		Scan(ctx, &conns, &slots)
+	return conns, slots
+}
+
+// drainOutbox waits, up to -drain-timeout, until the email outbox has no pending email left,
+// and records how many there were and how long the worker took. Confirmation emails queued by
+// one scenario are sent by the service's worker afterwards; measuring the next scenario while
+// the worker works through thousands of them would charge its cost to that scenario.
+func (b *bench) drainOutbox(ctx context.Context, rec *RunRecord) {
+	if b.db == nil || b.cfg.drain <= 0 {
+		return
+	}
+	pending := func() (int, error) {
+		var n int
+		err := b.db.NewRaw("SELECT count(*) FROM email_outbox WHERE state = 'pending'").Scan(ctx, &n)
+		return n, err
+	}
+	t0 := time.Now()
+	n, err := pending()
+	if err != nil || n == 0 {
+		return
+	}
+	rec.OutboxQueued = n
+	for n > 0 && time.Since(t0) < b.cfg.drain && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		if n, err = pending(); err != nil {
+			return
+		}
+	}
+	rec.DrainSeconds = time.Since(t0).Seconds()
+	rec.OutboxLeft = n
+	rec.OutboxDrained = n == 0
 }

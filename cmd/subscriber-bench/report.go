@@ -90,6 +90,17 @@ type RunRecord struct {
 	// with PostgreSQL.
 	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
 	ToolCPU    float64 `json:"tool_cpu_cores"`
+	// Conns and CounterSlots, for write scenarios: the writer's open database connections
+	// and how many distinct subscriber_counts slots (backend pid % 16) they map to.
+	Conns        int `json:"db_conns,omitempty"`
+	CounterSlots int `json:"counter_slots,omitempty"`
+	// For scenarios that queue confirmation emails: how many were still pending when the run
+	// ended, whether the service's worker sent them all before the next scenario, how many
+	// were left otherwise, and how long the wait took.
+	OutboxQueued  int     `json:"outbox_pending_after_run,omitempty"`
+	OutboxDrained bool    `json:"outbox_drained,omitempty"`
+	OutboxLeft    int     `json:"outbox_left,omitempty"`
+	DrainSeconds  float64 `json:"outbox_drain_seconds,omitempty"`
 	// Probe is set when one full response of the scenario did not match the contract.
 	Probe string `json:"probe_error,omitempty"`
 }
@@ -272,6 +283,10 @@ func (rep *Report) judge(stall time.Duration) {
 		}
 		if r.LongestGapMs >= msOf(stall) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: stalled, nothing finished for %.1fs", id, r.LongestGapMs/1000))
+		}
+		if r.OutboxQueued > 0 && !r.OutboxDrained {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d of %d confirmation emails still pending %.0fs after the run",
+				id, r.OutboxLeft, r.OutboxQueued, r.DrainSeconds))
 		}
 		if r.Probe != "" {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: answer off the contract: %s", id, r.Probe))

@@ -66,13 +66,16 @@ const PageSize = 25
 // DeepPage is the page number of the deep-list scenarios.
 const DeepPage = 2000
 
+// ApplicationName is what the baseline's connections call themselves in pg_stat_activity.
+const ApplicationName = "subscriber-bench"
+
 // Open connects to dsn through pgdriver and bun with a pool of poolSize connections, all kept
 // idle between operations (the database/sql default of 2 idle connections would churn).
 func Open(dsn string, poolSize int) (*bun.DB, error) {
 	if poolSize < 1 {
 		poolSize = 1
 	}
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithApplicationName("subscriber-bench")))
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn), pgdriver.WithApplicationName(ApplicationName)))
 	sqldb.SetMaxOpenConns(poolSize)
 	sqldb.SetMaxIdleConns(poolSize)
 	db := bun.NewDB(sqldb, pgdialect.New())
