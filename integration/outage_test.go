@@ -182,22 +182,19 @@ func TestSQLiteWriteLockHeldElsewhere(t *testing.T) {
 		{"POST", "/subscribers", map[string]any{"email": "during@x.io"}},
 		{"POST", "/subscribers/bulk", []any{map[string]any{"email": "during2@x.io", "status": "pending"}}},
 	} {
-		// A connection of its own for each request: the test server has no ReadTimeout, so
-		// net/http never clears the read deadline Huma set for the body, and a kept-alive
-		// connection would cancel later requests.
-		r := e.do(req.method, req.path, req.body, "Connection: close")
+		r := e.do(req.method, req.path, req.body)
 		r.want(t, http.StatusServiceUnavailable, "service_unavailable")
 		if r.header.Get("Retry-After") == "" {
 			t.Errorf("%s %s: 503 without Retry-After", req.method, req.path)
 		}
 	}
-	if r := e.do("GET", "/subscribers", nil, "Connection: close").want(t, http.StatusOK, ""); r.body["pagination"].(map[string]any)["total"] != 1.0 {
+	if r := e.do("GET", "/subscribers", nil).want(t, http.StatusOK, ""); r.body["pagination"].(map[string]any)["total"] != 1.0 {
 		t.Errorf("list while locked = %s, want the one subscriber", r.raw)
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}, "Connection: close").want(t, http.StatusCreated, "")
+	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}).want(t, http.StatusCreated, "")
 	if n := e.count("SELECT count(*) FROM subscribers"); n != 2 {
 		t.Errorf("subscribers = %d, want 2 (nothing written while locked)", n)
 	}

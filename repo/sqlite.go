@@ -30,9 +30,9 @@ import (
 // none needs FOR UPDATE or SKIP LOCKED: holding the lock already excludes every other writer.
 
 // sqliteBusyTimeout is how long a connection waits for the write lock before SQLITE_BUSY.
-// Writes take milliseconds, so a second is a long queue. With busyRetries the longest wait is
-// about 4.3 s: the store answers model.ErrUnavailable itself before Huma's 5 s body-read
-// deadline cancels the request.
+// Writes take milliseconds, so a second is a long queue. With busyRetries a request waits at
+// most about 4.3 s before the store answers model.ErrUnavailable (503, Retry-After), rather
+// than holding a client and a connection for longer.
 const sqliteBusyTimeout = time.Second
 
 // busyRetries is how many times a transaction that still found the database busy after the
