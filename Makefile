@@ -3,7 +3,7 @@
 .PHONY: run test build fmt bench
 
 run:
-	go run ./cmd/subscriberd serve
+	go run ./cmd/subscriberd dev
 
 test:
 	./scripts/test.sh

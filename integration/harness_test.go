@@ -33,6 +33,20 @@ func TestMain(m *testing.M) {
 // freshDatabase clones the migrated template into a new database, dropped when t ends.
 func freshDatabase(t testing.TB) string { return pg.Fresh(t) }
 
+// postgresOnly skips a test that cannot mean anything on the store under test, saying why. The
+// suite runs on PostgreSQL and SQLite (TEST_STORE); keep this for what is inherently
+// PostgreSQL's.
+func postgresOnly(t testing.TB, why string) {
+	t.Helper()
+	if testdb.Store() != testdb.Postgres {
+		t.Skip("PostgreSQL only: " + why)
+	}
+}
+
+// noOutageOnSQLite is why the outage tests are PostgreSQL's: they cut a TCP proxy between the
+// service and its database server.
+const noOutageOnSQLite = "an outage is simulated by cutting the TCP connection to the database server; the SQLite store is a file inside the process, with no connection to lose"
+
 // env is one service instance on its own database, with one newsletter and key.
 type env struct {
 	t        *testing.T

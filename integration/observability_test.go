@@ -28,6 +28,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
@@ -288,9 +289,10 @@ func checkAuthSpan(t *testing.T, _ []sdktrace.ReadOnlySpan, srv sdktrace.ReadOnl
 }
 
 // checkDBSpans checks the database spans: client spans named "{op} {table}" for the expected
-// names, with PostgreSQL attributes and statements without bound values.
+// names, with the store's attributes and statements without bound values.
 func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 	t.Helper()
+	system := map[string]string{testdb.Postgres: "postgresql", testdb.SQLite: "sqlite"}[testdb.Store()]
 	for _, name := range want {
 		got := spansNamed(tr, name)
 		if len(got) == 0 {
@@ -303,7 +305,7 @@ func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 		}
 		for _, s := range got {
 			a := attrMap(s)
-			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != "postgresql" || a["db.statement"].AsString() == "" {
+			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != system || a["db.statement"].AsString() == "" {
 				t.Errorf("span %q: kind %v, db.system.name %q, statement %q", s.Name(), s.SpanKind(), a["db.system.name"].AsString(), a["db.statement"].AsString())
 			}
 		}
@@ -384,6 +386,7 @@ func TestTraceUnauthorized(t *testing.T) {
 }
 
 func TestTraceDatabaseOutage(t *testing.T) {
+	postgresOnly(t, noOutageOnSQLite)
 	direct, err := url.Parse(freshDatabase(t))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -8,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 // tcpProxy forwards a loopback port to the database; cut simulates an outage by closing the
@@ -81,6 +85,7 @@ func (p *tcpProxy) restore() {
 
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
+	postgresOnly(t, noOutageOnSQLite)
 	direct, err := url.Parse(freshDatabase(t))
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +134,7 @@ func TestDatabaseOutage(t *testing.T) {
 // 503 and nothing was written, so retrying is safe.
 func TestStatementTimeoutAnswers503AndWritesNothing(t *testing.T) {
 	t.Parallel()
+	postgresOnly(t, "the slow statement is a PL/pgSQL trigger calling pg_sleep, cancelled by PostgreSQL's statement_timeout; SQLite has neither (its waits are bounded by the busy timeout, see TestSQLiteWriteLockHeldElsewhere)")
 	e := newEnv(t, func(o *envOptions) { o.statementTimeout = 300 * time.Millisecond })
 	if _, err := e.db.ExecContext(t.Context(), `
 CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -142,5 +148,54 @@ CREATE TRIGGER slow_insert BEFORE INSERT ON subscribers FOR EACH ROW EXECUTE FUN
 	}
 	if n := e.count("SELECT count(*) FROM subscribers"); n != 0 {
 		t.Errorf("subscribers = %d after a cancelled insert, want 0", n)
+	}
+}
+
+// TestSQLiteWriteLockHeldElsewhere is the SQLite counterpart of a database outage: another
+// process holds the file's write lock past the busy timeout. Writes answer 503 with
+// Retry-After (never 500) once the retries are spent, reads go on (WAL), and writes work again
+// when the lock is released. SQLite only: PostgreSQL has no database-wide write lock.
+func TestSQLiteWriteLockHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	if testdb.Store() != testdb.SQLite {
+		t.Skip("SQLite only: PostgreSQL has no database-wide write lock to hold")
+	}
+	e := newEnv(t)
+	e.do("POST", "/subscribers", map[string]any{"email": "before@x.io"}).want(t, http.StatusCreated, "")
+
+	other, err := repo.Open(e.dsn, repo.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(context.Background(), nil) // BEGIN IMMEDIATE: takes the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(context.Background(), "UPDATE newsletters SET name = name"); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/subscribers", map[string]any{"email": "during@x.io"}},
+		{"POST", "/subscribers/bulk", []any{map[string]any{"email": "during2@x.io", "status": "pending"}}},
+	} {
+		r := e.do(req.method, req.path, req.body)
+		r.want(t, http.StatusServiceUnavailable, "service_unavailable")
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", req.method, req.path)
+		}
+	}
+	if r := e.do("GET", "/subscribers", nil).want(t, http.StatusOK, ""); r.body["pagination"].(map[string]any)["total"] != 1.0 {
+		t.Errorf("list while locked = %s, want the one subscriber", r.raw)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/subscribers", map[string]any{"email": "after@x.io"}).want(t, http.StatusCreated, "")
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 2 {
+		t.Errorf("subscribers = %d, want 2 (nothing written while locked)", n)
 	}
 }

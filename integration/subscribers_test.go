@@ -502,7 +502,7 @@ func TestListPaginationWalk(t *testing.T) {
 	// Order: newest first, then id descending; ids are UUIDv7, so within one bulk a later item
 	// has a larger id.
 	var want []string
-	if err := e.db.NewRaw("SELECT id::text FROM subscribers ORDER BY created_at DESC, id DESC").Scan(t.Context(), &want); err != nil {
+	if err := e.db.NewRaw("SELECT CAST(id AS TEXT) FROM subscribers ORDER BY created_at DESC, id DESC").Scan(t.Context(), &want); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, ids); diff != "" {
@@ -535,7 +535,7 @@ func TestListPaginationWalk(t *testing.T) {
 func (e *env) firstID(t *testing.T) string {
 	t.Helper()
 	var id string
-	if err := e.db.NewRaw("SELECT id::text FROM subscribers ORDER BY id LIMIT 1").Scan(t.Context(), &id); err != nil {
+	if err := e.db.NewRaw("SELECT CAST(id AS TEXT) FROM subscribers ORDER BY id LIMIT 1").Scan(t.Context(), &id); err != nil {
 		t.Fatal(err)
 	}
 	return id

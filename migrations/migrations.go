@@ -1,4 +1,5 @@
-// Package migrations embeds the SQL migrations of subscriberd: the only source of its schema.
+// Package migrations embeds the SQL migrations of subscriberd, one set per database engine:
+// the only source of its schema.
 package migrations
 
 import (
@@ -8,12 +9,18 @@ import (
 	"github.com/uptrace/bun/migrate"
 )
 
-//go:embed postgres/*.sql
+//go:embed postgres/*.sql sqlite/*.sql
 var files embed.FS
 
 // Postgres returns the migrations for PostgreSQL.
-func Postgres() (*migrate.Migrations, error) {
-	sub, err := fs.Sub(files, "postgres")
+func Postgres() (*migrate.Migrations, error) { return discover("postgres") }
+
+// SQLite returns the migrations for the embedded SQLite store: the same schema semantics as
+// Postgres, in SQLite's dialect.
+func SQLite() (*migrate.Migrations, error) { return discover("sqlite") }
+
+func discover(dir string) (*migrate.Migrations, error) {
+	sub, err := fs.Sub(files, dir)
 	if err != nil {
 		return nil, err
 	}

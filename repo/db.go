@@ -1,5 +1,7 @@
-// Package repo is subscriberd's persistence on PostgreSQL through bun: row types, queries,
-// transactions, and the translation of driver errors into model errors.
+// Package repo is subscriberd's persistence through bun, on PostgreSQL (production) or an
+// embedded SQLite file (zero-setup): row types, queries, transactions, and the translation of
+// driver errors into model errors. Everything that differs between the two engines stays in
+// this package (see sqlite.go); callers see the same behaviour on both.
 package repo
 
 import (
@@ -27,10 +29,11 @@ import (
 
 // Options tune the connection pool.
 type Options struct {
-	// MaxConns bounds open (and idle) connections. Zero means 16.
+	// MaxConns bounds open (and idle) connections. Zero means 16 (8 on SQLite).
 	MaxConns int
 	// StatementTimeout is how long the server lets one statement run before cancelling it
-	// (and rolling it back). Zero means DefaultStatementTimeout.
+	// (and rolling it back). Zero means DefaultStatementTimeout. PostgreSQL only: on SQLite,
+	// waits are bounded by the busy timeout and statements run in process.
 	StatementTimeout time.Duration
 }
 
@@ -38,8 +41,16 @@ type Options struct {
 // write timeout and the shutdown grace.
 const DefaultStatementTimeout = 25 * time.Second
 
-// Open returns a pool for the PostgreSQL URL dsn. It does not connect yet.
+// Open returns a pool for dsn: a PostgreSQL URL (postgres://, postgresql://) or an SQLite one
+// (sqlite:///abs/path.db, sqlite://relative/path.db; see SQLitePath). It does not connect yet.
 func Open(dsn string, opts Options) (db *bun.DB, err error) {
+	if IsSQLite(dsn) {
+		return openSQLite(dsn, opts)
+	}
+	return openPostgres(dsn, opts)
+}
+
+func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
 	defer func() {
 		if r := recover(); r != nil {
@@ -73,8 +84,12 @@ func Open(dsn string, opts Options) (db *bun.DB, err error) {
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
-// the server's "postgres" maintenance database. It does nothing when the database exists.
+// the server's "postgres" maintenance database. It does nothing when the database exists. For
+// SQLite it creates the file's directory (SQLite creates the file itself).
 func EnsureDatabase(ctx context.Context, dsn string) error {
+	if IsSQLite(dsn) {
+		return ensureSQLiteDir(dsn)
+	}
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return fmt.Errorf("invalid PostgreSQL URL: %w", err)
@@ -110,7 +125,11 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 }
 
 func migrator(db *bun.DB) (*migrate.Migrator, error) {
-	ms, err := migrations.Postgres()
+	set := migrations.Postgres
+	if isSQLite(db) {
+		set = migrations.SQLite
+	}
+	ms, err := set()
 	if err != nil {
 		return nil, err
 	}
@@ -173,10 +192,14 @@ func PendingMigrations(ctx context.Context, db *bun.DB) (int, error) {
 	return len(ms.Unapplied()), nil
 }
 
-// translate maps driver errors onto model errors by SQLSTATE and kind, never by message.
+// translate maps driver errors onto model errors by SQLSTATE and kind, never by message
+// (SQLite's by result code and, for unique violations, the columns it names).
 func translate(err error) error {
 	if err == nil {
 		return nil
+	}
+	if e, ok := asSQLiteError(err); ok {
+		return translateSQLite(err, e)
 	}
 	var pgErr pgdriver.Error
 	if errors.As(err, &pgErr) {

@@ -56,6 +56,19 @@ func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess 
 	return row.toModel(), nil
 }
 
+// FirstNewsletter returns the oldest newsletter, and false when there is none.
+func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool, error) {
+	var row newsletterRow
+	err := a.db.NewSelect().Model(&row).OrderExpr("created_at, id").Limit(1).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Newsletter{}, false, nil
+	}
+	if err != nil {
+		return model.Newsletter{}, false, translate(err)
+	}
+	return row.toModel(), true, nil
+}
+
 // UpdateNewsletter sets whether the newsletter's plan has API access and, when name is not
 // nil, renames it.
 func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess bool, name *string) (model.Newsletter, error) {

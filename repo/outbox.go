@@ -30,13 +30,14 @@ const NotifyChannel = "email_outbox"
 // transaction, and its outcome recorded afterwards. Times come from the service's clock, like
 // every timestamp of the schema.
 type Outbox struct {
-	db  *bun.DB
-	now func() time.Time
+	db     *bun.DB
+	sqlite bool // the embedded SQLite store rather than PostgreSQL
+	now    func() time.Time
 }
 
 // NewOutbox returns the outbox on db.
 func NewOutbox(db *bun.DB) *Outbox {
-	return &Outbox{db: db, now: func() time.Time { return time.Now().UTC() }}
+	return &Outbox{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
 }
 
 // claimedRow is a claimed outbox row with what the email needs.
@@ -60,7 +61,11 @@ type claimedRow struct {
 func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	now := o.now()
 	var rows []claimedRow
-	err := o.db.NewRaw(`
+	var err error
+	if o.sqlite {
+		rows, err = o.claimSQLite(ctx, now, limit, lease)
+	} else {
+		err = o.db.NewRaw(`
 WITH due AS (
     SELECT id FROM email_outbox
     WHERE state = 'pending' AND next_attempt_at <= ?0
@@ -77,6 +82,7 @@ FROM claimed AS c
 JOIN subscribers AS s ON s.id = c.subscriber_id
 JOIN newsletters AS n ON n.id = c.newsletter_id
 ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
+	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -91,16 +97,52 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
 	return out, nil
 }
 
+// claimSQLite is Claim on SQLite, where no SKIP LOCKED is needed: the immediate transaction
+// holds the database's write lock, so no other claim runs between choosing the due rows and
+// moving their next attempt.
+func (o *Outbox) claimSQLite(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+	var rows []claimedRow
+	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+		rows = nil
+		var ids []uuid.UUID
+		if err := tx.NewRaw(`SELECT id FROM email_outbox
+WHERE state = 'pending' AND next_attempt_at <= ?
+ORDER BY next_attempt_at
+LIMIT ?`, now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if _, err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?, updated_at = ? WHERE id IN (?)`,
+			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.traceparent, o.created_at,
+    s.email, s.first_name, s.last_name, n.name AS newsletter_name
+FROM email_outbox AS o
+JOIN subscribers AS s ON s.id = o.subscriber_id
+JOIN newsletters AS n ON n.id = o.newsletter_id
+WHERE o.id IN (?)
+ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		return nil
+	})
+	return rows, err
+}
+
 // IssueToken stores the hash of a new confirmation token for e, valid for ttl, and retires
 // every other token of the subscriber, in one transaction that holds the subscriber's row so it
 // cannot change meanwhile. It fails with model.ErrEmailObsolete when the subscriber is no longer
 // pending or the email is no longer pending (cancelled by a later change).
 func (o *Outbox) IssueToken(ctx context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error {
 	now := o.now()
-	err := o.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
 		// Locks in the order every writer of a subscriber uses: subscriber, outbox, tokens.
 		var status, state string
-		err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ? FOR UPDATE", e.SubscriberID).Scan(ctx, &status)
+		err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 		}
@@ -197,9 +239,13 @@ FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
 }
 
 // Listen signals on the returned channel whenever outbox rows are inserted (PostgreSQL
-// LISTEN/NOTIFY on a connection of its own, re-established after failures), until ctx ends.
-// Signals coalesce: one pending signal stands for any number of inserts.
+// LISTEN/NOTIFY on a connection of its own, re-established after failures; on SQLite, a signal
+// from this process after each commit that queued emails), until ctx ends. Signals coalesce:
+// one pending signal stands for any number of inserts.
 func (o *Outbox) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
+	if o.sqlite {
+		return wakerOf(o.db).listen(ctx)
+	}
 	wake := make(chan struct{}, 1)
 	ln := pgdriver.NewListener(o.db)
 	if err := ln.Listen(ctx, NotifyChannel); err != nil {

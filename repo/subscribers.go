@@ -66,13 +66,14 @@ const (
 
 // Subscribers stores subscribers and queues their confirmation emails.
 type Subscribers struct {
-	db  *bun.DB
-	now func() time.Time
+	db     *bun.DB
+	sqlite bool // the embedded SQLite store rather than PostgreSQL
+	now    func() time.Time
 }
 
 // NewSubscribers returns the subscriber store on db.
 func NewSubscribers(db *bun.DB) *Subscribers {
-	return &Subscribers{db: db, now: func() time.Time { return time.Now().UTC() }}
+	return &Subscribers{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
 }
 
 func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time) subscriberRow {
@@ -108,13 +109,16 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		return nil
 	}
 	var err error
-	if in.Status == model.StatusPending {
-		err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return insert(ctx, tx) })
+	if in.Status == model.StatusPending || s.sqlite { // on SQLite for runInTx's retries when busy
+		err = runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return insert(ctx, tx) })
 	} else {
 		err = insert(ctx, s.db)
 	}
 	if err != nil {
 		return model.Subscriber{}, translate(err)
+	}
+	if in.Status == model.StatusPending {
+		emailsQueued(s.db)
 	}
 	return row.toModel(), nil
 }
@@ -129,7 +133,9 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	for i := range in {
 		rows[i] = s.newRow(nl, in[i], now)
 	}
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	var pending []subscriberRow
+	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		pending = nil
 		// Conflicting rows are skipped rather than aborting, so every colliding item is known.
 		// Rows are matched on the returned natural key, never by position.
 		var inserted []string
@@ -151,7 +157,6 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 			}
 			return taken
 		}
-		var pending []subscriberRow
 		for _, r := range rows {
 			if r.Status == string(model.StatusPending) {
 				pending = append(pending, r)
@@ -162,6 +167,9 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	if err != nil {
 		return nil, translate(err)
 	}
+	if len(pending) > 0 {
+		emailsQueued(s.db)
+	}
 	out := make([]model.Subscriber, len(rows))
 	for i := range rows {
 		out[i] = rows[i].toModel()
@@ -170,7 +178,7 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 }
 
 // List returns one page of a newsletter's subscribers, newest first, and the total that
-// matches the filter. Page and total come from one statement, so they agree.
+// matches the filter. Page and total come from one statement, so they agree (on both stores).
 func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
 	type pageRow struct {
 		Total int64 `bun:"total"`
@@ -183,19 +191,11 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	// The page's ids come from an index-only walk of the list index; only those rows are read.
 	// The total is the sum of the newsletter's counter rows (see the migration).
 	var rows []pageRow
-	err := s.db.NewRaw(`
-SELECT t.total, s.*
-FROM (SELECT coalesce(sum(n), 0)::bigint AS total FROM subscriber_counts
-      WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)) AS t
-LEFT JOIN LATERAL (
-    SELECT s.* FROM (
-        SELECT id FROM subscribers
-        WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)
-        ORDER BY created_at DESC, id DESC
-        LIMIT ?2 OFFSET ?3
-    ) AS p JOIN subscribers AS s USING (id)
-) AS s ON true
-ORDER BY s.created_at DESC, s.id DESC`, nl, statusFilter, q.Limit, q.Offset()).Scan(ctx, &rows)
+	query := listPostgres
+	if s.sqlite {
+		query = listSQLite
+	}
+	err := s.db.NewRaw(query, nl, statusFilter, q.Limit, q.Offset()).Scan(ctx, &rows)
 	if err != nil {
 		return nil, 0, translate(err)
 	}
@@ -211,6 +211,36 @@ ORDER BY s.created_at DESC, s.id DESC`, nl, statusFilter, q.Limit, q.Offset()).S
 	}
 	return out, rows[0].Total, nil
 }
+
+const listPostgres = `
+SELECT t.total, s.*
+FROM (SELECT coalesce(sum(n), 0)::bigint AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)) AS t
+LEFT JOIN LATERAL (
+    SELECT s.* FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2 OFFSET ?3
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`
+
+// listSQLite is listPostgres without LATERAL (which SQLite lacks): the page is a plain
+// subquery. One statement reads one snapshot, so page and total still agree.
+const listSQLite = `
+SELECT t.total, s.*
+FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
+LEFT JOIN (
+    SELECT s.* FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2 OFFSET ?3
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`
 
 // Get returns one subscriber of the newsletter, or model.ErrNotFound.
 func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
@@ -229,8 +259,14 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
 	var row subscriberRow
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).For("UPDATE").Scan(ctx)
+	var queued bool
+	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		queued = false
+		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id)
+		if !s.sqlite { // SQLite's immediate transaction already holds the write lock
+			sel = sel.For("UPDATE")
+		}
+		err := sel.Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}
@@ -258,12 +294,16 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			}
 		}
 		if queue {
+			queued = true
 			return queueConfirmations(ctx, tx, []subscriberRow{row})
 		}
 		return nil
 	})
 	if err != nil {
 		return model.Subscriber{}, translate(err)
+	}
+	if queued {
+		emailsQueued(s.db)
 	}
 	return row.toModel(), nil
 }
@@ -272,7 +312,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 // retires its confirmation links. Unsubscribing again changes nothing and succeeds.
 func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
 	var row subscriberRow
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
 		err := tx.NewUpdate().Model(&row).
 			Set("status = ?", model.StatusUnsubscribed).Set("updated_at = ?", now).

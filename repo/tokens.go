@@ -16,13 +16,14 @@ import (
 // Confirmations resolves confirmation tokens, stored only as hashes, for the double-opt-in
 // pages.
 type Confirmations struct {
-	db  *bun.DB
-	now func() time.Time
+	db     *bun.DB
+	sqlite bool // the embedded SQLite store rather than PostgreSQL
+	now    func() time.Time
 }
 
 // NewConfirmations returns the token store on db.
 func NewConfirmations(db *bun.DB) *Confirmations {
-	return &Confirmations{db: db, now: func() time.Time { return time.Now().UTC() }}
+	return &Confirmations{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
 }
 
 type tokenRow struct {
@@ -79,7 +80,7 @@ func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirma
 // other unusable token is model.ErrTokenInvalid.
 func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var out model.Confirmation
-	err := c.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := runInTx(ctx, c.db, func(ctx context.Context, tx bun.Tx) error {
 		now := c.now()
 		var subscriberID uuid.UUID
 		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
@@ -91,7 +92,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 		}
 		// Lock the subscriber first, as every other writer does, then read the token as it
 		// stands under that lock: a concurrent change or confirmation has finished by then.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ? FOR UPDATE", subscriberID).Exec(ctx); err != nil {
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+forUpdate(c.sqlite), subscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var t tokenRow

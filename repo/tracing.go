@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -34,7 +36,11 @@ type queryHook struct {
 
 func newQueryHook(dsn, system string) *queryHook {
 	var dbName string
-	if u, err := url.Parse(dsn); err == nil {
+	if IsSQLite(dsn) { // the namespace is the file's name
+		if p, err := SQLitePath(dsn); err == nil {
+			dbName = filepath.Base(p)
+		}
+	} else if u, err := url.Parse(dsn); err == nil {
 		dbName = strings.TrimPrefix(u.Path, "/")
 	}
 	return &queryHook{
@@ -94,6 +100,9 @@ func errorType(err error) string {
 	}
 	if code := sqlState(err); code != "" {
 		return code
+	}
+	if e, ok := asSQLiteError(err); ok { // SQLite's (extended) result code, e.g. 2067, 5
+		return strconv.Itoa(e.Code())
 	}
 	return "other"
 }

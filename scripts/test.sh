@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of subscriberd: vet, staticcheck, `go test -race ./...` (unit, fuzz seed
-# corpora and integration tests against a real PostgreSQL and Redis) and the Prometheus alert
-# rules' checks and unit tests (promtool).
+# corpora and integration tests against a real PostgreSQL and Redis), the integration and
+# command tests a second time on the embedded SQLite store (TEST_STORE=sqlite), and the
+# Prometheus alert rules' checks and unit tests (promtool).
 #
 # Integration tests start PostgreSQL and Redis containers with testcontainers when a Docker
 # engine answers. Without one, they use the machine's own servers through TEST_DATABASE_URL and
@@ -24,7 +25,11 @@ echo "== go vet" >&2
 go vet ./...
 echo "== staticcheck" >&2
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
-echo "== go test -race" >&2
-go test -race -count=1 -timeout 30m ./...
+echo "== go test -race ./... (store: postgres)" >&2
+TEST_STORE=postgres go test -race -count=1 -timeout 30m ./...
+# The same integration suite and command tests again on the embedded SQLite store: a matrix,
+# not a copy. The bench packages stay on PostgreSQL, the store every performance figure is about.
+echo "== go test -race ./integration ./cmd/subscriberd (store: sqlite)" >&2
+TEST_STORE=sqlite go test -race -count=1 -timeout 30m ./integration ./cmd/subscriberd
 echo "== promtool check rules / test rules" >&2
 ./scripts/promtool.sh

@@ -21,20 +21,20 @@ import (
 func cliFlags(name string, stderr io.Writer, getenv func(string) string) (*flag.FlagSet, func() config) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return fs, bindSettings(fs, getenv, "DATABASE_URL", "LOG_LEVEL", "LOG_FORMAT")
+	return fs, bindSettings(fs, getenv, "DATABASE_URL", "DATA_DIR", "LOG_LEVEL", "LOG_FORMAT")
 }
 
 // withAccounts opens the database (creating and migrating it, so a newcomer's first command
 // works on an empty server) and runs fn.
 func withAccounts(ctx context.Context, cfg config, stderr io.Writer, fn func(*repo.Accounts) error) error {
-	if err := validateURL("DATABASE_URL", cfg["DATABASE_URL"], "postgres", "postgresql"); err != nil {
+	if err := resolveDatabase(cfg); err != nil {
 		return err
 	}
 	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
 	if err != nil {
 		return err
 	}
-	db, err := openDB(ctx, cfg["DATABASE_URL"], true, log)
+	db, err := openDB(ctx, cfg, true, log)
 	if err != nil {
 		return err
 	}
@@ -48,19 +48,20 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	cfg := resolve()
-	if err := validateURL("DATABASE_URL", cfg["DATABASE_URL"], "postgres", "postgresql"); err != nil {
+	if err := resolveDatabase(cfg); err != nil {
 		return err
 	}
 	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
 	if err != nil {
 		return err
 	}
+	logStore(log, cfg["DATABASE_URL"])
 	var db *bun.DB
 	if err := repo.EnsureDatabase(ctx, cfg["DATABASE_URL"]); err != nil {
-		return fmt.Errorf("DATABASE_URL %s: %w", redact(cfg["DATABASE_URL"]), err)
+		return dbErr(cfg, err)
 	}
 	if db, err = repo.Open(cfg["DATABASE_URL"], repo.Options{MaxConns: 2}); err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return dbErr(cfg, err)
 	}
 	defer db.Close()
 	applied, err := repo.Migrate(ctx, db)

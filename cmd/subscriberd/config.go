@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
+
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 // setting is one configuration value: an environment variable, overridable by the flag of
@@ -15,12 +19,13 @@ type setting struct {
 	secret          bool // masked when logged
 }
 
-// DefaultDatabaseURL is the machine's local PostgreSQL; the database is created if missing.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/subscriberd?sslmode=disable"
+// sqliteFile is the name of the embedded database's file in DATA_DIR.
+const sqliteFile = "subscribers.db"
 
 // settings lists every variable of API.md §7.
 var settings = []setting{
-	{env: "DATABASE_URL", def: DefaultDatabaseURL, usage: "PostgreSQL URL", secret: true},
+	{env: "DATABASE_URL", usage: "postgres://… (PostgreSQL) or sqlite:///path.db; unset = SQLite in DATA_DIR", secret: true},
+	{env: "DATA_DIR", def: "./data", usage: "directory of the embedded SQLite database (" + sqliteFile + ") when DATABASE_URL is unset"},
 	{env: "LISTEN_ADDR", def: ":8080", usage: "public API and confirmation pages"},
 	{env: "ADMIN_ADDR", def: ":9090", usage: "/metrics, /livez, /readyz, /debug/pprof/"},
 	{env: "PUBLIC_BASE_URL", def: "http://localhost:8080", usage: "base of links in emails"},
@@ -75,6 +80,44 @@ func bindSettings(fs *flag.FlagSet, getenv func(string) string, names ...string)
 		}
 		return cfg
 	}
+}
+
+// storeFrom is the config key, not a setting, naming the variable that chose the database:
+// DATA_DIR when DATABASE_URL was unset.
+const storeFrom = "store_from"
+
+// dbErr prefixes a database error with the variable that chose the database and its URL.
+func dbErr(cfg config, err error) error {
+	name := "DATABASE_URL"
+	if cfg[storeFrom] != "" {
+		name = cfg[storeFrom]
+	}
+	return fmt.Errorf("%s (%s): %w", name, redact(cfg["DATABASE_URL"]), err)
+}
+
+// resolveDatabase checks DATABASE_URL and, when it is unset, sets it to the embedded SQLite file
+// in DATA_DIR, so that everything after reads one URL. Errors name the variable.
+func resolveDatabase(cfg config) error {
+	dsn := cfg["DATABASE_URL"]
+	if dsn == "" {
+		dir := cfg["DATA_DIR"]
+		if strings.TrimSpace(dir) == "" {
+			return errors.New("DATA_DIR: must name a directory (DATABASE_URL is unset, so the SQLite database lives there)")
+		}
+		cfg["DATABASE_URL"] = repo.SQLiteURL(filepath.Join(dir, sqliteFile))
+		cfg[storeFrom] = "DATA_DIR"
+		return nil
+	}
+	if repo.IsSQLite(dsn) {
+		if _, err := repo.SQLitePath(dsn); err != nil {
+			return fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		return nil
+	}
+	if err := validateURL("DATABASE_URL", dsn, "postgres", "postgresql", "sqlite"); err != nil {
+		return err
+	}
+	return nil
 }
 
 // validateAddr checks a listen address host:port.

@@ -1,5 +1,6 @@
 // Command subscriberd serves the subscriber API and manages its newsletters and API keys.
 //
+//	subscriberd dev                        serve, making a demo newsletter and API key on an empty database
 //	subscriberd serve                      run the API, the admin listener and the email worker
 //	subscriberd migrate                    apply pending migrations and exit
 //	subscriberd newsletter create --name NAME [--api-access=false]
@@ -37,7 +38,9 @@ func main() {
 const usage = `usage: subscriberd <command> [flags]
 
 commands:
-  serve                                   run the API, admin listener and email worker
+  dev                                     serve; on an empty database first make a demo
+                                          newsletter and API key and print a curl line
+  serve [--dev]                           run the API, admin listener and email worker
   migrate                                 apply pending migrations and exit
   newsletter create --name NAME [--api-access=false]
   newsletter update ID --api-access=BOOL [--name NAME]
@@ -45,7 +48,8 @@ commands:
   apikey revoke ID
 
 Run "subscriberd <command> -h" for its flags. Every setting is an environment variable
-(DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.`
+(DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.
+Without DATABASE_URL the store is an SQLite file in DATA_DIR (default ./data).`
 
 // run is the whole program: it parses args, reads configuration through getenv, writes
 // machine-readable output to stdout and logs to stderr, and returns when done or ctx ends.
@@ -56,7 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		return serve(ctx, rest, getenv, stderr)
+		return serve(ctx, rest, getenv, stdout, stderr, false)
+	case "dev":
+		return serve(ctx, rest, getenv, stdout, stderr, true)
 	case "migrate":
 		return migrateCmd(ctx, rest, getenv, stdout, stderr)
 	case "newsletter":

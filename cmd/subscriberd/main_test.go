@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -83,6 +84,9 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 		{"bad listen addr", []string{"serve"}, map[string]string{"LISTEN_ADDR": "8080"}, "LISTEN_ADDR"},
 		{"bad admin addr flag", []string{"serve", "--admin-addr", "nope"}, nil, "ADMIN_ADDR"},
 		{"bad database url", []string{"serve"}, map[string]string{"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL"},
+		{"sqlite url without slashes", []string{"serve"}, map[string]string{"DATABASE_URL": "sqlite:x.db"}, "DATABASE_URL"},
+		{"sqlite url with a query", []string{"migrate"}, map[string]string{"DATABASE_URL": "sqlite:///tmp/x.db?mode=ro"}, "DATABASE_URL"},
+		{"empty data dir flag", []string{"serve", "--data-dir="}, nil, "DATA_DIR"},
 		{"bad public base url", []string{"serve"}, map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
 		{"bad smtp url", []string{"serve"}, map[string]string{"SMTP_URL": "smtp://mail.example.com:99999"}, "SMTP_URL"},
 		{"bad smtp scheme flag", []string{"serve", "--smtp-url", "http://mail.example.com"}, nil, "SMTP_URL"},
@@ -105,8 +109,17 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 			}
 		})
 	}
+	// A DATA_DIR that cannot be a directory stops the first command, naming DATA_DIR.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"newsletter", "create", "--name", "x"}, envFunc(map[string]string{"DATA_DIR": file}), io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATA_DIR") {
+		t.Errorf("DATA_DIR on a file: %v, want an error naming DATA_DIR", err)
+	}
 	// A password in DATABASE_URL never appears in an error.
-	err := run(t.Context(), []string{"serve"}, envFunc(map[string]string{
+	err = run(t.Context(), []string{"serve"}, envFunc(map[string]string{
 		"DATABASE_URL": "postgres://u:hunter2@127.0.0.1:1/x?sslmode=disable", "LISTEN_ADDR": "x"}), io.Discard, io.Discard)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error %v leaks the password or is missing", err)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -24,10 +25,18 @@ import (
 // shutdownGrace is how long in-flight requests may take to finish after SIGTERM (API.md §7).
 const shutdownGrace = 25 * time.Second
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// serve runs the service until ctx ends. With dev set (subscriberd dev, or serve --dev) it
+// first makes a demo newsletter and API key when the database has no newsletter, and prints
+// the key and a curl line to stdout once the API listens.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, dev bool) error {
+	name := "serve"
+	if dev {
+		name = "dev"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	migrateFirst := fs.Bool("migrate", true, "apply pending migrations before serving")
+	fs.BoolVar(&dev, "dev", dev, "on a database without newsletters, make a demo newsletter and API key and print them with a curl line")
 	resolve := bindSettings(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,7 +70,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 
-	db, err := openDB(ctx, cfg["DATABASE_URL"], *migrateFirst, log)
+	db, err := openDB(ctx, cfg, *migrateFirst, log)
 	if err != nil {
 		return err
 	}
@@ -108,11 +117,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		publicLn.Close()
 		return fmt.Errorf("ADMIN_ADDR: %w", err)
 	}
+	// The demo key is made only once the listeners are bound, so a start that fails on its
+	// addresses does not make (and lose) a key the next start would not print again.
+	var demo *devDemo
+	if dev {
+		if demo, err = devSetup(ctx, accounts); err != nil {
+			publicLn.Close()
+			adminLn.Close()
+			return err
+		}
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- publicSrv.Serve(publicLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	log.Info("serving", "listen_addr", publicLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
 		"database", redact(cfg["DATABASE_URL"]), "version", version)
+	if demo != nil {
+		demo.print(stdout, publicLn.Addr())
+	}
 
 	select {
 	case err := <-errc:
@@ -136,7 +158,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 }
 
 func validateServe(cfg config) error {
-	if err := validateURL("DATABASE_URL", cfg["DATABASE_URL"], "postgres", "postgresql"); err != nil {
+	if err := resolveDatabase(cfg); err != nil {
 		return err
 	}
 	for _, name := range []string{"LISTEN_ADDR", "ADMIN_ADDR"} {
@@ -149,15 +171,17 @@ func validateServe(cfg config) error {
 
 // openDB opens the pool and, when migrate is set, creates the database if missing and applies
 // pending migrations.
-func openDB(ctx context.Context, dsn string, migrate bool, log *slog.Logger) (*bun.DB, error) {
+func openDB(ctx context.Context, cfg config, migrate bool, log *slog.Logger) (*bun.DB, error) {
+	dsn := cfg["DATABASE_URL"]
+	logStore(log, dsn)
 	if migrate {
 		if err := repo.EnsureDatabase(ctx, dsn); err != nil {
-			return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+			return nil, dbErr(cfg, err)
 		}
 	}
 	db, err := repo.Open(dsn, repo.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, dbErr(cfg, err)
 	}
 	if !migrate {
 		return db, nil
@@ -165,12 +189,28 @@ func openDB(ctx context.Context, dsn string, migrate bool, log *slog.Logger) (*b
 	applied, err := repo.Migrate(ctx, db)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("DATABASE_URL %s: %w", redact(dsn), err)
+		return nil, dbErr(cfg, err)
 	}
 	if len(applied) > 0 {
 		log.Info("applied migrations", "migrations", applied)
 	}
 	return db, nil
+}
+
+// logStore says, in one line, when the store is the embedded SQLite file, and where it is.
+func logStore(log *slog.Logger, dsn string) {
+	if !repo.IsSQLite(dsn) {
+		return
+	}
+	path, err := repo.SQLitePath(dsn)
+	if err != nil {
+		return
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	log.Info("using the embedded SQLite database (WAL, busy timeout, foreign keys on); set DATABASE_URL=postgres://… for PostgreSQL",
+		"path", path)
 }
 
 func newHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {

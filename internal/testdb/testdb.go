@@ -1,7 +1,12 @@
-// Package testdb gives tests a real PostgreSQL: TEST_DATABASE_URL when set, otherwise a
-// container started with testcontainers from POSTGRES_IMAGE (default postgres:15). Each test
-// gets a fresh database cloned from a migrated template. Without either source, Start fails:
-// tests never pass by skipping.
+// Package testdb gives tests a real database of the store TEST_STORE names: "postgres" (the
+// default) or "sqlite".
+//
+// PostgreSQL is TEST_DATABASE_URL when set, otherwise a container started with testcontainers
+// from POSTGRES_IMAGE (default postgres:15). Each test gets a fresh database cloned from a
+// migrated template. Without either source, Start fails: tests never pass by skipping.
+//
+// SQLite needs nothing: each test gets a fresh file in its own temporary directory, copied from
+// a migrated template file.
 package testdb
 
 import (
@@ -9,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,10 +27,26 @@ import (
 	"github.com/subscriberd/subscriberd/repo"
 )
 
-// Server is a PostgreSQL server with a migrated template database.
+// The stores TEST_STORE selects.
+const (
+	Postgres = "postgres"
+	SQLite   = "sqlite"
+)
+
+// Store is the store the tests run against: TEST_STORE, "postgres" when unset.
+func Store() string {
+	if s := os.Getenv("TEST_STORE"); s != "" {
+		return s
+	}
+	return Postgres
+}
+
+// Server is a PostgreSQL server with a migrated template database, or, for SQLite, a
+// directory with a migrated template file.
 type Server struct {
+	sqlite   bool
 	dsn      string // any database on the server, for creating and dropping others
-	template string
+	template string // the template database's name, or the template file's path on SQLite
 	stop     func()
 	mu       sync.Mutex
 	n        atomic.Int64
@@ -32,6 +54,13 @@ type Server struct {
 
 // Start finds or starts the server and migrates the template. Call Close when done.
 func Start(ctx context.Context) (*Server, error) {
+	switch Store() {
+	case Postgres:
+	case SQLite:
+		return startSQLite(ctx)
+	default:
+		return nil, fmt.Errorf("TEST_STORE=%q: want %s or %s", Store(), Postgres, SQLite)
+	}
 	s := &Server{dsn: os.Getenv("TEST_DATABASE_URL"), stop: func() {}}
 	if s.dsn == "" {
 		img := os.Getenv("POSTGRES_IMAGE")
@@ -76,13 +105,45 @@ func Start(ctx context.Context) (*Server, error) {
 	return s, nil
 }
 
+// startSQLite migrates a template SQLite file in a temporary directory.
+func startSQLite(ctx context.Context) (*Server, error) {
+	dir, err := os.MkdirTemp("", "subscriberd-testdb-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{sqlite: true, template: filepath.Join(dir, "template.db"), stop: func() { os.RemoveAll(dir) }}
+	db, err := repo.Open(repo.SQLiteURL(s.template), repo.Options{MaxConns: 1})
+	if err == nil {
+		_, err = repo.Migrate(ctx, db)
+		// Closing the last connection checkpoints the WAL into the file and removes it, so the
+		// file alone is the whole database.
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		s.stop()
+		return nil, fmt.Errorf("migrate the SQLite template: %w", err)
+	}
+	if _, err := os.Stat(s.template + "-wal"); err == nil {
+		s.stop()
+		return nil, fmt.Errorf("the SQLite template kept its WAL file")
+	}
+	fmt.Fprintln(os.Stderr, "testdb: using SQLite files (TEST_STORE=sqlite)")
+	return s, nil
+}
+
 // Close drops the template and stops the container, if any.
 func (s *Server) Close() {
+	if s.sqlite {
+		s.stop()
+		return
+	}
 	s.exec(context.Background(), `DROP DATABASE IF EXISTS "`+s.template+`" WITH (FORCE)`) //nolint:errcheck
 	s.stop()
 }
 
-// DSN is the server's URL pointed at database name.
+// DSN is the server's URL pointed at database name (PostgreSQL only).
 func (s *Server) DSN(name string) string {
 	u, err := url.Parse(s.dsn)
 	if err != nil {
@@ -96,6 +157,17 @@ func (s *Server) DSN(name string) string {
 // its URL.
 func (s *Server) Fresh(t testing.TB) string {
 	t.Helper()
+	if s.sqlite {
+		b, err := os.ReadFile(s.template)
+		if err != nil {
+			t.Fatalf("read the SQLite template: %v", err)
+		}
+		path := filepath.Join(t.TempDir(), "subscribers.db")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatalf("create test database: %v", err)
+		}
+		return repo.SQLiteURL(path)
+	}
 	name := fmt.Sprintf("%s_%d", s.template, s.n.Add(1))
 	s.mu.Lock() // CREATE DATABASE … TEMPLATE refuses while another clone reads the template
 	err := s.exec(context.Background(), `CREATE DATABASE "`+name+`" TEMPLATE "`+s.template+`"`)
@@ -112,6 +184,9 @@ func (s *Server) Fresh(t testing.TB) string {
 // Empty creates an empty database (no migrations), dropped when t ends.
 func (s *Server) Empty(t testing.TB) string {
 	t.Helper()
+	if s.sqlite { // in a directory that does not exist yet either
+		return repo.SQLiteURL(filepath.Join(t.TempDir(), "data", "subscribers.db"))
+	}
 	name := fmt.Sprintf("%s_empty_%d", s.template, s.n.Add(1))
 	t.Cleanup(func() {
 		s.exec(context.Background(), `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`) //nolint:errcheck

@@ -1,0 +1,229 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// This file holds what the embedded SQLite store does differently from PostgreSQL. The stores
+// keep one code path each where the SQL must differ (a field set at construction chooses);
+// everything else is shared.
+//
+// SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
+// BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
+// none needs FOR UPDATE or SKIP LOCKED: holding the lock already excludes every other writer.
+
+// sqliteBusyTimeout is how long a connection waits for the write lock before SQLITE_BUSY.
+// Writes take milliseconds, so a second is a long queue. With busyRetries a request waits at
+// most about 4.3 s before the store answers model.ErrUnavailable (503, Retry-After), rather
+// than holding a client and a connection for longer.
+const sqliteBusyTimeout = time.Second
+
+// busyRetries is how many times a transaction that still found the database busy after the
+// busy timeout is run again before the caller gets model.ErrUnavailable (503).
+const busyRetries = 3
+
+// IsSQLite tells whether dsn selects the embedded SQLite store (scheme sqlite:).
+func IsSQLite(dsn string) bool { return strings.HasPrefix(dsn, "sqlite:") }
+
+// SQLiteURL is the DATABASE_URL of the SQLite file at path.
+func SQLiteURL(path string) string {
+	if filepath.IsAbs(path) {
+		return "sqlite://" + filepath.ToSlash(path)
+	}
+	return "sqlite://" + filepath.ToSlash(filepath.Clean(path))
+}
+
+// SQLitePath is the file an SQLite URL names: sqlite:///abs/path.db is /abs/path.db and
+// sqlite://relative/path.db is relative/path.db (to the working directory). Query parameters
+// are not accepted: the store sets its own pragmas.
+func SQLitePath(dsn string) (string, error) {
+	rest, ok := strings.CutPrefix(dsn, "sqlite://")
+	if !ok {
+		return "", errors.New(`an SQLite URL starts with "sqlite://" (sqlite:///abs/path.db or sqlite://relative.db)`)
+	}
+	if strings.ContainsAny(rest, "?#") {
+		return "", errors.New("an SQLite URL takes no query or fragment")
+	}
+	p, err := url.PathUnescape(rest)
+	if err != nil {
+		return "", fmt.Errorf("invalid SQLite URL: %w", err)
+	}
+	if p == "" || p == "/" {
+		return "", errors.New("the SQLite URL names no file")
+	}
+	return p, nil
+}
+
+// openSQLite opens the SQLite file of dsn in WAL mode, with foreign keys enforced, a busy
+// timeout, and immediate transactions.
+func openSQLite(dsn string, opts Options) (*bun.DB, error) {
+	path, err := SQLitePath(dsn)
+	if err != nil {
+		return nil, err
+	}
+	params := "_pragma=foreign_keys(1)&_pragma=busy_timeout(" + fmt.Sprint(sqliteBusyTimeout.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_txlock=immediate"
+	sqldb, err := sql.Open("sqlite", path+"?"+params)
+	if err != nil {
+		return nil, fmt.Errorf("open SQLite %s: %w", path, err)
+	}
+	n := opts.MaxConns
+	if n <= 0 {
+		n = 8
+	}
+	if path == ":memory:" {
+		n = 1 // each connection to :memory: is a database of its own
+	}
+	sqldb.SetMaxOpenConns(n)
+	sqldb.SetMaxIdleConns(n)
+	return bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(newQueryHook(dsn, "sqlite")), nil
+}
+
+// ensureSQLiteDir creates the directory of the SQLite file of dsn.
+func ensureSQLiteDir(dsn string) error {
+	path, err := SQLitePath(dsn)
+	if err != nil {
+		return err
+	}
+	if path == ":memory:" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("create the SQLite directory: %w", err)
+	}
+	return nil
+}
+
+// isSQLite tells whether db is the SQLite store.
+func isSQLite(db bun.IDB) bool { return db.Dialect().Name() == dialect.SQLite }
+
+func asSQLiteError(err error) (*sqlite.Error, bool) {
+	var e *sqlite.Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// translateSQLite maps an SQLite error onto model errors. SQLite names no constraint in a
+// unique violation, only the columns ("UNIQUE constraint failed: subscribers.newsletter_id,
+// subscribers.email_key"), so the subscriber email key is recognised by those.
+func translateSQLite(err error, e *sqlite.Error) error {
+	if errors.Is(err, model.ErrUnavailable) { // translated already
+		return err
+	}
+	code := e.Code()
+	switch {
+	case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE &&
+		strings.Contains(e.Error(), "subscribers.newsletter_id, subscribers.email_key"):
+		return fmt.Errorf("%w", model.ErrEmailTaken)
+	case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED,
+		code&0xff == sqlite3.SQLITE_CANTOPEN, code&0xff == sqlite3.SQLITE_IOERR,
+		code&0xff == sqlite3.SQLITE_FULL, code&0xff == sqlite3.SQLITE_READONLY:
+		// The chain keeps the driver's error so runInTx can tell a busy database.
+		return fmt.Errorf("%w: %w", model.ErrUnavailable, err)
+	}
+	return err
+}
+
+// isBusy tells whether err is SQLite's "database is busy or locked".
+func isBusy(err error) bool {
+	e, ok := asSQLiteError(err)
+	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
+}
+
+// runInTx runs fn in a transaction. On PostgreSQL it is db.RunInTx. On SQLite a transaction
+// that found the database busy even after the busy timeout runs again, a few times, before the
+// error (model.ErrUnavailable once translated) reaches the caller.
+func runInTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
+	if !isSQLite(db) {
+		return db.RunInTx(ctx, nil, fn)
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = db.RunInTx(ctx, nil, fn)
+		if err == nil || !isBusy(err) || attempt > busyRetries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		}
+	}
+}
+
+// wakers are the in-process stand-in for LISTEN/NOTIFY on SQLite: per database, the channels of
+// the Outbox.Listen calls, signalled after a commit that queued emails. An SQLite file has one
+// writer process, so every insert into the outbox happens in this process.
+var wakers sync.Map // *bun.DB → *waker
+
+type waker struct {
+	mu    sync.Mutex
+	chans map[chan struct{}]struct{}
+}
+
+func wakerOf(db *bun.DB) *waker {
+	w, _ := wakers.LoadOrStore(db, &waker{chans: map[chan struct{}]struct{}{}})
+	return w.(*waker)
+}
+
+// listen returns a channel signalled (coalesced) after each notify, until ctx ends.
+func (w *waker) listen(ctx context.Context) <-chan struct{} {
+	c := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.chans[c] = struct{}{}
+	w.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		delete(w.chans, c)
+		w.mu.Unlock()
+	})
+	return c
+}
+
+func (w *waker) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for c := range w.chans {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// emailsQueued wakes the email workers of db after a commit that queued emails. PostgreSQL
+// does it with a trigger and NOTIFY (see the email_outbox_notify migration).
+func emailsQueued(db *bun.DB) {
+	if !isSQLite(db) {
+		return
+	}
+	if w, ok := wakers.Load(db); ok { // nobody listens on a database without an entry
+		w.(*waker).notify()
+	}
+}
+
+// forUpdate is the row-locking clause of a SELECT in a write transaction: " FOR UPDATE" on
+// PostgreSQL, nothing on SQLite, whose immediate transaction already holds the write lock.
+func forUpdate(sqlite bool) string {
+	if sqlite {
+		return ""
+	}
+	return " FOR UPDATE"
+}
