@@ -10,10 +10,10 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 )
 
 // env is a server under test with its fakes.
@@ -22,7 +22,7 @@ type env struct {
 	store   *fakeStore
 	auth    *fakeAuth
 	metrics *fakeMetrics
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 }
 
 type option func(*api.Config)
@@ -30,7 +30,7 @@ type option func(*api.Config)
 // newEnv builds the real handler with api.New over in-memory fakes.
 func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
-	e := &env{store: &fakeStore{}, auth: newFakeAuth(), metrics: &fakeMetrics{}, logs: &syncBuffer{}}
+	e := &env{store: &fakeStore{}, auth: newFakeAuth(), metrics: &fakeMetrics{}, logs: &logbuf.Buffer{}}
 	cfg := api.Config{
 		Store:   e.store,
 		Auth:    e.auth,
@@ -124,29 +124,4 @@ func decodeInto(t *testing.T, rec *httptest.ResponseRecorder, v any) {
 // keys returns the sorted keys of m.
 func keys(m map[string]any) []string {
 	return slices.Sorted(maps.Keys(m))
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// Reset empties the buffer.
-func (b *syncBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b.Reset()
 }

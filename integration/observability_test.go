@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/limits"
@@ -74,30 +74,12 @@ func (t switchTracer) Start(ctx context.Context, name string, opts ...trace.Span
 	return tp.Tracer(t.name, t.opts...).Start(ctx, name, opts...)
 }
 
-// syncBuffer is a log sink shared by the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // observed is an env whose server is wired like cmd/subscriberd serve wires it: the tracing
 // handler outside, Prometheus metrics and the JSON logger inside.
 type observed struct {
 	*env
 	metrics *telemetry.Metrics
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 }
 
 const testServerAddress = "subscriberd.test"
@@ -112,7 +94,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 	t.Helper()
 	useTracerProvider(recordingTP)
 	e := newEnv(t, opts...)
-	o := &observed{env: e, metrics: telemetry.NewMetrics("test"), logs: &syncBuffer{}}
+	o := &observed{env: e, metrics: telemetry.NewMetrics("test"), logs: &logbuf.Buffer{}}
 	log, err := telemetry.NewLogger(o.logs, "info", "json")
 	if err != nil {
 		t.Fatal(err)

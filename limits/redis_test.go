@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/testredis"
 )
 
@@ -191,24 +191,6 @@ func (p *proxy) Stop() {
 	p.wg.Wait()
 }
 
-// syncBuffer is a log destination for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFailover: two instances share a budget through Redis; Redis becomes unreachable and
 // each keeps deciding in process, logging the change once; Redis comes back and the budget
 // is shared again.
@@ -227,13 +209,13 @@ func TestFailover(t *testing.T) {
 		l   *Limiter
 		f   *Failover
 		rec *recorder
-		log *syncBuffer
+		log *logbuf.Buffer
 	}
 	newInstance := func() instance {
 		rdb := redis.NewClient(opt)
 		t.Cleanup(func() { rdb.Close() })
 		var in instance
-		in.rec, in.log = newRecorder(), &syncBuffer{}
+		in.rec, in.log = newRecorder(), &logbuf.Buffer{}
 		logger := slog.New(slog.NewTextHandler(in.log, nil))
 		in.f = NewFailover(ctx, NewRedis(rdb, prefix, nil), NewMemory(nil, 0), logger, in.rec, 50*time.Millisecond)
 		t.Cleanup(in.f.Close)

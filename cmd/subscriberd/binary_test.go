@@ -13,12 +13,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 )
 
 // daemon is the built binary running in a directory, its output collected.
 type daemon struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr logbuf.Buffer
 	exited         chan error
 }
 

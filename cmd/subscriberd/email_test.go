@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 )
 
@@ -31,7 +32,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
 	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
@@ -105,7 +106,7 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
 	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)"`)

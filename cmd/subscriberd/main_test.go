@@ -10,12 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/internal/testredis"
 	"github.com/subscriberd/subscriberd/limits"
@@ -45,24 +45,6 @@ func removeLimitKeys(t *testing.T, redisURL, keyID string) {
 			rdb.Del(ctx, iter.Val())
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func envFunc(vars map[string]string) func(string) string {
@@ -165,7 +147,7 @@ func TestServeLifecycle(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
 
