@@ -1,15 +1,14 @@
 package telemetry
 
 import (
-	"context"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/felixge/httpsnoop"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -22,105 +21,115 @@ var SensitivePathParams = []string{"token"}
 // redactedSegment replaces a path segment that looks like personal data or a secret.
 const redactedSegment = "{redacted}"
 
-type requestInfoKey struct{}
-
-// requestInfo carries what the outer half of NewHTTPHandler hid from otelhttp to the inner half.
-type requestInfo struct {
-	remoteAddr string
-	header     http.Header
-}
-
-// NewHTTPHandler wraps next so that every request gets one SERVER span (otelhttp) shaped for a
-// public API:
-//   - a new root trace per request, with the caller's traceparent only linked
-//     (otelhttp.WithPublicEndpointFn), so a caller cannot force sampling or join our traces;
+// NewHTTPHandler wraps next so that every request gets one SERVER span shaped for a public API:
+//   - a new root trace per request, with the caller's traceparent only linked, so a caller
+//     cannot force sampling or join our traces;
 //   - named "METHOD /route" with http.route once the route is known: set by the application
-//     after routing (trace.SpanFromContext(ctx).SetName / SetAttributes(http.route), as a Huma
-//     middleware can), or else taken from the Go ServeMux pattern when the mux received the
-//     request unchanged; "METHOD" for unmatched requests;
+//     after routing (trace.SpanFromContext(ctx).SetName / SetAttributes(http.route)), or else
+//     taken from the Go ServeMux pattern when next is the mux itself; "METHOD" for unmatched
+//     requests;
 //   - server.address fixed to serverAddress (never the client's Host header; include the port,
 //     as in "api.example.com:443", to fix server.port as well);
 //   - status Error and error.type = the status code for 5xx; 4xx leave the status unset;
 //   - no client or peer IP attributes, and url.path with the confirmation token, email-like
 //     and key-like segments replaced.
 //
-// tp nil means the global tracer provider. otelhttp's own metrics are switched off: the
-// Prometheus request metrics come from Metrics.ObserveRequest.
+// tp nil means the global tracer provider. It is written here rather than with otelhttp:
+// otelhttp computed a dozen request attributes (peer and forwarded addresses among them, which
+// then had to be hidden from it) and OTel metrics nobody exports, about a third of the
+// per-request cost of tracing.
 func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProvider) http.Handler {
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, _ := r.Context().Value(requestInfoKey{}).(*requestInfo)
-		if info == nil { // cannot happen: outer always sets it
-			next.ServeHTTP(w, r)
-			return
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	tracer := tp.Tracer("github.com/subscriberd/subscriberd/telemetry")
+	host, port := serverAddress, 0
+	if h, p, err := net.SplitHostPort(serverAddress); err == nil {
+		host = h
+		port, _ = strconv.Atoi(p)
+	}
+	fixed := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if port > 0 {
+		fixed = append(fixed, semconv.ServerPort(port))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attrs := make([]attribute.KeyValue, 0, len(fixed)+5)
+		attrs = append(attrs, fixed...)
+		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLScheme(scheme(r)),
+			semconv.NetworkProtocolVersion(protocolVersion(r)))
+		if ua := r.UserAgent(); ua != "" {
+			attrs = append(attrs, semconv.UserAgentOriginal(ua))
 		}
-		// Give the application the real peer address and headers that were hidden from otelhttp.
-		r.RemoteAddr, r.Header = info.remoteAddr, info.header
-		span := trace.SpanFromContext(r.Context())
-		if !span.IsRecording() { // sampled out: nothing below would be kept
-			next.ServeHTTP(w, r)
-			return
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(), trace.WithAttributes(attrs...)}
+		// A public endpoint: the caller's span, if any, is linked, never continued.
+		if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
-		status := 0
-		w = httpsnoop.Wrap(w, httpsnoop.Hooks{
-			WriteHeader: func(f httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
-				return func(code int) {
-					if status == 0 && code >= 200 {
-						status = code
-					}
-					f(code)
-				}
-			},
-			Write: func(f httpsnoop.WriteFunc) httpsnoop.WriteFunc {
-				return func(b []byte) (int, error) {
-					if status == 0 {
-						status = http.StatusOK
-					}
-					return f(b)
-				}
-			},
-		})
-		next.ServeHTTP(w, r)
+		ctx, span := tracer.Start(r.Context(), spanMethod(r.Method), opts...)
+		defer span.End()
 
-		// The route is known here only when next is the ServeMux itself; otherwise the
-		// application names the span, and url.path relies on the generic redaction (tokens are
-		// longer than any identifier, so they are caught either way).
+		sw := &statusRecorder{ResponseWriter: w}
+		r = r.WithContext(ctx)
+		next.ServeHTTP(sw, r)
+
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
 		route := patternRoute(r.Pattern)
 		if route != "" {
 			nameSpan(span, r.Method, route)
 		}
-		if p := redactPath(r.URL.Path, route); p != r.URL.Path {
-			span.SetAttributes(semconv.URLPath(p))
-		}
+		span.SetAttributes(semconv.URLPath(redactPath(r.URL.Path, route)), semconv.HTTPResponseStatusCode(status))
 		if status >= 500 {
+			span.SetStatus(codes.Error, "")
 			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
 		}
 	})
-	var opts = []otelhttp.Option{
-		// WithPublicEndpoint() is gone from otelhttp v0.72; this is its replacement.
-		otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }),
-		otelhttp.WithServerName(serverAddress),
-		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+}
+
+var traceContext = propagation.TraceContext{}
+
+// statusRecorder remembers the status a handler answered with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
 	}
-	// A provider given here is asked for its tracer once; without one otelhttp asks the global
-	// provider on every request. The installed global provider is the one to use.
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
 	}
-	// Only W3C trace context is read, for the link to the caller's span; baggage is never used.
-	opts = append(opts, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}))
-	traced := otelhttp.NewHandler(inner, "", opts...)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := &requestInfo{remoteAddr: r.RemoteAddr, header: r.Header}
-		r2 := r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
-		// otelhttp would record the peer address and X-Forwarded-For as client.address and
-		// network.peer.address; raw IPs are personal data and stay out of traces.
-		r2.RemoteAddr = ""
-		if _, ok := r.Header["X-Forwarded-For"]; ok {
-			r2.Header = r.Header.Clone()
-			r2.Header.Del("X-Forwarded-For")
-		}
-		traced.ServeHTTP(w, r2)
-	})
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines, flushing).
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+func protocolVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "1.1"
+	case r.ProtoMajor == 2:
+		return "2"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
+		return "1.0"
+	}
+	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
 }
 
 func nameSpan(span trace.Span, method, route string) {
