@@ -236,3 +236,15 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// store is what every store type holds: the pool, whether it is the embedded SQLite store
+// (which picks the SQL where the dialects differ), and the service's clock, in UTC.
+type store struct {
+	db     *bun.DB
+	sqlite bool
+	now    func() time.Time
+}
+
+func newStore(db *bun.DB) store {
+	return store{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+}

@@ -30,14 +30,12 @@ const NotifyChannel = "email_outbox"
 // transaction, and its outcome recorded afterwards. Times come from the service's clock, like
 // every timestamp of the schema.
 type Outbox struct {
-	db     *bun.DB
-	sqlite bool // the embedded SQLite store rather than PostgreSQL
-	now    func() time.Time
+	store
 }
 
 // NewOutbox returns the outbox on db.
 func NewOutbox(db *bun.DB) *Outbox {
-	return &Outbox{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+	return &Outbox{store: newStore(db)}
 }
 
 // claimedRow is a claimed outbox row with what the email needs.

@@ -66,14 +66,12 @@ const (
 
 // Subscribers stores subscribers and queues their confirmation emails.
 type Subscribers struct {
-	db     *bun.DB
-	sqlite bool // the embedded SQLite store rather than PostgreSQL
-	now    func() time.Time
+	store
 }
 
 // NewSubscribers returns the subscriber store on db.
 func NewSubscribers(db *bun.DB) *Subscribers {
-	return &Subscribers{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+	return &Subscribers{store: newStore(db)}
 }
 
 func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time) subscriberRow {

@@ -16,14 +16,12 @@ import (
 // Confirmations resolves confirmation tokens, stored only as hashes, for the double-opt-in
 // pages.
 type Confirmations struct {
-	db     *bun.DB
-	sqlite bool // the embedded SQLite store rather than PostgreSQL
-	now    func() time.Time
+	store
 }
 
 // NewConfirmations returns the token store on db.
 func NewConfirmations(db *bun.DB) *Confirmations {
-	return &Confirmations{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+	return &Confirmations{store: newStore(db)}
 }
 
 type tokenRow struct {
