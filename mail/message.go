@@ -67,9 +67,6 @@ func NewComposer(from, baseURL string) (*Composer, error) {
 	return &Composer{from: addr, baseURL: strings.TrimRight(baseURL, "/"), idHost: host}, nil
 }
 
-// From is the sender of every email.
-func (c *Composer) From() *netmail.Address { return c.from }
-
 // Link is the confirmation link of a token.
 func (c *Composer) Link(token string) string { return c.baseURL + "/confirm/" + token }
 

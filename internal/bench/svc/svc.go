@@ -89,9 +89,6 @@ func NewClient(base, key, runID string, conns int, timeout time.Duration) *Clien
 	}
 }
 
-// CloseIdle closes the kept-alive connections.
-func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
-
 // Email returns a new email unique to this run, in mixed case so that the service's
 // case-folding is exercised.
 func (c *Client) Email(kind string) string {
