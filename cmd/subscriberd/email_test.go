@@ -81,15 +81,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		}
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	stopServe(t, cancel, done)
 	for _, secret := range []string{msg.Token(), "reader@example.com"} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("logs contain %q", secret)
@@ -125,10 +117,7 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	waitUntil(t, "the logged email", func() bool {
 		return strings.Contains(logs.String(), `"msg":"email not sent: SMTP_URL is not set"`)
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("serve = %v", err)
-	}
+	stopServe(t, cancel, done)
 	if out := logs.String(); strings.Contains(out, "/confirm/") || strings.Contains(out, "dev@example.com") ||
 		!strings.Contains(out, "Confirm your subscription to Dev Weekly") {
 		t.Errorf("at info the log must show the email without its link or full address:\n%s", out)
