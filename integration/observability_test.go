@@ -287,8 +287,16 @@ func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 		}
 		for _, s := range got {
 			a := attrMap(s)
-			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != system || a["db.statement"].AsString() == "" {
-				t.Errorf("span %q: kind %v, db.system.name %q, statement %q", s.Name(), s.SpanKind(), a["db.system.name"].AsString(), a["db.statement"].AsString())
+			text := a["db.query.text"].AsString()
+			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != system || text == "" {
+				t.Errorf("span %q: kind %v, db.system.name %q, statement %q", s.Name(), s.SpanKind(), a["db.system.name"].AsString(), text)
+			}
+			// Every literal is redacted: no quoted value is left in the text.
+			if strings.Contains(text, "'") {
+				t.Errorf("span %q: db.query.text holds a literal: %s", s.Name(), text)
+			}
+			if op, table, _ := strings.Cut(name, " "); a["db.operation.name"].AsString() != op || a["db.collection.name"].AsString() != table {
+				t.Errorf("span %q: db.operation.name %q, db.collection.name %q", s.Name(), a["db.operation.name"].AsString(), a["db.collection.name"].AsString())
 			}
 		}
 	}
