@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestMetricsLintClean(t *testing.T) {
@@ -259,6 +260,35 @@ func hasExemplar(scrape, series, traceID, spanID string) bool {
 	return false
 }
 
+// TestExemplarThinning: within ExemplarInterval a bucket keeps its exemplar; a request in
+// another bucket of the same series still gets one.
+func TestExemplarThinning(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	spanCtx := func() (context.Context, trace.SpanContext) {
+		ctx, span := tp.Tracer("test").Start(context.Background(), "GET /x")
+		span.End()
+		return ctx, span.SpanContext()
+	}
+	m := NewMetrics("test")
+	ctxA, a := spanCtx()
+	ctxB, b := spanCtx()
+	ctxC, c := spanCtx()
+	m.ObserveRequest(ctxA, "GET", "/x", 200, 3*time.Millisecond)
+	m.ObserveRequest(ctxB, "GET", "/x", 200, 4*time.Millisecond) // same bucket (le 0.005), same second
+	m.ObserveRequest(ctxC, "GET", "/x", 200, 300*time.Millisecond)
+
+	om := scrapeText(t, m, openMetrics)
+	fast := `http_server_request_duration_seconds_bucket{code="200",method="GET",route="/x",le="0.005"} 2 `
+	slow := `http_server_request_duration_seconds_bucket{code="200",method="GET",route="/x",le="0.5"} 3 `
+	if !hasExemplar(om, fast, a.TraceID().String(), a.SpanID().String()) || hasExemplar(om, fast, b.TraceID().String(), b.SpanID().String()) {
+		t.Errorf("le=0.005 should keep the first request's exemplar:\n%s", om)
+	}
+	if !hasExemplar(om, slow, c.TraceID().String(), c.SpanID().String()) {
+		t.Errorf("le=0.5 lacks the slow request's exemplar:\n%s", om)
+	}
+}
+
 func TestUnsampledSpanGivesNoExemplar(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 	ctx, span := tp.Tracer("test").Start(context.Background(), "x")
@@ -290,5 +320,17 @@ func TestMetricNames(t *testing.T) {
 		if _, ok := slices.BinarySearch(names, absent); ok {
 			t.Errorf("MetricNames lists the histogram base name %s, which no series has", absent)
 		}
+	}
+}
+func BenchmarkObserveRequest(b *testing.B) {
+	m := NewMetrics("bench")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	for name, ctx := range map[string]context.Context{"sampled": trace.ContextWithSpanContext(context.Background(), sc), "unsampled": context.Background()} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m.ObserveRequest(ctx, "GET", "/api/v1/subscribers/{id}", 200, 3*time.Millisecond)
+			}
+		})
 	}
 }
