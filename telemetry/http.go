@@ -53,38 +53,52 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		fixed = append(fixed, semconv.ServerPort(port))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attrs := make([]attribute.KeyValue, 0, len(fixed)+5)
-		attrs = append(attrs, fixed...)
-		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLScheme(scheme(r)),
-			semconv.NetworkProtocolVersion(protocolVersion(r)))
-		if ua := r.UserAgent(); ua != "" {
-			attrs = append(attrs, semconv.UserAgentOriginal(ua))
-		}
-		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(), trace.WithAttributes(attrs...)}
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
 		// A public endpoint: the caller's span, if any, is linked, never continued.
-		if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		if _, ok := r.Header["Traceparent"]; ok {
+			if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
 		}
 		ctx, span := tracer.Start(r.Context(), spanMethod(r.Method), opts...)
-		defer span.End()
-
+		if !span.IsRecording() { // not sampled: nothing to describe
+			defer span.End()
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
 		sw := &statusRecorder{ResponseWriter: w}
 		r = r.WithContext(ctx)
+		// The attributes are set once, at the end, in one call: they are all known by then
+		// (the route, the status), the samplers this service offers do not read them, and
+		// one call is one allocation in the SDK instead of a growing slice.
+		defer func() {
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			route := patternRoute(r.Pattern)
+			if route != "" {
+				span.SetName(spanMethod(r.Method) + " " + route)
+			}
+			attrs := make([]attribute.KeyValue, 0, len(fixed)+8)
+			attrs = append(attrs, fixed...)
+			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLScheme(scheme(r)),
+				semconv.NetworkProtocolVersion(protocolVersion(r)), semconv.URLPath(redactPath(r.URL.Path, route)),
+				semconv.HTTPResponseStatusCode(status))
+			if ua := r.UserAgent(); ua != "" {
+				attrs = append(attrs, semconv.UserAgentOriginal(ua))
+			}
+			if route != "" {
+				attrs = append(attrs, semconv.HTTPRoute(route))
+			}
+			if status >= 500 {
+				span.SetStatus(codes.Error, "")
+				attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
+			}
+			span.SetAttributes(attrs...)
+			span.End()
+		}()
 		next.ServeHTTP(sw, r)
-
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		route := patternRoute(r.Pattern)
-		if route != "" {
-			nameSpan(span, r.Method, route)
-		}
-		span.SetAttributes(semconv.URLPath(redactPath(r.URL.Path, route)), semconv.HTTPResponseStatusCode(status))
-		if status >= 500 {
-			span.SetStatus(codes.Error, "")
-			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(status)))
-		}
 	})
 }
 
@@ -130,11 +144,6 @@ func protocolVersion(r *http.Request) string {
 		return "1.0"
 	}
 	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
-}
-
-func nameSpan(span trace.Span, method, route string) {
-	span.SetName(spanMethod(method) + " " + route)
-	span.SetAttributes(semconv.HTTPRoute(route))
 }
 
 // spanMethod is the method as it may appear in a span name: a standard one, else "HTTP".
