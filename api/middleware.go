@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"runtime/debug"
@@ -127,10 +128,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			sw.status = http.StatusOK
 		}
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
-		s.log.InfoContext(ctx, "request",
-			"method", r.Method, "route", info.route, "status", sw.status,
-			"duration_ms", float64(d.Microseconds())/1000, "bytes", sw.bytes,
-			"request_id", w.Header().Get("X-Request-Id"))
+		s.log.LogAttrs(ctx, slog.LevelInfo, "request",
+			slog.String("method", r.Method), slog.String("route", info.route), slog.Int("status", sw.status),
+			slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.Int("bytes", sw.bytes),
+			slog.String("request_id", w.Header().Get("X-Request-Id")))
 	})
 }
 

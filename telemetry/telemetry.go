@@ -91,7 +91,8 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 
 // NewLogger returns a slog logger writing to w in format "json" or "text" at level
 // ("debug", "info", "warn", "error"). Records logged with a context that carries a span get
-// trace_id and span_id.
+// trace_id and span_id. When w buffers (a LogBuffer), records at warn and above are flushed
+// at once.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
@@ -107,25 +108,40 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("LOG_FORMAT: %q is not one of json, text", format)
 	}
-	return slog.New(traceHandler{h}), nil
+	th := traceHandler{Handler: h}
+	th.flusher, _ = w.(flusher)
+	return slog.New(th), nil
 }
 
-// traceHandler adds the trace and span ids of the record's context.
-type traceHandler struct{ slog.Handler }
+// flusher is a buffered writer, such as LogBuffer.
+type flusher interface{ Flush() error }
+
+// traceHandler adds the trace and span ids of the record's context, and flushes a buffered
+// writer after records at warn level and above.
+type traceHandler struct {
+	slog.Handler
+	flusher flusher
+}
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	return h.Handler.Handle(ctx, r)
+	err := h.Handler.Handle(ctx, r)
+	if h.flusher != nil && r.Level >= slog.LevelWarn {
+		if ferr := h.flusher.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
 }
 
 func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return traceHandler{h.Handler.WithAttrs(as)}
+	return traceHandler{h.Handler.WithAttrs(as), h.flusher}
 }
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{h.Handler.WithGroup(name)}
+	return traceHandler{h.Handler.WithGroup(name), h.flusher}
 }
 
 // Discard is a logger that writes nothing, for tests and tools.

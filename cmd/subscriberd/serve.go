@@ -49,7 +49,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
+	// Log lines are batched (one write per request was a system call per request); the
+	// buffer is flushed last, after everything below has logged its shutdown.
+	logw := telemetry.NewLogBuffer(stderr)
+	defer logw.Close()
+	log, err := telemetry.NewLogger(logw, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
 	if err != nil {
 		return err
 	}
