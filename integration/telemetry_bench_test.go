@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -84,7 +83,9 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 			w.Header().Set("Content-Type", "application/x-protobuf")
 		}))
 		b.Cleanup(receiver.Close)
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(receiver.URL+"/v1/traces"))
+		// The exporter SetupTracing builds for `serve`, configured the same way.
+		otlpEnv := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.URL}
+		exp, err := telemetry.NewOTLPExporter(func(k string) string { return otlpEnv[k] })
 		if err != nil {
 			b.Fatal(err)
 		}
