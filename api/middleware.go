@@ -215,7 +215,8 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		outcome = authPlanDisabled
 	}
 	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
-		attrs := []attribute.KeyValue{attribute.String("app.auth.outcome", outcome)}
+		attrs := make([]attribute.KeyValue, 1, 2)
+		attrs[0] = attribute.String("app.auth.outcome", outcome)
 		if p.KeyID != uuid.Nil {
 			attrs = append(attrs, attribute.String("app.api_key.id", p.KeyID.String()))
 		}

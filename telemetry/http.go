@@ -57,7 +57,8 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		// A public endpoint: the caller's span, if any, is linked, never continued.
 		if _, ok := r.Header["Traceparent"]; ok {
 			if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+				// Without the caller's tracestate: free text of up to 512 bytes we do not need.
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc.WithTraceState(trace.TraceState{})}))
 			}
 		}
 		ctx, span := tracer.Start(r.Context(), spanMethod(r.Method), opts...)
