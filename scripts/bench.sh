@@ -4,18 +4,32 @@
 # make a newsletter and an API key with the CLI, seed it through the bulk API, run every
 # scenario and its raw-SQL baseline, print one table and write it as JSON.
 #
+# It also prices telemetry (the issue's "overhead of telemetry fully on against off, under
+# 10 %"): two more instances of the same binary run on the same database, newsletter and key,
+# "off" (OTEL_SDK_DISABLED=true, LOG_LEVEL=warn: no traces, no access log) and "on"
+# (OTEL_TRACES_SAMPLER=always_on exporting every trace over OTLP/HTTP to a receiver the tool
+# serves on loopback, JSON access log at LOG_LEVEL=info); Prometheus metrics cannot be switched
+# off and stay on in both. In every pass the tool runs the telemetry scenarios (get,
+# list_first, create_active, update; -telemetry-scenarios changes them, -only does not) on
+# both, interleaved, and prints the overhead in a second table. The main instance is started
+# as before, and its table means what it meant.
+#
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
-#                    [--env NAME=VALUE]... [--markdown FILE] [--compare-with JSON] [-- tool flags]
+#                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
+#                    [--markdown FILE] [--compare-with JSON] [-- tool flags]
 #
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
-#   --passes N        N passes of the measured run; the table shows medians (~2 min per pass)
+#   --passes N        N passes of the measured run; the table shows medians (~3 min per pass)
 #   --profile         CPU profiles and goroutine dumps from the admin listener into the output
-#   --env NAME=VALUE  extra environment of the service (e.g. OTEL_SDK_DISABLED=true, LOG_LEVEL=info)
+#   --env NAME=VALUE  extra environment of the main service only (e.g. LOG_LEVEL=info)
+#   --no-telemetry    skip the telemetry comparison (no "off" and "on" instances; ~1 min less a pass)
+#   --telemetry-env NAME=VALUE  extra environment of both comparison instances (e.g. GOGC=200)
 #   --markdown FILE   also write the results as Markdown (e.g. docs/benchmarks.md)
 #   --compare-with J  set each measured scenario against an earlier run's bench.json
 #
 # Environment: PG_ADMIN_URL (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable),
 # BENCH_PORT / BENCH_ADMIN_PORT (default: free ports), BENCH_OUT (default bench-out/<time>).
+# Logs: $out/service.log, service-telemetry-off.log, service-telemetry-on.log.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,7 +42,9 @@ keep_db=0
 passes=1
 markdown=
 compare=
+telemetry=1
 service_env=()
+telemetry_env=()
 extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -38,10 +54,12 @@ while [ $# -gt 0 ]; do
 	--keep-db) keep_db=1; shift ;;
 	--passes) passes="$2"; shift 2 ;;
 	--env) service_env+=("$2"); shift 2 ;;
+	--no-telemetry) telemetry=0; shift ;;
+	--telemetry-env) telemetry_env+=("$2"); shift 2 ;;
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,32p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -61,15 +79,43 @@ free_port() {
 port=${BENCH_PORT:-$(free_port)}
 admin_port=${BENCH_ADMIN_PORT:-$(free_port)}
 while [ "$admin_port" = "$port" ]; do admin_port=$(free_port); done
+# The comparison instances' listeners and the tool's OTLP receiver: five more ports, all
+# different from each other and from the main instance's (other_port runs in a subshell, so
+# the caller records each port it gets in $taken).
+taken=" $port $admin_port "
+other_port() {
+	local p
+	p=$(free_port)
+	while [[ "$taken" == *" $p "* ]]; do p=$(free_port); done
+	echo "$p"
+}
+if [ "$telemetry" = 1 ]; then
+	off_port=$(other_port); taken+="$off_port "
+	off_admin_port=$(other_port); taken+="$off_admin_port "
+	on_port=$(other_port); taken+="$on_port "
+	on_admin_port=$(other_port); taken+="$on_admin_port "
+	sink_port=$(other_port)
+fi
 
 service_pid=
+off_pid=
+on_pid=
+# stop PID...: SIGTERM to each, up to 10 s for them to drain, then SIGKILL to what is left.
+stop() {
+	local pid live
+	for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for _ in $(seq 1 50); do
+		live=0
+		for pid in "$@"; do if kill -0 "$pid" 2>/dev/null; then live=1; fi; done
+		[ "$live" = 1 ] || break
+		sleep 0.2
+	done
+	for pid in "$@"; do kill -KILL "$pid" 2>/dev/null || true; done
+}
 cleanup() {
 	status=$?
-	if [ -n "$service_pid" ] && kill -0 "$service_pid" 2>/dev/null; then
-		kill -TERM "$service_pid" 2>/dev/null || true
-		for _ in $(seq 1 50); do kill -0 "$service_pid" 2>/dev/null || break; sleep 0.2; done
-		kill -KILL "$service_pid" 2>/dev/null || true
-	fi
+	# shellcheck disable=SC2086 # the unset ones vanish
+	stop $service_pid $off_pid $on_pid
 	if [ "$keep_db" = 0 ]; then
 		psql "$pg_admin" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	else
@@ -95,17 +141,39 @@ bin/subscriberd migrate >/dev/null 2>"$out/migrate.log"
 newsletter=$(bin/subscriberd newsletter create --name "bench $stamp" | jq -er .id)
 key=$(bin/subscriberd apikey create --newsletter "$newsletter" --label bench | jq -er .key)
 
+# wait_ready PID ADMIN_ADDR LOG: wait until the instance answers /readyz, or fail with its log.
+wait_ready() {
+	for _ in $(seq 1 100); do
+		if curl -fsS "http://$2/readyz" >/dev/null 2>&1; then break; fi
+		if ! kill -0 "$1" 2>/dev/null; then
+			echo "the service exited; its log:" >&2; cat "$3" >&2; exit 1
+		fi
+		sleep 0.1
+	done
+	curl -fsS "http://$2/readyz" >/dev/null
+}
+
 echo "== start the service on $LISTEN_ADDR (admin $ADMIN_ADDR)" >&2
 env "${service_env[@]}" bin/subscriberd serve 2>"$out/service.log" &
 service_pid=$!
-for _ in $(seq 1 100); do
-	if curl -fsS "http://$ADMIN_ADDR/readyz" >/dev/null 2>&1; then break; fi
-	if ! kill -0 "$service_pid" 2>/dev/null; then
-		echo "the service exited; its log:" >&2; cat "$out/service.log" >&2; exit 1
-	fi
-	sleep 0.1
-done
-curl -fsS "http://$ADMIN_ADDR/readyz" >/dev/null
+wait_ready "$service_pid" "$ADMIN_ADDR" "$out/service.log"
+
+if [ "$telemetry" = 1 ]; then
+	# The same binary, database, newsletter and key; only the telemetry settings differ
+	# (LISTEN_ADDR, ADMIN_ADDR and LOG_LEVEL here override the exported ones).
+	echo "== start telemetry off on 127.0.0.1:$off_port and telemetry on on 127.0.0.1:$on_port (OTLP to 127.0.0.1:$sink_port)" >&2
+	env LISTEN_ADDR="127.0.0.1:$off_port" ADMIN_ADDR="127.0.0.1:$off_admin_port" \
+		OTEL_SDK_DISABLED=true LOG_LEVEL=warn "${telemetry_env[@]}" \
+		bin/subscriberd serve 2>"$out/service-telemetry-off.log" &
+	off_pid=$!
+	env LISTEN_ADDR="127.0.0.1:$on_port" ADMIN_ADDR="127.0.0.1:$on_admin_port" \
+		OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port" OTEL_TRACES_SAMPLER=always_on LOG_LEVEL=info \
+		"${telemetry_env[@]}" \
+		bin/subscriberd serve 2>"$out/service-telemetry-on.log" &
+	on_pid=$!
+	wait_ready "$off_pid" "127.0.0.1:$off_admin_port" "$out/service-telemetry-off.log"
+	wait_ready "$on_pid" "127.0.0.1:$on_admin_port" "$out/service-telemetry-on.log"
+fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
 	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid"
@@ -116,9 +184,17 @@ if [ -n "$markdown" ]; then args+=(-markdown "$markdown"); fi
 if [ -n "$compare" ]; then args+=(-compare-with "$compare"); fi
 if [ "$million" = 1 ]; then args+=(-scale-to 1000000); fi
 if [ "$profile" = 1 ]; then args+=(-pprof-url "http://$ADMIN_ADDR" -profile-dir "$out/profiles"); fi
+if [ "$telemetry" = 1 ]; then
+	args+=(-telemetry-off-url "http://127.0.0.1:$off_port" -telemetry-off-pid "$off_pid"
+		-telemetry-on-url "http://127.0.0.1:$on_port" -telemetry-on-pid "$on_pid"
+		-otlp-sink "127.0.0.1:$sink_port")
+fi
 
 echo "== run (results in $out)" >&2
 rc=0
 bin/subscriber-bench "${args[@]}" "${extra[@]}" | tee "$out/table.txt" || rc=$?
 echo "JSON: $out/bench.json   table: $out/table.txt   service log: $out/service.log" >&2
+if [ "$telemetry" = 1 ]; then
+	echo "telemetry logs: $out/service-telemetry-off.log $out/service-telemetry-on.log" >&2
+fi
 exit $rc

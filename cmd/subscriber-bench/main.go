@@ -10,6 +10,11 @@
 //	    -database-url 'postgres://postgres@127.0.0.1:5432/db?sslmode=disable' \
 //	    -seed 100000 -clients 16 -check-clients 64,256 -pid $SERVICE_PID -json bench.json
 //
+// With -telemetry-off-url and -telemetry-on-url (two more instances of the service on the same
+// database, telemetry off and fully on) it also measures the -telemetry-scenarios on both in
+// every pass and reports the throughput telemetry costs against the issue's ≤ 10 %; -otlp-sink
+// serves the OTLP/HTTP receiver the "on" instance exports to (telemetry.go).
+//
 // scripts/bench.sh (make bench) builds and starts a service on a fresh database and runs it.
 package main
 
@@ -27,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,7 +60,19 @@ type config struct {
 	command, markdown, compareWith    string
 	pprofURL, profileDir              string
 	idSample                          int
+
+	// The telemetry comparison: two more instances of the service on the same database, one
+	// with telemetry off and one with it fully on, measured on telemetryScenarios in every
+	// pass; otlpSink is where this tool receives the "on" instance's spans.
+	telemetryOffURL, telemetryOnURL string
+	telemetryOffPID, telemetryOnPID int
+	telemetryScenarios              []string
+	otlpSink                        string
 }
+
+// defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
+// and writes, where telemetry's fixed cost per request weighs most.
+var defaultTelemetryScenarios = []string{svc.Get, svc.ListFirst, svc.CreateActive, svc.Update}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -90,6 +108,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.pprofURL, "pprof-url", "", "admin base URL of the service (e.g. http://127.0.0.1:9090): CPU profile of each measured service scenario and goroutine dumps of the checks into -profile-dir")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "where -pprof-url's profiles go")
 	fs.IntVar(&c.idSample, "ids", 50000, "known subscriber ids that get and update pick from")
+	fs.StringVar(&c.telemetryOffURL, "telemetry-off-url", "", "base URL of a second instance of the service with telemetry off (same database and key): each -telemetry-scenarios scenario is measured on it and on -telemetry-on-url in every pass")
+	fs.IntVar(&c.telemetryOffPID, "telemetry-off-pid", 0, "process id of the -telemetry-off-url instance, for its CPU and settings")
+	fs.StringVar(&c.telemetryOnURL, "telemetry-on-url", "", "base URL of a third instance of the service with telemetry fully on (every trace sampled and exported, e.g. to -otlp-sink)")
+	fs.IntVar(&c.telemetryOnPID, "telemetry-on-pid", 0, "process id of the -telemetry-on-url instance, for its CPU and settings")
+	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
+	fs.StringVar(&c.otlpSink, "otlp-sink", "", "serve an OTLP/HTTP trace receiver on this address (e.g. 127.0.0.1:4318) for the whole run: it discards the spans and counts the exports and their bytes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -120,6 +144,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 				return c, fmt.Errorf("-only: unknown scenario %q", n)
 			}
 			c.only[n] = true
+		}
+	}
+	if (c.telemetryOffURL == "") != (c.telemetryOnURL == "") {
+		return c, errors.New("-telemetry-off-url and -telemetry-on-url go together")
+	}
+	if c.telemetryOffPID < 0 || c.telemetryOnPID < 0 {
+		return c, errors.New("-telemetry-off-pid and -telemetry-on-pid must not be negative")
+	}
+	for _, n := range strings.Split(*telScenarios, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !slices.Contains(serviceNames(), n) {
+			return c, fmt.Errorf("-telemetry-scenarios: unknown scenario %q", n)
+		}
+		if !slices.Contains(c.telemetryScenarios, n) {
+			c.telemetryScenarios = append(c.telemetryScenarios, n)
 		}
 	}
 	if c.pprofURL != "" && c.profileDir == "" {
@@ -202,9 +243,34 @@ type bench struct {
 	cfg    config
 	log    io.Writer
 	client *svc.Client
+	main   *instance
 	base   *baseline.Runner
 	db     *bun.DB
 	rep    *Report
+
+	// off and on are the instances of the telemetry comparison (nil without it); sink is the
+	// -otlp-sink receiver, lastOnEnd when the latest run on "on" ended.
+	off, on   *instance
+	sink      *otlpSink
+	lastOnEnd time.Time
+}
+
+// The Kind of the RunRecords of each instance.
+const (
+	kindService      = "service"
+	kindTelemetryOff = "telemetry-off"
+	kindTelemetryOn  = "telemetry-on"
+)
+
+// instance is one running service the tool drives: the main one, or one of the two instances
+// of the telemetry comparison.
+type instance struct {
+	kind   string // the Kind of its runs
+	client *svc.Client
+	pid    int // 0 = unknown
+	// sent counts every request of the runs on this instance, warm-ups and probes included
+	// (for the OTLP bytes per request of the "on" instance).
+	sent atomic.Int64
 }
 
 func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
@@ -213,6 +279,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		maxClients = max(maxClients, n)
 	}
 	b := &bench{cfg: cfg, log: log, client: svc.NewClient(cfg.url, cfg.key, cfg.runID, maxClients, cfg.timeout)}
+	b.main = &instance{kind: kindService, client: b.client, pid: cfg.pid}
 	b.rep = &Report{Meta: Meta{
 		RunID: cfg.runID, Label: cfg.label, StartedAt: time.Now().UTC().Format(time.RFC3339), URL: cfg.url,
 		Clients: cfg.clients, Passes: cfg.passes, CheckClients: cfg.checkClients, Duration: cfg.duration.String(),
@@ -220,6 +287,15 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), ServicePID: cfg.pid,
 		Machine: machine(), Command: cfg.command,
 	}}
+	if cfg.otlpSink != "" {
+		sink, err := startSink(cfg.otlpSink)
+		if err != nil {
+			return b.rep, fmt.Errorf("-otlp-sink: %w", err)
+		}
+		defer sink.Close()
+		b.sink = sink
+		fmt.Fprintf(log, "OTLP/HTTP trace sink on %s\n", sink.addr)
+	}
 	if cfg.pid > 0 {
 		if err := b.rss("before seeding", false); err != nil {
 			fmt.Fprintf(log, "warning: peak RSS: %v\n", err)
@@ -245,6 +321,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 	if len(b.client.IDs) > cfg.idSample {
 		b.client.IDs = b.client.IDs[:cfg.idSample]
 	}
+	b.setupTelemetry()
 
 	if cfg.databaseURL != "" && !cfg.noBaseline {
 		if err := b.openBaseline(ctx); err != nil {
@@ -284,6 +361,9 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 					}
 				}
 			}
+			if err := b.runTelemetry(ctx, writes, pass); err != nil {
+				return b.rep, err
+			}
 		}
 		b.rss(fmt.Sprintf("%s, %d clients", group, cfg.clients), true)
 		for _, n := range cfg.checkClients {
@@ -300,6 +380,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		}
 	}
 	b.rep.compare()
+	b.finishTelemetry(ctx)
 
 	if cfg.scaleTo > 0 {
 		if err := b.scale(ctx); err != nil {
@@ -371,8 +452,8 @@ func (b *bench) openBaseline(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) scenario(name string) svc.Scenario {
-	for _, sc := range b.client.Scenarios() {
+func scenarioOf(c *svc.Client, name string) svc.Scenario {
+	for _, sc := range c.Scenarios() {
 		if sc.Name == name {
 			return sc
 		}
@@ -380,35 +461,54 @@ func (b *bench) scenario(name string) svc.Scenario {
 	panic("unknown scenario " + name)
 }
 
-// runService runs one service scenario and records it; pass numbers the passes of a
-// multi-pass measured run (0 otherwise).
+// runService runs one scenario on the main service and records it; pass numbers the passes
+// of a multi-pass measured run (0 otherwise).
 func (b *bench) runService(ctx context.Context, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
-	sc := b.scenario(name)
-	rec := RunRecord{Scenario: name, Kind: "service", Phase: phase, Clients: clients, Desc: sc.Desc}
+	return b.runOn(ctx, b.main, name, clients, warmup, dur, phase, pass)
+}
+
+// runOn runs one service scenario on the instance in and records it as a run of in's kind.
+func (b *bench) runOn(ctx context.Context, in *instance, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
+	sc := scenarioOf(in.client, name)
+	rec := RunRecord{Scenario: name, Kind: in.kind, Phase: phase, Clients: clients, Desc: sc.Desc}
 	if b.cfg.passes > 1 {
 		rec.Pass = pass
 	}
-	if err := b.client.Probe(ctx, sc); err != nil {
+	what := "the service's"
+	if in.kind != kindService {
+		what = "the " + in.kind + " instance's"
+	}
+	if in != b.main {
+		in.sent.Add(1) // the probe
+	}
+	if err := in.client.Probe(ctx, sc); err != nil {
 		rec.Probe = err.Error()
-		fmt.Fprintf(b.log, "warning: %s: the service's answer is off the contract: %v\n", name, err)
+		fmt.Fprintf(b.log, "warning: %s: %s answer is off the contract: %v\n", name, what, err)
 	}
 	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
 	var cpu cpuMeter
 	opts.OnMeasure = func() {
-		cpu.start(b.cfg.pid)
-		if b.cfg.pprofURL != "" {
+		cpu.start(in.pid)
+		if b.cfg.pprofURL != "" && in == b.main {
 			wait = b.profile(ctx, name, clients, phase, dur)
 		}
 	}
-	out := load.Run(ctx, opts, sc.Op)
+	op := sc.Op
+	if in != b.main { // the main service's runs stay exactly as they were
+		op = func(ctx context.Context, worker int, seq int64) load.Result {
+			in.sent.Add(1)
+			return sc.Op(ctx, worker, seq)
+		}
+	}
+	out := load.Run(ctx, opts, op)
 	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
 	if wait != nil {
 		wait()
 	}
 	rec.fill(out, dur)
 	if sc.Write {
-		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd")
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd", in.pid)
 	}
 	if name == svc.CreatePending {
 		b.drainOutbox(ctx, &rec)
@@ -436,7 +536,7 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 	rec.fill(out, b.cfg.duration)
 	switch name {
 	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:
-		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, baseline.ApplicationName)
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, baseline.ApplicationName, 0)
 	}
 	if name == baseline.InsertPending {
 		b.drainOutbox(ctx, &rec)
@@ -447,7 +547,7 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 }
 
 func (b *bench) progress(r RunRecord) {
-	fmt.Fprintf(b.log, "%-8s %-8s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d  cpu svc/tool %s\n",
+	fmt.Fprintf(b.log, "%-8s %-13s %-20s %4d clients  %9.1f req/s  p50 %7.2fms  p99 %8.2fms  max %8.2fms  errors %d  cpu svc/tool %s\n",
 		r.Phase, r.Kind, r.Scenario, r.Clients, r.RequestsPerSec, r.P50Ms, r.P99Ms, r.MaxMs, r.ErrorCount, cpuCol(&r))
 	if r.OutboxQueued > 0 {
 		state := "sent"
@@ -526,13 +626,26 @@ func (b *bench) vacuumTables(ctx context.Context) error {
 // until commit, so few distinct slots would cap write concurrency; recording them rules that
 // out (or in) when write figures differ between runs. Backend pids are handed out in order,
 // so a pool opened at once usually covers 11-15 slots of 16.
-func (b *bench) counterSlots(ctx context.Context, app string) (conns, slots int) {
+//
+// With pid, only the connections of that process count (matched by their local ports), so
+// the instances of the telemetry comparison, which share the database and the application
+// name, do not add theirs to the main service's.
+func (b *bench) counterSlots(ctx context.Context, app string, pid int) (conns, slots int) {
 	if b.db == nil {
 		return 0, 0
 	}
-	_ = b.db.NewRaw(`SELECT count(*), count(DISTINCT pid % 16) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = ? AND backend_type = 'client backend'`, app).
-		Scan(ctx, &conns, &slots)
+	const query = `SELECT count(*), count(DISTINCT pid % 16) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = ? AND backend_type = 'client backend'`
+	if pid > 0 {
+		if ports, err := tcpPorts(pid); err == nil && len(ports) > 0 {
+			_ = b.db.NewRaw(query+" AND client_port IN (?)", app, bun.List(ports)).Scan(ctx, &conns, &slots)
+			if conns > 0 {
+				return conns, slots
+			}
+			// None matched: a connection over a Unix socket has no port. Count them all.
+		}
+	}
+	_ = b.db.NewRaw(query, app).Scan(ctx, &conns, &slots)
 	return conns, slots
 }
 

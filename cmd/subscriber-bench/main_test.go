@@ -6,15 +6,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
@@ -154,65 +160,17 @@ func TestRunAgainstTheService(t *testing.T) {
 	}
 	dsn := pg.Fresh(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "subscriberd")
-	gobin, err := exec.LookPath("go") // go test puts its own go first on PATH
-	if err != nil {
-		t.Fatalf("no go command to build the service: %v", err)
-	}
-	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/subscriberd/subscriberd/cmd/subscriberd").CombinedOutput(); err != nil {
-		t.Fatalf("build subscriberd: %v\n%s", err, out)
-	}
-	env := append(os.Environ(), "DATABASE_URL="+dsn, "LISTEN_ADDR=127.0.0.1:"+freePort(t), "ADMIN_ADDR=127.0.0.1:"+freePort(t),
-		"RATE_LIMITS=off", "BULK_RATE_LIMITS=off", "AUTH_LOCKOUT=off", "WRITE_LOCKOUT=off", "LOG_LEVEL=warn")
-	cli := func(args ...string) map[string]any {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("subscriberd %v: %v", args, err)
-		}
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("subscriberd %v printed %q: %v", args, out, err)
-		}
-		return v
-	}
-	cli("migrate")
-	nl := cli("newsletter", "create", "--name", "bench test")["id"].(string)
-	key := cli("apikey", "create", "--newsletter", nl)["key"].(string)
+	bin, nl, key := setUpService(t, dir, dsn)
+	srv := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
 
-	var logBuf bytes.Buffer
-	srv := exec.Command(bin, "serve")
-	srv.Env, srv.Stderr = env, &logBuf
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		_ = srv.Wait()
-		if t.Failed() {
-			t.Logf("service log:\n%s", logBuf.String())
-		}
-	})
-	var listen, admin string
-	for _, e := range env {
-		if v, ok := strings.CutPrefix(e, "LISTEN_ADDR="); ok {
-			listen = v
-		}
-		if v, ok := strings.CutPrefix(e, "ADMIN_ADDR="); ok {
-			admin = v
-		}
-	}
-	waitReady(t, "http://"+admin+"/readyz")
-
-	cfg, err := parseFlags([]string{"-url", "http://" + listen, "-key", key, "-database-url", dsn,
+	cfg, err := parseFlags([]string{"-url", srv.url, "-key", key, "-database-url", dsn,
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
 		"-stall", "1m", "-pid", "0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.pid = srv.Process.Pid
+	cfg.pid = srv.pid
 	var log bytes.Buffer
 	rep, err := run(context.Background(), cfg, &log)
 	if err != nil {
@@ -247,6 +205,75 @@ func TestRunAgainstTheService(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 26 {
 		t.Errorf("the JSON does not read back: %v", err)
 	}
+}
+
+// setUpService builds subscriberd into dir and prepares the database dsn the way
+// scripts/bench.sh does (through its CLI only, API.md §7): migrations, a newsletter and a key.
+func setUpService(t *testing.T, dir, dsn string) (bin, newsletter, key string) {
+	t.Helper()
+	bin = filepath.Join(dir, "subscriberd")
+	gobin, err := exec.LookPath("go") // go test puts its own go first on PATH
+	if err != nil {
+		t.Fatalf("no go command to build the service: %v", err)
+	}
+	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/subscriberd/subscriberd/cmd/subscriberd").CombinedOutput(); err != nil {
+		t.Fatalf("build subscriberd: %v\n%s", err, out)
+	}
+	cli := func(args ...string) map[string]any {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "LOG_LEVEL=warn")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("subscriberd %v: %v", args, err)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("subscriberd %v printed %q: %v", args, out, err)
+		}
+		return v
+	}
+	cli("migrate")
+	newsletter = cli("newsletter", "create", "--name", "bench test")["id"].(string)
+	key = cli("apikey", "create", "--newsletter", newsletter)["key"].(string)
+	return bin, newsletter, key
+}
+
+// service is a subscriberd started by startService.
+type service struct {
+	url     string
+	pid     int
+	logPath string
+}
+
+// startService starts bin serve on dsn with every limit off, on free loopback ports, with its
+// log (stderr) in logPath and extra environment (later values win), and waits until it is
+// ready. The test's cleanup stops it.
+func startService(t *testing.T, bin, dsn, logPath string, extra ...string) service {
+	t.Helper()
+	listen, admin := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(bin, "serve")
+	srv.Env = append(os.Environ(), "DATABASE_URL="+dsn, "LISTEN_ADDR="+listen, "ADMIN_ADDR="+admin,
+		"RATE_LIMITS=off", "BULK_RATE_LIMITS=off", "AUTH_LOCKOUT=off", "WRITE_LOCKOUT=off", "LOG_LEVEL=warn")
+	srv.Env = append(srv.Env, extra...)
+	srv.Stderr = logFile
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		_ = srv.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("log of the service %v:\n%s", extra, b)
+		}
+	})
+	waitReady(t, "http://"+admin+"/readyz")
+	return service{url: "http://" + listen, pid: srv.Process.Pid, logPath: logPath}
 }
 
 func freePort(t *testing.T) string {
@@ -338,5 +365,345 @@ func TestProcCPU(t *testing.T) {
 	}
 	if _, ok := serviceCPU(os.Getpid()); !ok {
 		t.Errorf("cannot read this process's /proc stat")
+	}
+}
+
+// telRun is a measured run of the telemetry comparison.
+func telRun(kind, scenario string, pass int, rps, cpu float64) RunRecord {
+	r := rec(kind, scenario, rps, rps)
+	r.Pass, r.ServiceCPU, r.Requests = pass, cpu, int64(rps)*6
+	return r
+}
+
+func TestTelemetryOverheadOfTheMedianPasses(t *testing.T) {
+	rep := &Report{Meta: Meta{Clients: 16, Passes: 3}, Telemetry: &TelemetryReport{Target: "≤ 10 %", OnURL: "http://on"}}
+	rep.Runs = []RunRecord{
+		// get: the median passes are pass 1 off (1000 of 800, 1000, 1200) and pass 1 on (900 of
+		// 780, 900, 1000): an overhead of exactly 10 %, which meets "≤ 10 %".
+		telRun(kindTelemetryOff, svc.Get, 1, 1000, 0.5), telRun(kindTelemetryOn, svc.Get, 1, 900, 0.63),
+		telRun(kindTelemetryOn, svc.Get, 2, 1000, 0.7), telRun(kindTelemetryOff, svc.Get, 2, 1200, 0.6),
+		telRun(kindTelemetryOff, svc.Get, 3, 800, 0.4), telRun(kindTelemetryOn, svc.Get, 3, 780, 0.5),
+		// update: 12 % less with telemetry on in the one pass measured.
+		telRun(kindTelemetryOff, svc.Update, 1, 500, 0), telRun(kindTelemetryOn, svc.Update, 1, 440, 0),
+		// list_first ran on "off" alone (interrupted): no comparison.
+		telRun(kindTelemetryOff, svc.ListFirst, 1, 700, 0),
+		// The main service's runs of the same scenario are not part of it.
+		telRun("service", svc.Get, 1, 5000, 0.9),
+	}
+	rep.Telemetry.OnRequests = 10000
+	rep.Telemetry.Sink = &SinkReport{Addr: "127.0.0.1:4318", Posts: 20, Bytes: 3_000_000}
+	rep.telemetryResults()
+
+	ts := rep.Telemetry.Scenarios
+	if len(ts) != 2 || ts[0].Scenario != svc.Get || ts[1].Scenario != svc.Update {
+		t.Fatalf("scenarios = %+v, want get then update (plan order), not list_first", ts)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	get := ts[0]
+	if get.OffRPS != 1000 || get.OnRPS != 900 || !near(get.Overhead, 0.10) || !get.Met {
+		t.Errorf("get = %+v; want the median passes 1000 → 900, overhead 0.10, met (the bound is inclusive)", get)
+	}
+	if len(get.PassOverheads) != 3 || !near(get.PassOverheads[0], 0.10) || !near(get.PassOverheads[1], 1-1000.0/1200) ||
+		!near(get.PassOverheads[2], 1-780.0/800) {
+		t.Errorf("get per pass = %v; want 1 − on/off of the pairs of passes 1, 2, 3: 0.10, 0.167, 0.025", get.PassOverheads)
+	}
+	if !near(get.OffCPUus, 500) || !near(get.OnCPUus, 700) {
+		t.Errorf("get CPU per request = %v → %v µs, want 500 → 700 (cores / req/s × 1e6 of the median passes)", get.OffCPUus, get.OnCPUus)
+	}
+	upd := ts[1]
+	if !near(upd.Overhead, 0.12) || upd.Met || upd.OffCPUus != 0 {
+		t.Errorf("update = %+v; want overhead 0.12, missed, no CPU figure without a pid", upd)
+	}
+	if rep.Telemetry.Sink.BytesPerOnRequest != 300 {
+		t.Errorf("bytes per on request = %v, want 3e6 / 1e4 = 300", rep.Telemetry.Sink.BytesPerOnRequest)
+	}
+
+	for v, want := range map[float64]bool{0.10: true, 0.0999: true, -0.05: true, 0.1001: false, 0.5: false} {
+		if telemetryMet(v) != want {
+			t.Errorf("telemetryMet(%v) = %v, want %v (the bound is ≤ 10 %%)", v, !want, want)
+		}
+	}
+
+	// A missed target is a verdict, not a failure.
+	rep.judge(3 * time.Second)
+	if rep.Failed() {
+		t.Errorf("a missed telemetry target failed the run: %q", rep.Problems)
+	}
+	var out bytes.Buffer
+	printReport(&out, rep)
+	for _, want := range []string{"telemetry off against fully on", "10.0 %", "12.0 %", "10.0 %, 16.7 %, 2.5 %", "500 → 700",
+		"≤ 10 %", "met", "MISSED", "20 exports", "300 bytes per \"on\" request"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	var md bytes.Buffer
+	markdown(&md, rep)
+	for _, want := range []string{"| get | 1000.0 | 900.0 | 10.0 % | 10.0 %, 16.7 %, 2.5 % | 500 → 700 | ≤ 10 % | met |", "| update |", "**missed**"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Errorf("the report does not encode: %v", err)
+	}
+}
+
+func TestTelemetryWithAnEmptySinkIsAProblem(t *testing.T) {
+	runs := []RunRecord{telRun(kindTelemetryOff, svc.Get, 0, 1000, 0), telRun(kindTelemetryOn, svc.Get, 0, 900, 0)}
+	for _, c := range []struct {
+		name    string
+		sink    *SinkReport
+		runs    []RunRecord
+		problem bool
+	}{
+		{"nothing received", &SinkReport{Addr: "127.0.0.1:1"}, runs, true},
+		{"bytes received", &SinkReport{Addr: "127.0.0.1:1", Posts: 1, Bytes: 10}, runs, false},
+		{"no sink of this tool", nil, runs, false},
+		{"no on run", &SinkReport{Addr: "127.0.0.1:1"}, runs[:1], false},
+	} {
+		rep := &Report{Meta: Meta{Clients: 16}, Runs: c.runs, Telemetry: &TelemetryReport{Sink: c.sink, OnURL: "http://on"}}
+		rep.telemetryResults()
+		rep.judge(3 * time.Second)
+		if rep.Failed() != c.problem {
+			t.Errorf("%s: problems %q, want a problem: %v", c.name, rep.Problems, c.problem)
+		}
+		if c.problem && !strings.Contains(strings.Join(rep.Problems, ""), "received nothing") {
+			t.Errorf("%s: problem %q does not say the sink received nothing", c.name, rep.Problems)
+		}
+	}
+}
+
+func TestTelemetryFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-key", "k"}, io.Discard)
+	if err != nil || !slices.Equal(cfg.telemetryScenarios, []string{"get", "list_first", "create_active", "update"}) {
+		t.Errorf("default telemetry scenarios = %v, %v", cfg.telemetryScenarios, err)
+	}
+	cfg, err = parseFlags([]string{"-key", "k", "-telemetry-scenarios", " update,get ,update", "-only", "bulk_100",
+		"-telemetry-off-url", "http://127.0.0.1:1", "-telemetry-on-url", "http://127.0.0.1:2", "-telemetry-on-pid", "42",
+		"-otlp-sink", "127.0.0.1:4318"}, io.Discard)
+	if err != nil || !slices.Equal(cfg.telemetryScenarios, []string{"update", "get"}) || cfg.telemetryOnPID != 42 ||
+		cfg.otlpSink != "127.0.0.1:4318" || !cfg.only["bulk_100"] {
+		t.Errorf("telemetry flags: %+v, %v", cfg, err)
+	}
+	if cfg, err := parseFlags([]string{"-key", "k", "-telemetry-scenarios", ""}, io.Discard); err != nil || len(cfg.telemetryScenarios) != 0 {
+		t.Errorf("empty -telemetry-scenarios: %v, %v", cfg.telemetryScenarios, err)
+	}
+	for _, args := range [][]string{
+		{"-key", "k", "-telemetry-scenarios", "get,nope"},                      // unknown scenario
+		{"-key", "k", "-telemetry-scenarios", "baseline"},                      // not a service scenario
+		{"-key", "k", "-telemetry-off-url", "http://127.0.0.1:1"},              // off without on
+		{"-key", "k", "-telemetry-on-url", "http://127.0.0.1:1"},               // on without off
+		{"-key", "k", "-telemetry-off-pid", "-1"},                              // negative pid
+		{"-key", "k", "-telemetry-scenarios", "select_by_id"},                  // a baseline scenario
+		{"-key", "k", "-telemetry-scenarios", "get", "-telemetry-on-pid", "x"}, // not a number
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
+
+func TestTelemetryOrderAlternates(t *testing.T) {
+	for pass, want := range map[int]string{0: "on,off", 1: "off,on", 2: "on,off", 3: "off,on"} {
+		if got := strings.Join(telemetryOrder(pass, "off", "on"), ","); got != want {
+			t.Errorf("pass %d: %s, want %s", pass, got, want)
+		}
+	}
+}
+
+func TestOTLPSink(t *testing.T) {
+	sink, err := startSink("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	url := "http://" + sink.addr + otlpTracesPath
+	before := time.Now()
+	if sink.waitExportAfter(context.Background(), before, 50*time.Millisecond) {
+		t.Errorf("an export was seen before any was sent")
+	}
+	body := bytes.Repeat([]byte{0x0a, 0x80}, 5000)
+	for range 2 {
+		resp, err := http.Post(url, "application/x-protobuf", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-protobuf" || len(got) != 0 {
+			t.Errorf("export answered %d %q with %d bytes; want 200 application/x-protobuf and an empty body",
+				resp.StatusCode, resp.Header.Get("Content-Type"), len(got))
+		}
+	}
+	if sink.Posts() != 2 || sink.Bytes() != 20000 {
+		t.Errorf("sink counted %d posts of %d bytes, want 2 of 20000", sink.Posts(), sink.Bytes())
+	}
+	if !sink.waitExportAfter(context.Background(), before, time.Second) {
+		t.Errorf("the exports after %v are not seen", before)
+	}
+	// Anything but a POST to /v1/traces is refused and not counted.
+	if resp, err := http.Get(url); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %v %v, want 405", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, err := http.Post("http://"+sink.addr+"/v1/metrics", "application/x-protobuf", strings.NewReader("x")); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /v1/metrics: %v %v, want 404", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+	if sink.Posts() != 2 || sink.Bytes() != 20000 {
+		t.Errorf("refused requests were counted: %d posts, %d bytes", sink.Posts(), sink.Bytes())
+	}
+
+	// The service's own exporter takes the sink's answer as a successful export.
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(url), otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Shutdown(context.Background())
+	spans := tracetest.SpanStubs{{Name: "GET /api/v1/subscribers/{id}"}, {Name: "SELECT subscribers"}}.Snapshots()
+	if err := exp.ExportSpans(context.Background(), spans); err != nil {
+		t.Errorf("the OTLP exporter rejects the sink's answer: %v", err)
+	}
+	if sink.Posts() != 3 || sink.Bytes() <= 20000 {
+		t.Errorf("the exporter's export was not counted: %d posts, %d bytes", sink.Posts(), sink.Bytes())
+	}
+	if err := sink.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+func TestSocketPortsAndSettings(t *testing.T) {
+	table := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0000000000000000 100 0 0 10 0\n" +
+		"   1: 0100007F:D431 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 2222 1 0000000000000000 20 4 30 10 -1\n" +
+		"   2: 0100007F:D432 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 3333 1 0000000000000000 20 4 30 10 -1\n"
+	if got := socketPorts(table, map[string]bool{"2222": true, "1111": true}); !slices.Equal(got, []int{8080, 54321}) {
+		t.Errorf("socketPorts = %v, want [8080 54321] (inodes 1111 and 2222, not 3333)", got)
+	}
+	// This process's own listener is among its ports.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ports, err := tcpPorts(os.Getpid())
+	if err != nil || !slices.Contains(ports, ln.Addr().(*net.TCPAddr).Port) {
+		t.Errorf("tcpPorts(self) = %v, %v; want it to hold %s", ports, err, ln.Addr())
+	}
+	env := []string{"PATH=/bin", "OTEL_TRACES_SAMPLER=always_on", "OTEL_EXPORTER_OTLP_HEADERS=authorization=secret",
+		"LOG_LEVEL=info", "DATABASE_URL=postgres://x", "GOGC=200", "OTEL_SDK_DISABLED=true"}
+	if got := telemetrySettings(env); !slices.Equal(got, []string{"GOGC=200", "LOG_LEVEL=info", "OTEL_SDK_DISABLED=true", "OTEL_TRACES_SAMPLER=always_on"}) {
+		t.Errorf("telemetrySettings = %v", got)
+	}
+	if own, err := processEnv(os.Getpid()); err != nil || len(own) == 0 {
+		t.Errorf("processEnv(self) = %d variables, %v", len(own), err)
+	}
+	if d := exportDelay([]string{"OTEL_BSP_SCHEDULE_DELAY=200"}); d != 200*time.Millisecond {
+		t.Errorf("exportDelay = %v, want 200ms", d)
+	}
+	if d := exportDelay(nil); d != 5*time.Second {
+		t.Errorf("default exportDelay = %v, want the SDK's 5s", d)
+	}
+}
+
+// TestTelemetryComparisonAgainstTheService runs the comparison the way scripts/bench.sh does:
+// a main service and two more on the same database, "off" with the SDK disabled and "on"
+// exporting every trace to the tool's own sink; two passes, so both orders are taken.
+func TestTelemetryComparisonAgainstTheService(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the service three times; not in -short")
+	}
+	dsn := pg.Fresh(t)
+	dir := t.TempDir()
+	bin, _, key := setUpService(t, dir, dsn)
+	sinkAddr := "127.0.0.1:" + freePort(t)
+	main := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
+	off := startService(t, bin, dsn, filepath.Join(dir, "off.log"), "OTEL_SDK_DISABLED=true", "LOG_LEVEL=warn")
+	on := startService(t, bin, dsn, filepath.Join(dir, "on.log"), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
+		"OTEL_TRACES_SAMPLER=always_on", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")
+
+	cfg, err := parseFlags([]string{"-url", main.url, "-key", key, "-database-url", dsn,
+		"-seed", "200", "-seed-parallel", "2", "-clients", "3", "-check-clients", "", "-passes", "2",
+		"-duration", "1h", "-warmup", "0", "-max-requests", "12", "-stall", "1m", "-only", "create_active",
+		"-telemetry-scenarios", "get,create_active", "-otlp-sink", sinkAddr,
+		"-telemetry-off-url", off.url, "-telemetry-off-pid", strconv.Itoa(off.pid),
+		"-telemetry-on-url", on.url, "-telemetry-on-pid", strconv.Itoa(on.pid)}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.pid = main.pid
+	var log bytes.Buffer
+	rep, err := run(context.Background(), cfg, &log)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	if rep.Failed() {
+		t.Errorf("problems: %q", rep.Problems)
+	}
+	// Per pass: reads (get off/on), writes (create_active on the main service and its
+	// baseline, then create_active off/on); the telemetry scenarios run whatever -only says.
+	var order []string
+	for _, r := range rep.Runs {
+		order = append(order, fmt.Sprintf("%d %s %s", r.Pass, r.Kind, r.Scenario))
+		if r.OK != 12 || r.Probe != "" {
+			t.Errorf("%d %s %s: %d ok of %d, errors %v, probe %q", r.Pass, r.Kind, r.Scenario, r.OK, r.Requests, r.ErrorDetails, r.Probe)
+		}
+	}
+	want := []string{
+		"1 telemetry-off get", "1 telemetry-on get", "2 telemetry-on get", "2 telemetry-off get",
+		"1 service create_active", "1 baseline insert_one", "1 telemetry-off create_active", "1 telemetry-on create_active",
+		"2 service create_active", "2 baseline insert_one", "2 telemetry-on create_active", "2 telemetry-off create_active",
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("runs:\n%s\nwant:\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
+	}
+	tel := rep.Telemetry
+	if tel == nil || len(tel.Scenarios) != 2 || tel.Scenarios[0].Scenario != svc.Get || tel.Scenarios[1].Scenario != svc.CreateActive {
+		t.Fatalf("telemetry = %+v, want get and create_active", tel)
+	}
+	for _, s := range tel.Scenarios {
+		if len(s.PassOverheads) != 2 || s.OffRPS <= 0 || s.OnRPS <= 0 {
+			t.Errorf("%s: %+v, want both sides' throughput and two passes' overheads", s.Scenario, s)
+		}
+	}
+	if tel.Sink == nil || tel.Sink.Posts == 0 || tel.Sink.Bytes == 0 || tel.Sink.BytesPerOnRequest <= 0 {
+		t.Errorf("sink = %+v, want the on instance's exports", tel.Sink)
+	}
+	// 4 runs of 12 requests and a probe each.
+	if tel.OnRequests != 4*13 {
+		t.Errorf("%d requests sent to on, want 52", tel.OnRequests)
+	}
+	if !slices.Contains(tel.OffSettings, "OTEL_SDK_DISABLED=true") || !slices.Contains(tel.OnSettings, "OTEL_TRACES_SAMPLER=always_on") ||
+		!slices.Contains(tel.OnSettings, "LOG_LEVEL=info") {
+		t.Errorf("settings off %v, on %v", tel.OffSettings, tel.OnSettings)
+	}
+	// The main service's write runs count its own connections, not those of off and on.
+	db, err := baseline.Open(dsn, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var all int
+	if err := db.NewRaw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND application_name = 'subscriberd'`).Scan(context.Background(), &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Runs {
+		if r.Kind == "service" && (r.Conns <= 0 || r.Conns >= all) {
+			t.Errorf("main create_active: %d connections of %d of every instance", r.Conns, all)
+		}
+	}
+	// The on instance's access log carries trace ids; off logs no request.
+	onLog, _ := os.ReadFile(on.logPath)
+	if !bytes.Contains(onLog, []byte(`"trace_id":"`)) {
+		t.Errorf("the on instance's log has no trace id:\n%.2000s", onLog)
+	}
+	var out bytes.Buffer
+	printReport(&out, rep)
+	if !strings.Contains(out.String(), "telemetry off against fully on") || !strings.Contains(out.String(), "OTEL_SDK_DISABLED=true") {
+		t.Errorf("the printed report lacks the telemetry table:\n%s", out.String())
 	}
 }

@@ -96,6 +96,18 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	if t := rep.Telemetry; t != nil {
+		fmt.Fprintf(w, "\nTelemetry off against fully on, %d clients, in the same passes (target: overhead %s):\n", m.Clients, t.Target)
+		fmt.Fprintln(w, "\n| scenario | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|---|")
+		for _, s := range t.Scenarios {
+			verdict := map[bool]string{true: "met", false: "**missed**"}[s.Met]
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
+				pcts(s.PassOverheads), cpuChange(s), s.Target, verdict)
+		}
+		fmt.Fprintf(w, "\n%s.\n", t.describe())
+	}
+
 	fmt.Fprintln(w, "\nChecks at more clients (no error and no stall required):")
 	fmt.Fprintln(w, "\n| scenario | clients | req/s | p50 | p99 | max | errors | longest gap ms |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,4 +192,98 @@ func fetch(ctx context.Context, url, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// tcpPorts returns the local ports of the TCP sockets process pid holds open: the inodes of
+// its /proc/PID/fd links "socket:[N]" looked up in /proc/PID/net/tcp and tcp6. A database
+// connection's local port is its client_port in pg_stat_activity, which tells the connections
+// of one service process from those of another process with the same application_name.
+func tcpPorts(pid int) ([]int, error) {
+	if pid <= 0 {
+		return nil, errors.New("no process id")
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	var ports []int
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			continue // no IPv6
+		}
+		ports = append(ports, socketPorts(string(b), inodes)...)
+	}
+	return ports, nil
+}
+
+// socketPorts returns the local ports of the sockets of a /proc/net/tcp table whose inode is
+// in inodes. A line is "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout
+// inode ...", the addresses as hex "ADDR:PORT".
+func socketPorts(table string, inodes map[string]bool) []int {
+	var ports []int
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || !inodes[f[9]] {
+			continue
+		}
+		_, hexPort, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
+			ports = append(ports, int(p))
+		}
+	}
+	return ports
+}
+
+// processEnv returns the environment of process pid (/proc/PID/environ).
+func processEnv(pid int) ([]string, error) {
+	if pid <= 0 {
+		return nil, errors.New("no process id")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if kv != "" {
+			env = append(env, kv)
+		}
+	}
+	return env, nil
+}
+
+// telemetrySettings keeps the variables of env that decide what telemetry costs a service:
+// the OpenTelemetry SDK's (but not OTEL_EXPORTER_OTLP_*HEADERS, which may carry credentials),
+// its log level and format, and the Go runtime's GC and CPU settings. Sorted.
+func telemetrySettings(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "OTEL_") && !strings.Contains(name, "HEADERS"):
+		case name == "LOG_LEVEL", name == "LOG_FORMAT", name == "GOGC", name == "GOMEMLIMIT", name == "GOMAXPROCS":
+		default:
+			continue
+		}
+		out = append(out, kv)
+	}
+	sort.Strings(out)
+	return out
 }

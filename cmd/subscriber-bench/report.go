@@ -24,6 +24,9 @@ type Report struct {
 	Comparisons []Comparison `json:"comparisons"`
 	RSS         []RSSRecord  `json:"rss,omitempty"`
 	Scale       *ScaleRecord `json:"scale,omitempty"`
+	// Telemetry is the comparison of telemetry off and fully on (-telemetry-off-url and
+	// -telemetry-on-url).
+	Telemetry *TelemetryReport `json:"telemetry,omitempty"`
 	// Reference sets the measured service scenarios against an earlier report (-compare-with).
 	Reference *Reference `json:"reference,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
@@ -65,7 +68,7 @@ type SeedRecord struct {
 // RunRecord is one scenario run.
 type RunRecord struct {
 	Scenario string `json:"scenario"`
-	Kind     string `json:"kind"`  // service or baseline
+	Kind     string `json:"kind"`  // service, baseline, telemetry-off or telemetry-on
 	Phase    string `json:"phase"` // measure, check or scale
 	Pass     int    `json:"pass,omitempty"`
 	Clients  int    `json:"clients"`
@@ -292,9 +295,11 @@ func (rep *Report) judge(stall time.Duration) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: answer off the contract: %s", id, r.Probe))
 		}
 	}
+	rep.judgeTelemetry()
 }
 
-// Failed tells whether the run found errors, stalls or answers off the contract.
+// Failed tells whether the run found errors, stalls, answers off the contract or a telemetry
+// comparison whose export did not work.
 func (rep *Report) Failed() bool { return len(rep.Problems) > 0 }
 
 func writeJSON(path string, rep *Report) error {
@@ -405,6 +410,18 @@ func printReport(w io.Writer, rep *Report) {
 			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), cpuCol(&r), checkNote(r))
 	}
 	tw.Flush()
+
+	if t := rep.Telemetry; t != nil {
+		fmt.Fprintf(w, "\ntelemetry off against fully on, %d clients, in the same passes:\n", m.Clients)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\toff req/s\ton req/s\toverhead\tper pass\tsvc µs/req off → on\ttarget\tverdict\t")
+		for _, s := range t.Scenarios {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Scenario, f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
+				pcts(s.PassOverheads), cpuChange(s), s.Target, verdictOf(s.Met))
+		}
+		tw.Flush()
+		fmt.Fprintln(w, t.describe())
+	}
 
 	if ref := rep.Reference; ref != nil {
 		fmt.Fprintf(w, "\nagainst %s (run %s %s):\n", ref.Path, ref.RunID, ref.Label)
