@@ -93,7 +93,8 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 		if mode == "on10" { // what production would run: 10 % of traces sampled
 			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))
 		}
-		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
+		batch, _ := telemetry.BatchConfigFromEnv(func(string) string { return "" })
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatchProcessor(exp, batch)), sdktrace.WithSampler(sampler))
 		useTracerProvider(tp)
 		log, err := telemetry.NewLogger(io.Discard, "info", "json")
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel"
@@ -58,16 +59,27 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	}
 	op, table := e.Operation(), tableName(e)
 	name := op
-	attrs := make([]attribute.KeyValue, 0, len(h.attrs)+3)
-	attrs = append(attrs, h.attrs...)
-	attrs = append(attrs, attribute.String("db.operation.name", op), attribute.String("db.query.text", queryText(e)))
 	if table != "" {
 		name = op + " " + table
+	}
+	ctx, span := h.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	// Set after the start rather than passed as a start option, which the SDK would copy
+	// twice; the SDK copies the values, so the slice goes back to the pool.
+	buf := attrPool.Get().(*[]attribute.KeyValue)
+	attrs := append((*buf)[:0], h.attrs...)
+	attrs = append(attrs, attribute.String("db.operation.name", op), attribute.String("db.query.text", queryText(e)))
+	if table != "" {
 		attrs = append(attrs, attribute.String("db.collection.name", table))
 	}
-	ctx, _ = h.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	span.SetAttributes(attrs...)
+	clear(attrs)
+	*buf = attrs[:0]
+	attrPool.Put(buf)
 	return ctx
 }
+
+// attrPool holds the attribute slices BeforeQuery fills.
+var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 8); return &s }}
 
 // AfterQuery implements bun.QueryHook. The span in ctx is recording only when BeforeQuery
 // started it.
@@ -101,17 +113,19 @@ func queryText(e *bun.QueryEvent) string {
 func redactSQL(q string) string {
 	var b strings.Builder
 	b.Grow(len(q))
+	plain := 0 // start of the text not yet copied
 	for i := 0; i < len(q); {
 		c := q[i]
 		switch {
 		case c == '\'':
+			b.WriteString(q[plain:i])
 			i = skipQuoted(q, i, '\'')
 			b.WriteByte('?')
+			plain = i
 		case c == '"':
-			j := skipQuoted(q, i, '"')
-			b.WriteString(q[i:j])
-			i = j
+			i = skipQuoted(q, i, '"') // identifiers are copied with the plain text
 		case isDigit(c) && (i == 0 || !isIdentByte(q[i-1])):
+			b.WriteString(q[plain:i])
 			for i < len(q) && (isDigit(q[i]) || q[i] == '.' ||
 				((q[i] == 'e' || q[i] == 'E') && i+1 < len(q) && (isDigit(q[i+1]) || q[i+1] == '-' || q[i+1] == '+'))) {
 				if q[i] == 'e' || q[i] == 'E' {
@@ -120,11 +134,12 @@ func redactSQL(q string) string {
 				i++
 			}
 			b.WriteByte('?')
+			plain = i
 		default:
-			b.WriteByte(c)
 			i++
 		}
 	}
+	b.WriteString(q[plain:])
 	return b.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -81,8 +82,8 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 			if route != "" {
 				span.SetName(spanMethod(r.Method) + " " + route)
 			}
-			attrs := make([]attribute.KeyValue, 0, len(fixed)+8)
-			attrs = append(attrs, fixed...)
+			buf := attrPool.Get().(*[]attribute.KeyValue)
+			attrs := append((*buf)[:0], fixed...)
 			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLScheme(scheme(r)),
 				semconv.NetworkProtocolVersion(protocolVersion(r)), semconv.URLPath(redactPath(r.URL.Path, route)),
 				semconv.HTTPResponseStatusCode(status))
@@ -96,7 +97,10 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 				span.SetStatus(codes.Error, "")
 				attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(status)))
 			}
-			span.SetAttributes(attrs...)
+			span.SetAttributes(attrs...) // copied: the slice can be reused
+			clear(attrs)
+			*buf = attrs[:0]
+			attrPool.Put(buf)
 			span.End()
 		}()
 		next.ServeHTTP(sw, r)
@@ -104,6 +108,9 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 }
 
 var traceContext = propagation.TraceContext{}
+
+// attrPool holds the attribute slices of ending server spans.
+var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 12); return &s }}
 
 // statusRecorder remembers the status a handler answered with.
 type statusRecorder struct {

@@ -48,11 +48,23 @@ func SetupTracing(ctx context.Context, version string, getenv func(string) strin
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		batch, err := BatchConfigFromEnv(getenv)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdktrace.WithSpanProcessor(NewBatchProcessor(exp, batch)))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// LogErrors sends the errors the OpenTelemetry SDK reports (a failed or dropped export, a bad
+// propagation header) to log at warn level, instead of the standard library's plain logger.
+func LogErrors(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("opentelemetry", "error", err)
+	}))
 }
 
 // samplerFromEnv builds the sampler named by OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG

@@ -57,6 +57,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	telemetry.LogErrors(log)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, version, getenv)
 	if err != nil {
 		return err

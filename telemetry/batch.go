@@ -1,0 +1,208 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// BatchProcessor queues ended, sampled spans and hands them to an exporter in batches: when
+// MaxExportBatchSize spans are waiting, or ScheduleDelay after the last export. It does what
+// the SDK's BatchSpanProcessor does, with the same OTEL_BSP_* settings, but without a channel
+// send per span: the SDK's processor passes every span through a channel to its goroutine, which
+// wakes for each one — at two spans per request, a goroutine switch and a futex wake-up per
+// span were a visible share of the cost of tracing. Here a span is appended to a slice under a
+// mutex, and the goroutine wakes once per batch.
+//
+// When the queue is full, spans are dropped and counted; the count is reported through
+// otel.Handle at the next export.
+type BatchProcessor struct {
+	exp sdktrace.SpanExporter
+	cfg BatchConfig
+
+	mu      sync.Mutex
+	queue   []sdktrace.ReadOnlySpan
+	dropped int
+
+	exportMu sync.Mutex              // one export at a time; guards batch
+	batch    []sdktrace.ReadOnlySpan // the batch being exported, reused
+
+	kick     chan struct{} // a full batch is waiting
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+	stopped  atomic.Bool
+}
+
+// BatchConfig holds the batching settings, named after their OTEL_BSP_* variables.
+type BatchConfig struct {
+	ScheduleDelay      time.Duration // OTEL_BSP_SCHEDULE_DELAY, ms; default 5000
+	ExportTimeout      time.Duration // OTEL_BSP_EXPORT_TIMEOUT, ms; default 30000
+	MaxQueueSize       int           // OTEL_BSP_MAX_QUEUE_SIZE; default 2048
+	MaxExportBatchSize int           // OTEL_BSP_MAX_EXPORT_BATCH_SIZE; default 512, at most MaxQueueSize
+}
+
+// BatchConfigFromEnv reads the OTEL_BSP_* variables through getenv; an invalid value is an
+// error naming its variable.
+func BatchConfigFromEnv(getenv func(string) string) (BatchConfig, error) {
+	c := BatchConfig{ScheduleDelay: 5 * time.Second, ExportTimeout: 30 * time.Second, MaxQueueSize: 2048, MaxExportBatchSize: 512}
+	for _, v := range []struct {
+		name string
+		ms   *time.Duration
+		n    *int
+	}{
+		{name: "OTEL_BSP_SCHEDULE_DELAY", ms: &c.ScheduleDelay},
+		{name: "OTEL_BSP_EXPORT_TIMEOUT", ms: &c.ExportTimeout},
+		{name: "OTEL_BSP_MAX_QUEUE_SIZE", n: &c.MaxQueueSize},
+		{name: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", n: &c.MaxExportBatchSize},
+	} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("%s: %q is not a positive integer", v.name, s)
+		}
+		if v.ms != nil {
+			*v.ms = time.Duration(n) * time.Millisecond
+		} else {
+			*v.n = n
+		}
+	}
+	c.MaxExportBatchSize = min(c.MaxExportBatchSize, c.MaxQueueSize)
+	return c, nil
+}
+
+// NewBatchProcessor starts a processor that exports to exp; Shutdown stops it.
+func NewBatchProcessor(exp sdktrace.SpanExporter, cfg BatchConfig) *BatchProcessor {
+	p := &BatchProcessor{
+		exp:   exp,
+		cfg:   cfg,
+		queue: make([]sdktrace.ReadOnlySpan, 0, cfg.MaxExportBatchSize),
+		batch: make([]sdktrace.ReadOnlySpan, 0, cfg.MaxExportBatchSize),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go p.run()
+	return p
+}
+
+var _ sdktrace.SpanProcessor = (*BatchProcessor)(nil)
+
+// OnStart does nothing: spans are queued when they end.
+func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd queues a sampled span, or drops it when the queue is full or the processor stopped.
+func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() || p.stopped.Load() {
+		return
+	}
+	p.mu.Lock()
+	if len(p.queue) >= p.cfg.MaxQueueSize {
+		p.dropped++
+		p.mu.Unlock()
+		return
+	}
+	p.queue = append(p.queue, s)
+	full := len(p.queue) == p.cfg.MaxExportBatchSize
+	p.mu.Unlock()
+	if full {
+		select {
+		case p.kick <- struct{}{}:
+		default: // already kicked
+		}
+	}
+}
+
+func (p *BatchProcessor) run() {
+	defer close(p.done)
+	t := time.NewTimer(p.cfg.ScheduleDelay)
+	defer t.Stop()
+	for {
+		all := false
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick: // full batches only: the rest waits for more spans or the delay
+		case <-t.C:
+			all = true
+		}
+		if err := p.export(context.Background(), all); err != nil {
+			otel.Handle(err)
+		}
+		if all {
+			t.Reset(p.cfg.ScheduleDelay)
+		}
+	}
+}
+
+// export sends what is queued in batches of MaxExportBatchSize, and the last, smaller batch
+// too when all is set.
+func (p *BatchProcessor) export(ctx context.Context, all bool) error {
+	p.exportMu.Lock()
+	defer p.exportMu.Unlock()
+	var errs []error
+	for {
+		p.mu.Lock()
+		n := min(len(p.queue), p.cfg.MaxExportBatchSize)
+		if !all && n < p.cfg.MaxExportBatchSize {
+			n = 0
+		}
+		p.batch = append(p.batch[:0], p.queue[:n]...)
+		rest := copy(p.queue, p.queue[n:])
+		clear(p.queue[rest:])
+		p.queue = p.queue[:rest]
+		dropped := p.dropped
+		p.dropped = 0
+		p.mu.Unlock()
+		if dropped > 0 {
+			errs = append(errs, fmt.Errorf("trace export: queue full, %d spans dropped (OTEL_BSP_MAX_QUEUE_SIZE=%d)", dropped, p.cfg.MaxQueueSize))
+		}
+		if n == 0 {
+			break
+		}
+		ectx, cancel := context.WithTimeout(ctx, p.cfg.ExportTimeout)
+		err := p.exp.ExportSpans(ectx, p.batch)
+		cancel()
+		clear(p.batch) // let the spans go
+		if err != nil {
+			errs = append(errs, fmt.Errorf("trace export: %d spans lost: %w", n, err))
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ForceFlush exports every queued span now.
+func (p *BatchProcessor) ForceFlush(ctx context.Context) error {
+	return p.export(ctx, true)
+}
+
+// Shutdown stops queueing, exports what is queued and shuts the exporter down. Later calls do
+// nothing.
+func (p *BatchProcessor) Shutdown(ctx context.Context) error {
+	var err error
+	p.stopOnce.Do(func() {
+		p.stopped.Store(true)
+		close(p.stop)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		}
+		err = errors.Join(p.export(ctx, true), p.exp.Shutdown(ctx))
+	})
+	return err
+}
