@@ -75,7 +75,11 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
 		pgdriver.WithConnParams(map[string]any{"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10)}),
-		pgdriver.WithApplicationName("subscriberd")))
+		pgdriver.WithApplicationName("subscriberd"),
+		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
+		// server.address with the port) to our span of every query, growing it; the query
+		// hook sets the stable ones itself.
+		pgdriver.WithTracing(false)))
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)

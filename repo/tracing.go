@@ -31,21 +31,29 @@ import (
 // code.* attributes on every query and recorded a histogram nobody reads.
 type queryHook struct {
 	tracer trace.Tracer
-	attrs  []attribute.KeyValue // db.system.name and db.namespace
+	attrs  []attribute.KeyValue // db.system.name, db.namespace, server.address and .port
 }
 
 func newQueryHook(dsn, system string) *queryHook {
 	var dbName string
+	var server []attribute.KeyValue
 	if IsSQLite(dsn) { // the namespace is the file's name
 		if p, err := SQLitePath(dsn); err == nil {
 			dbName = filepath.Base(p)
 		}
-	} else if u, err := url.Parse(dsn); err == nil {
+	} else if u, err := url.Parse(dsn); err == nil && u.Hostname() != "" {
 		dbName = strings.TrimPrefix(u.Path, "/")
+		server = append(server, attribute.String("server.address", u.Hostname()))
+		port, err := strconv.Atoi(u.Port())
+		if err != nil {
+			port = 5432
+		}
+		server = append(server, attribute.Int("server.port", port))
 	}
 	return &queryHook{
 		tracer: otel.Tracer("github.com/subscriberd/subscriberd/repo"),
-		attrs:  []attribute.KeyValue{attribute.String("db.system.name", system), attribute.String("db.namespace", dbName)},
+		attrs: append([]attribute.KeyValue{attribute.String("db.system.name", system), attribute.String("db.namespace", dbName)},
+			server...),
 	}
 }
 
