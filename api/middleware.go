@@ -169,13 +169,13 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 	})
 }
 
-// nameSpan names the request's server span "METHOD /route" and sets http.route, as the HTTP
-// semantic conventions ask: the tracing handler outside cannot see the route, because the
-// middleware here hands the mux a copy of the request.
+// nameSpan names the request's server span "METHOD /route", as the HTTP semantic conventions
+// ask; the tracing handler outside (telemetry.NewHTTPHandler), which cannot see the route
+// because the middleware here hands the mux a copy of the request, takes http.route from
+// that name when the response is done.
 func nameSpan(r *http.Request, route string) {
 	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
 		span.SetName(r.Method + " " + route)
-		span.SetAttributes(attribute.String("http.route", route))
 	}
 }
 

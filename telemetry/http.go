@@ -25,10 +25,10 @@ const redactedSegment = "{redacted}"
 // NewHTTPHandler wraps next so that every request gets one SERVER span shaped for a public API:
 //   - a new root trace per request, with the caller's traceparent only linked, so a caller
 //     cannot force sampling or join our traces;
-//   - named "METHOD /route" with http.route once the route is known: set by the application
-//     after routing (trace.SpanFromContext(ctx).SetName / SetAttributes(http.route)), or else
-//     taken from the Go ServeMux pattern when next is the mux itself; "METHOD" for unmatched
-//     requests;
+//   - named "METHOD /route" with http.route once the route is known: named so by the
+//     application after routing (trace.SpanFromContext(ctx).SetName("GET /items/{id}"), from
+//     which the handler takes http.route), or else taken from the Go ServeMux pattern when
+//     next is the mux itself; "METHOD" for unmatched requests;
 //   - server.address fixed to serverAddress (never the client's Host header; include the port,
 //     as in "api.example.com:443", to fix server.port as well);
 //   - status Error and error.type = the status code for 5xx; 4xx leave the status unset;
@@ -81,6 +81,8 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 			route := patternRoute(r.Pattern)
 			if route != "" {
 				span.SetName(spanMethod(r.Method) + " " + route)
+			} else {
+				route = namedRoute(span, r.Method)
 			}
 			buf := attrPool.Get().(*[]attribute.KeyValue)
 			attrs := append((*buf)[:0], fixed...)
@@ -154,6 +156,20 @@ func protocolVersion(r *http.Request) string {
 	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
 }
 
+// namedRoute is the route in the name "METHOD /route" the application gave span after
+// routing, or "".
+func namedRoute(span trace.Span, method string) string {
+	named, ok := span.(interface{ Name() string }) // the SDK's spans
+	if !ok {
+		return ""
+	}
+	m, route, ok := strings.Cut(named.Name(), " ")
+	if !ok || m != spanMethod(method) || !strings.HasPrefix(route, "/") {
+		return ""
+	}
+	return route
+}
+
 // spanMethod is the method as it may appear in a span name: a standard one, else "HTTP".
 func spanMethod(m string) string {
 	switch m {
@@ -176,24 +192,54 @@ func patternRoute(pattern string) string {
 // redactPath returns path with secrets and personal data removed: segments bound to a
 // SensitivePathParams parameter of route become "{name}"; any segment that contains "@",
 // starts with "sk_" or is longer than a UUID (tokens are 43 characters) becomes "{redacted}".
-// It returns path itself when nothing needed redacting.
+// It returns path itself, without allocating, when nothing needs redacting.
 func redactPath(path, route string) string {
-	segs := strings.Split(path, "/")
-	tmpl := strings.Split(route, "/")
+	matchRoute := route != "" && strings.Count(path, "/") == strings.Count(route, "/")
+	var out strings.Builder // written from the first segment that changes
 	changed := false
-	for i, s := range segs {
-		if i < len(tmpl) && len(tmpl) == len(segs) && isSensitiveParam(tmpl[i]) {
-			segs[i], changed = tmpl[i], true
-			continue
+	tmpl := route
+	for start := 0; ; {
+		end := strings.IndexByte(path[start:], '/')
+		last := end < 0
+		if last {
+			end = len(path)
+		} else {
+			end += start
 		}
-		if strings.Contains(s, "@") || strings.Contains(s, "%40") || strings.HasPrefix(s, "sk_") || len(s) > 36 {
-			segs[i], changed = redactedSegment, true
+		seg, repl, redact := path[start:end], "", false
+		var t string
+		if matchRoute {
+			t, tmpl, _ = strings.Cut(tmpl, "/")
 		}
+		switch {
+		case matchRoute && isSensitiveParam(t):
+			repl, redact = t, true
+		case strings.Contains(seg, "@") || strings.Contains(seg, "%40") || strings.HasPrefix(seg, "sk_") || len(seg) > 36:
+			repl, redact = redactedSegment, true
+		}
+		if redact && !changed {
+			changed = true
+			out.Grow(len(path))
+			out.WriteString(path[:start])
+		}
+		if changed {
+			if redact {
+				seg = repl
+			}
+			out.WriteString(seg)
+			if !last {
+				out.WriteByte('/')
+			}
+		}
+		if last {
+			break
+		}
+		start = end + 1
 	}
 	if !changed {
 		return path
 	}
-	return strings.Join(segs, "/")
+	return out.String()
 }
 
 func isSensitiveParam(tmplSeg string) bool {
