@@ -291,7 +291,7 @@ func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 			if s.SpanKind() != trace.SpanKindClient || a["db.system.name"].AsString() != system || text == "" {
 				t.Errorf("span %q: kind %v, db.system.name %q, statement %q", s.Name(), s.SpanKind(), a["db.system.name"].AsString(), text)
 			}
-			if system == "postgresql" && (a["server.address"].AsString() == "" || a["server.port"].AsInt64() == 0 || a["db.user"].Type() != attribute.INVALID) {
+			if system == "postgresql" && (a["server.address"].AsString() == "" || a["server.port"].AsInt64() == 0 || a["db.user"].Type() != attribute.EMPTY) {
 				t.Errorf("span %q: server.address %q, server.port %d, db.user %v: want the server's address and no old-convention attributes",
 					s.Name(), a["server.address"].AsString(), a["server.port"].AsInt64(), a["db.user"])
 			}
