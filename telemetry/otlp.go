@@ -886,35 +886,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, 7, protowire.BytesType)
 		return protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		b, a := openMsg(b, 5, reserveSmall)
-		for _, x := range v.AsBoolSlice() {
-			b = appendArrayElem(b, attribute.BoolValue(x))
-		}
-		return closeMsg(b, a, reserveSmall)
+		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		b, a := openMsg(b, 5, reserveSmall)
-		for _, x := range v.AsInt64Slice() {
-			b = appendArrayElem(b, attribute.Int64Value(x))
-		}
-		return closeMsg(b, a, reserveSmall)
+		return appendArray(b, v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		b, a := openMsg(b, 5, reserveSmall)
-		for _, x := range v.AsFloat64Slice() {
-			b = appendArrayElem(b, attribute.Float64Value(x))
-		}
-		return closeMsg(b, a, reserveSmall)
+		return appendArray(b, v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		b, a := openMsg(b, 5, reserveSmall)
-		for _, x := range v.AsStringSlice() {
-			b = appendArrayElem(b, attribute.StringValue(x))
-		}
-		return closeMsg(b, a, reserveSmall)
+		return appendArray(b, v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
-		b, a := openMsg(b, 5, reserveSmall)
-		for _, x := range v.AsSlice() {
-			b = appendArrayElem(b, x)
-		}
-		return closeMsg(b, a, reserveSmall)
+		return appendArray(b, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
 	case attribute.MAP:
 		b, kl := openMsg(b, 6, reserveSmall)
 		for _, kv := range v.AsMap() {
@@ -927,6 +907,16 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		return protowire.AppendString(b, "INVALID")
 	}
+}
+
+// appendArray appends an ArrayValue (AnyValue field 5) of the elements xs, each made a Value
+// by value.
+func appendArray[T any](b []byte, xs []T, value func(T) attribute.Value) []byte {
+	b, a := openMsg(b, 5, reserveSmall)
+	for _, x := range xs {
+		b = appendArrayElem(b, value(x))
+	}
+	return closeMsg(b, a, reserveSmall)
 }
 
 // appendArrayElem appends ArrayValue.values (field 1) for v.
