@@ -86,7 +86,11 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 			}
 			buf := attrPool.Get().(*[]attribute.KeyValue)
 			attrs := append((*buf)[:0], fixed...)
-			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLScheme(scheme(r)),
+			method := knownMethod(r.Method)
+			if method == MethodOther {
+				attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
+			}
+			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method), semconv.URLScheme(scheme(r)),
 				semconv.NetworkProtocolVersion(protocolVersion(r)), semconv.URLPath(redactPath(r.URL.Path, route)),
 				semconv.HTTPResponseStatusCode(status))
 			if ua := r.UserAgent(); ua != "" {
@@ -168,6 +172,19 @@ func namedRoute(span trace.Span, method string) string {
 		return ""
 	}
 	return route
+}
+
+// MethodOther stands for any method outside the standard ones, in the method attribute and
+// the method label, as the HTTP semantic conventions ask: a client's invented methods must
+// not become new label values.
+const MethodOther = "_OTHER"
+
+// knownMethod is m when it is a standard method, else MethodOther.
+func knownMethod(m string) string {
+	if spanMethod(m) == "HTTP" {
+		return MethodOther
+	}
+	return m
 }
 
 // spanMethod is the method as it may appear in a span name: a standard one, else "HTTP".

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -242,5 +243,27 @@ func TestRedactPath(t *testing.T) {
 	clean := "/api/v1/subscribers/0190a3c4-0000-7000-8000-000000000001"
 	if n := testing.AllocsPerRun(100, func() { redactPath(clean, "/api/v1/subscribers/{id}") }); n != 0 {
 		t.Errorf("a clean path cost %v allocations, want none", n)
+	}
+}
+
+// An invented method is _OTHER in the span's method attribute (with the original beside it)
+// and in the request histogram's label, so a client cannot mint series.
+func TestUnknownMethodIsOther(t *testing.T) {
+	req := httptest.NewRequest("BREW", "/api/v1/subscribers", nil)
+	spans := serveTraced(t, sdktrace.AlwaysSample(), testMux(t), req)
+	if len(spans) != 1 {
+		t.Fatalf("got %d spans", len(spans))
+	}
+	a := attrs(spans[0])
+	if a["http.request.method"].AsString() != MethodOther || a["http.request.method_original"].AsString() != "BREW" || spans[0].Name() != "HTTP" {
+		t.Errorf("span %q: method %q, original %q", spans[0].Name(), a["http.request.method"].AsString(), a["http.request.method_original"].AsString())
+	}
+
+	m := NewMetrics("test")
+	m.ObserveRequest(context.Background(), "BREW", "unmatched", 405, time.Millisecond)
+	m.ObserveRequest(context.Background(), "GET", "unmatched", 404, time.Millisecond)
+	om := scrapeText(t, m, "")
+	if strings.Contains(om, "BREW") || !strings.Contains(om, `method="_OTHER"`) || !strings.Contains(om, `method="GET"`) {
+		t.Errorf("request histogram labels:\n%s", om)
 	}
 }

@@ -204,6 +204,7 @@ func (m *Metrics) RequestStarted() func() {
 // ObserveRequest records one served request. A sampled span in ctx becomes the exemplar of
 // the bucket d falls in, at most once per ExemplarInterval for each series and bucket.
 func (m *Metrics) ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration) {
+	method = knownMethod(method) // a client's invented method is not a new series
 	key := seriesKey{method, route, code}
 	s, ok := m.requestSeries.Load(key)
 	if !ok {
