@@ -186,8 +186,9 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	if q.Status != "" {
 		statusFilter = string(q.Status)
 	}
-	// The page's ids come from an index-only walk of the list index; only those rows are read.
-	// The total is the sum of the newsletter's counter rows (see the migration).
+	// The page's ids come from an index-only walk of the list index; only those rows are read,
+	// and only the columns a subscriber shows. The total is the sum of the newsletter's
+	// counter rows (see the migration).
 	var rows []pageRow
 	query := listPostgres
 	if s.sqlite {
@@ -205,17 +206,18 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 		if rows[i].ID == uuid.Nil { // the empty page: only the total came back
 			continue
 		}
+		rows[i].NewsletterID = nl // not read: every row is the newsletter's
 		out = append(out, rows[i].toModel())
 	}
 	return out, rows[0].Total, nil
 }
 
 const listPostgres = `
-SELECT t.total, s.*
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at
 FROM (SELECT coalesce(sum(n), 0)::bigint AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)) AS t
 LEFT JOIN LATERAL (
-    SELECT s.* FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1::text IS NULL OR status = ?1::text)
         ORDER BY created_at DESC, id DESC
@@ -227,11 +229,11 @@ ORDER BY s.created_at DESC, s.id DESC`
 // listSQLite is listPostgres without LATERAL (which SQLite lacks): the page is a plain
 // subquery. One statement reads one snapshot, so page and total still agree.
 const listSQLite = `
-SELECT t.total, s.*
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.* FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
         ORDER BY created_at DESC, id DESC
