@@ -120,9 +120,17 @@ func queryText(e *bun.QueryEvent) string {
 // a quote that is not doubled.
 func redactSQL(q string) string {
 	var b strings.Builder
-	b.Grow(len(q))
+	b.Grow(min(len(q), maxQueryText+len(truncated)))
 	plain := 0 // start of the text not yet copied
-	for i := 0; i < len(q); {
+	i := 0
+	for i < len(q) {
+		if i >= maxQueryText {
+			// Cut between tokens (a literal is consumed whole above), so nothing of a
+			// value is left.
+			b.WriteString(q[plain:i])
+			b.WriteString(truncated)
+			return b.String()
+		}
 		c := q[i]
 		switch {
 		case c == '\'':
@@ -150,6 +158,14 @@ func redactSQL(q string) string {
 	b.WriteString(q[plain:])
 	return b.String()
 }
+
+// maxQueryText is about where db.query.text is cut: a bulk insert of 100 rows is a 20 KB
+// statement whose text is the same tuple a hundred times, and redacting all of it cost 60 µs
+// (5 % of the request) for a span attribute nobody reads to the end.
+const maxQueryText = 2048
+
+// truncated ends a cut db.query.text.
+const truncated = " …"
 
 // skipQuoted returns the index just past the quoted text that starts at q[i] == quote; a
 // doubled quote inside is part of the text. An unterminated quote runs to the end.
