@@ -207,3 +207,31 @@ func TestLogErrorsWritesSDKErrorsAsWarnings(t *testing.T) {
 		t.Fatalf("log = %q, want a JSON warning with the error", got)
 	}
 }
+
+// Many goroutines ending spans while exports run lose nothing that fits the queue.
+func TestBatchProcessorConcurrentEnds(t *testing.T) {
+	exp := &recordingExporter{}
+	tp, p := batchProvider(t, exp, BatchConfig{ScheduleDelay: 5 * time.Millisecond, ExportTimeout: time.Second, MaxQueueSize: 100000, MaxExportBatchSize: 64}, sdktrace.AlwaysSample())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { endSpans(tp, 1000) })
+	}
+	wg.Go(func() {
+		for range 20 {
+			p.ForceFlush(context.Background())
+		}
+	})
+	wg.Wait()
+	if err := p.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	batches, n := exp.got()
+	if n != 8000 {
+		t.Fatalf("%d spans exported, want 8000", n)
+	}
+	for _, b := range batches {
+		if b > 64 {
+			t.Fatalf("a batch of %d spans, above MaxExportBatchSize 64", b)
+		}
+	}
+}
