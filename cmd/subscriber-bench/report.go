@@ -13,6 +13,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/internal/bench/stats"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -190,7 +191,7 @@ func (rep *Report) against(ref *Report, path string) {
 			continue
 		}
 		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
-			RateRatio: ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: ratio(now.P50Ms, then.P50Ms), P99Ratio: ratio(now.P99Ms, then.P99Ms)})
+			RateRatio: stats.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: stats.Ratio(now.P50Ms, then.P50Ms), P99Ratio: stats.Ratio(now.P99Ms, then.P99Ms)})
 	}
 	rep.Reference = out
 }
@@ -249,7 +250,7 @@ func (rep *Report) compare() {
 		if t.rows {
 			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
 		}
-		c.Ratio = ratio(c.Value, c.Base)
+		c.Ratio = stats.Ratio(c.Value, c.Base)
 		if t.min > 0 {
 			met := c.Ratio >= t.min
 			c.Target = fmt.Sprintf("≥ %.2f", t.min)
@@ -264,25 +265,13 @@ func (rep *Report) compare() {
 	}
 }
 
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return math.NaN()
-	}
-	return a / b
-}
-
 // judge lists the run's problems: any error, any stall, any answer off the contract.
 func (rep *Report) judge(stall time.Duration) {
 	rep.Problems = nil
 	for _, r := range rep.Runs {
 		id := fmt.Sprintf("%s %s %s at %d clients", r.Phase, r.Kind, r.Scenario, r.Clients)
 		if r.ErrorCount > 0 {
-			kinds := make([]string, 0, len(r.Errors))
-			for k, n := range r.Errors {
-				kinds = append(kinds, fmt.Sprintf("%s×%d", k, n))
-			}
-			sort.Strings(kinds)
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d errors (%s)", id, r.ErrorCount, strings.Join(kinds, ", ")))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d errors (%s)", id, r.ErrorCount, errorList(&r, "×", ", ")))
 		}
 		if r.LongestGapMs >= msOf(stall) {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: stalled, nothing finished for %.1fs", id, r.LongestGapMs/1000))
@@ -328,12 +317,16 @@ func errs(r *RunRecord) string {
 	if r.ErrorCount == 0 {
 		return "0"
 	}
-	kinds := make([]string, 0, len(r.Errors))
-	for k, n := range r.Errors {
-		kinds = append(kinds, fmt.Sprintf("%s:%d", k, n))
+	return errorList(r, ":", ",")
+}
+
+// errorList is the run's errors as kind<sep>count, by kind, joined by join.
+func errorList(r *RunRecord, sep, join string) string {
+	kinds := stats.Summary{Errors: r.Errors}.ErrorKinds()
+	for i, k := range kinds {
+		kinds[i] = fmt.Sprintf("%s%s%d", k, sep, r.Errors[k])
 	}
-	sort.Strings(kinds)
-	return strings.Join(kinds, ",")
+	return strings.Join(kinds, join)
 }
 
 // printReport writes the run as one table of measured scenarios with their baselines and
