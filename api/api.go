@@ -38,7 +38,8 @@ type Authenticator interface {
 
 // Metrics records what the edge observes.
 type Metrics interface {
-	RequestStarted() func()
+	RequestStarted()
+	RequestDone()
 	ObserveRequest(ctx context.Context, method, route string, code int, d time.Duration)
 	SubscribersCreated(operation, status string, n int)
 	// AuthFailure counts a refused authentication by reason: missing, invalid, plan_disabled.
@@ -137,7 +138,8 @@ func humaConfig() huma.Config {
 
 type noMetrics struct{}
 
-func (noMetrics) RequestStarted() func()                                             { return func() {} }
+func (noMetrics) RequestStarted()                                                    {}
+func (noMetrics) RequestDone()                                                       {}
 func (noMetrics) ObserveRequest(context.Context, string, string, int, time.Duration) {}
 func (noMetrics) SubscribersCreated(string, string, int)                             {}
 func (noMetrics) AuthFailure(string)                                                 {}

@@ -285,15 +285,16 @@ type observation struct {
 
 var _ api.Metrics = (*fakeMetrics)(nil)
 
-func (m *fakeMetrics) RequestStarted() func() {
+func (m *fakeMetrics) RequestStarted() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.inFlight++
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.inFlight--
-	}
+}
+
+func (m *fakeMetrics) RequestDone() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inFlight--
 }
 
 func (m *fakeMetrics) ObserveRequest(_ context.Context, method, route string, code int, _ time.Duration) {

@@ -117,11 +117,11 @@ func requestID(given string) string {
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		done := s.metrics.RequestStarted()
+		s.metrics.RequestStarted()
 		info := &requestInfo{route: RouteUnmatched}
 		sw := &statusWriter{ResponseWriter: w}
 		ctx := context.WithValue(r.Context(), infoKey, info)
-		defer done()
+		defer s.metrics.RequestDone()
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		d := time.Since(start)
 		if sw.status == 0 {

@@ -195,11 +195,11 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: m.reg})
 }
 
-// RequestStarted counts a request in flight; call the returned function when it ends.
-func (m *Metrics) RequestStarted() func() {
-	m.inFlight.Inc()
-	return m.inFlight.Dec
-}
+// RequestStarted counts a request in flight; RequestDone ends it.
+func (m *Metrics) RequestStarted() { m.inFlight.Inc() }
+
+// RequestDone counts a request no longer in flight.
+func (m *Metrics) RequestDone() { m.inFlight.Dec() }
 
 // ObserveRequest records one served request. A sampled span in ctx becomes the exemplar of
 // the bucket d falls in, at most once per ExemplarInterval for each series and bucket.
