@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	netmail "net/mail"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -696,19 +695,6 @@ func TestEmailShutdownFinishesTheEmailInHand(t *testing.T) {
 	if n := len(m.smtp.Messages()); n != 3 {
 		t.Errorf("%d messages in all, want 3", n)
 	}
-}
-
-// viaProxy is a fresh database reached through a proxy that can cut it off.
-func viaProxy(t *testing.T) (*tcpProxy, func(*envOptions)) {
-	t.Helper()
-	direct, err := url.Parse(freshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, direct.Host)
-	via := *direct
-	via.Host = proxy.addr
-	return proxy, func(o *envOptions) { o.dsn = via.String() }
 }
 
 // settle runs worker batches until one claims nothing, letting the pool get past connections

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,14 +380,8 @@ func TestTraceUnauthorized(t *testing.T) {
 
 func TestTraceDatabaseOutage(t *testing.T) {
 	postgresOnly(t, noOutageOnSQLite)
-	direct, err := url.Parse(freshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, direct.Host)
-	viaProxy := *direct
-	viaProxy.Host = proxy.addr
-	o := newObserved(t, func(o *envOptions) { o.dsn = viaProxy.String() })
+	proxy, throughProxy := viaProxy(t)
+	o := newObserved(t, throughProxy)
 	o.do("GET", "/subscribers", nil).want(t, http.StatusOK, "") // the key is cached now
 
 	proxy.cut()

@@ -26,6 +26,19 @@ type tcpProxy struct {
 	conns []net.Conn
 }
 
+// viaProxy is a fresh database reached through a proxy that can cut it off.
+func viaProxy(t *testing.T) (*tcpProxy, func(*envOptions)) {
+	t.Helper()
+	direct, err := url.Parse(freshDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, direct.Host)
+	via := *direct
+	via.Host = proxy.addr
+	return proxy, func(o *envOptions) { o.dsn = via.String() }
+}
+
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	p := &tcpProxy{t: t, target: target}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,14 +99,8 @@ func (p *tcpProxy) restore() {
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	postgresOnly(t, noOutageOnSQLite)
-	direct, err := url.Parse(freshDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, direct.Host)
-	viaProxy := *direct
-	viaProxy.Host = proxy.addr
-	e := newEnv(t, func(o *envOptions) { o.dsn = viaProxy.String() })
+	proxy, throughProxy := viaProxy(t)
+	e := newEnv(t, throughProxy)
 	e.do("POST", "/subscribers", map[string]any{"email": "before@x.io"}).want(t, http.StatusCreated, "")
 
 	proxy.cut()
