@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 )
 
@@ -30,15 +27,8 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	nl := cli(t, env, "newsletter", "create", "--name", "Serve Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var logs logbuf.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
-	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
-	var m []string
-	waitUntil(t, "serve to start", func() bool { m = addrs.FindStringSubmatch(logs.String()); return m != nil })
-	public, admin := "http://"+m[1], "http://"+m[2]
+	s := startServe(t, env)
+	public, admin, logs := s.api, s.admin, s.logs
 
 	req, _ := http.NewRequest("POST", public+"/api/v1/subscribers", strings.NewReader(`{"email":"reader@example.com","status":"pending"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -81,7 +71,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		}
 	}
 
-	stopServe(t, cancel, done)
+	s.stop(t)
 	for _, secret := range []string{msg.Token(), "reader@example.com"} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("logs contain %q", secret)
@@ -96,18 +86,12 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
 	nl := cli(t, env, "newsletter", "create", "--name", "Dev Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var logs logbuf.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
-	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)"`)
-	var m []string
-	waitUntil(t, "serve to start", func() bool { m = addrs.FindStringSubmatch(logs.String()); return m != nil })
+	s := startServe(t, env)
+	logs := s.logs
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"SMTP_URL is not set`) {
 		t.Errorf("no warning about SMTP_URL at start:\n%s", logs.String())
 	}
-	req, _ := http.NewRequest("POST", "http://"+m[1]+"/api/v1/subscribers", strings.NewReader(`{"email":"dev@example.com","status":"pending"}`))
+	req, _ := http.NewRequest("POST", s.api+"/api/v1/subscribers", strings.NewReader(`{"email":"dev@example.com","status":"pending"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -117,7 +101,7 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	waitUntil(t, "the logged email", func() bool {
 		return strings.Contains(logs.String(), `"msg":"email not sent: SMTP_URL is not set"`)
 	})
-	stopServe(t, cancel, done)
+	s.stop(t)
 	if out := logs.String(); strings.Contains(out, "/confirm/") || strings.Contains(out, "dev@example.com") ||
 		!strings.Contains(out, "Confirm your subscription to Dev Weekly") {
 		t.Errorf("at info the log must show the email without its link or full address:\n%s", out)

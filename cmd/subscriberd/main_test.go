@@ -145,23 +145,8 @@ func TestServeLifecycle(t *testing.T) {
 		t.Errorf("updated newsletter = %v", updated)
 	}
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var logs logbuf.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, &logs) }()
-
-	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
-	var m []string
-	for deadline := time.Now().Add(30 * time.Second); m == nil; {
-		if m = addrs.FindStringSubmatch(logs.String()); m == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("serve did not start; logs:\n%s", logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	api, admin := "http://"+m[1], "http://"+m[2]
+	s := startServe(t, env)
+	api, admin, logs := s.api, s.admin, s.logs
 
 	req, _ := http.NewRequest("POST", api+"/api/v1/subscribers", strings.NewReader(`{"email":"life@example.com"}`))
 	req.Header.Set("Authorization", "Bearer "+key["key"].(string))
@@ -202,18 +187,44 @@ func TestServeLifecycle(t *testing.T) {
 	}
 
 	cli(t, env, "apikey", "revoke", key["id"].(string))
-	stopServe(t, cancel, done)
+	s.stop(t)
 	if strings.Contains(logs.String(), key["key"].(string)) || strings.Contains(logs.String(), "life@example.com") {
 		t.Error("logs contain the API key or the subscriber's email")
 	}
 }
 
-// stopServe cancels a running serve and waits for it to return nil, as on SIGTERM.
-func stopServe(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+// served is `serve` running in the test's process.
+type served struct {
+	api, admin string // base URLs of the listeners
+	logs       *logbuf.Buffer
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+// startServe runs `serve` with env and returns once both listeners are bound.
+func startServe(t *testing.T, env map[string]string) *served {
 	t.Helper()
-	cancel()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	s := &served{logs: &logbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, s.logs) }()
+	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
+	var m []string
+	for deadline := time.Now().Add(60 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {
+		if m = addrs.FindStringSubmatch(s.logs.String()); m == nil && time.Now().After(deadline) {
+			t.Fatalf("serve did not start; logs:\n%s", s.logs.String())
+		}
+	}
+	s.api, s.admin = "http://"+m[1], "http://"+m[2]
+	return s
+}
+
+// stop cancels serve and waits for it to return nil, as on SIGTERM.
+func (s *served) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
 	select {
-	case err := <-done:
+	case err := <-s.done:
 		if err != nil {
 			t.Errorf("serve returned %v after cancel, want nil", err)
 		}
