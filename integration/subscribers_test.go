@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
 )
 
@@ -529,6 +530,52 @@ func TestListPaginationWalk(t *testing.T) {
 	r = e.do("GET", "/subscribers", nil, "Authorization: Bearer "+key).want(t, http.StatusOK, "")
 	if diff := cmp.Diff(map[string]any{"page": 1.0, "limit": 25.0, "total": 0.0, "pages": 0.0}, r.body["pagination"]); diff != "" || r.body["data"] == nil {
 		t.Errorf("empty list = %s", r.raw)
+	}
+}
+
+// TestListDeepPages crosses the offset at which PostgreSQL's list statement switches from
+// reading the page straight from the list index to an index-only walk of ids (2,000): pages on
+// both sides, filtered and not, must be the same slices of one order and carry the same total.
+func TestListDeepPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const total = 2150
+	for start := 0; start < total; start += 100 {
+		var batch []any
+		for i := start; i < min(start+100, total); i++ {
+			batch = append(batch, map[string]any{"email": fmt.Sprintf("d%04d@x.io", i), "status": []string{"active", "pending"}[i%2]})
+		}
+		e.do("POST", "/subscribers/bulk", batch).want(t, http.StatusCreated, "")
+	}
+	for _, status := range []string{"", "active"} {
+		var want []string
+		where := ""
+		if status != "" {
+			where = "WHERE status = '" + status + "'"
+		}
+		if err := e.db.NewRaw("SELECT CAST(id AS TEXT) FROM subscribers "+where+" ORDER BY created_at DESC, id DESC").Scan(t.Context(), &want); err != nil {
+			t.Fatal(err)
+		}
+		query := ""
+		if status != "" {
+			query = "&status=" + status
+		}
+		// limit 100: offsets 0, 1900, 2000 (the last one read directly) and 2100 (the first
+		// read by ids); limit 1 around the switch.
+		for _, pg := range []struct{ page, limit int }{{1, 100}, {20, 100}, {21, 100}, {22, 100}, {2000, 1}, {2001, 1}, {2002, 1}} {
+			r := e.do("GET", fmt.Sprintf("/subscribers?page=%d&limit=%d%s", pg.page, pg.limit, query), nil).want(t, http.StatusOK, "")
+			if got := int(r.body["pagination"].(map[string]any)["total"].(float64)); got != len(want) {
+				t.Errorf("status %q page %d×%d: total %d, want %d", status, pg.page, pg.limit, got, len(want))
+			}
+			var ids []string
+			for _, d := range r.body["data"].([]any) {
+				ids = append(ids, d.(map[string]any)["id"].(string))
+			}
+			from := min((pg.page-1)*pg.limit, len(want))
+			if diff := cmp.Diff(want[from:min(from+pg.limit, len(want))], ids, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("status %q page %d×%d (-want +got):\n%s", status, pg.page, pg.limit, diff)
+			}
+		}
 	}
 }
 
