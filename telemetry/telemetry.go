@@ -121,6 +121,11 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	th := traceHandler{Handler: h}
 	th.flusher, _ = w.(flusher)
+	if lb, ok := w.(*LogBuffer); ok && format == "json" {
+		// A LogBuffer takes each Write whole under its own lock, so lines formatted here
+		// cannot interleave with the JSON handler's.
+		th.direct = lb
+	}
 	return slog.New(th), nil
 }
 
@@ -132,13 +137,37 @@ type flusher interface{ Flush() error }
 type traceHandler struct {
 	slog.Handler
 	flusher flusher
+	// direct, when set, is the LogBuffer the JSON handler writes to: the records
+	// appendJSONRecord can format are written to it here, the same bytes for less work.
+	direct *LogBuffer
 }
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+	sc := trace.SpanContextFromContext(ctx)
+	var err error
+	if h.direct != nil {
+		buf := lineBufs.Get().(*[]byte)
+		line, ok := appendJSONRecord((*buf)[:0], r, sc)
+		if ok {
+			_, err = h.direct.Write(line)
+		}
+		if cap(line) <= 16<<10 { // keep no outsized buffer
+			*buf = line[:0]
+			lineBufs.Put(buf)
+		}
+		if ok {
+			return h.flushed(r, err)
+		}
+	}
+	if sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	err := h.Handler.Handle(ctx, r)
+	return h.flushed(r, h.Handler.Handle(ctx, r))
+}
+
+// flushed flushes a buffered writer after a record at warn level or above; err is the
+// record's write error.
+func (h traceHandler) flushed(r slog.Record, err error) error {
 	if h.flusher != nil && r.Level >= slog.LevelWarn {
 		if ferr := h.flusher.Flush(); err == nil {
 			err = ferr
@@ -147,12 +176,14 @@ func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	return err
 }
 
+// WithAttrs and WithGroup leave the records of the handlers they return to slog, which
+// writes the attributes and groups given here.
 func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return traceHandler{h.Handler.WithAttrs(as), h.flusher}
+	return traceHandler{Handler: h.Handler.WithAttrs(as), flusher: h.flusher}
 }
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{h.Handler.WithGroup(name), h.flusher}
+	return traceHandler{Handler: h.Handler.WithGroup(name), flusher: h.flusher}
 }
 
 // Discard is a logger that writes nothing, for tests and tools.
