@@ -22,18 +22,24 @@ import (
 // span were a visible share of the cost of tracing. Here a span is appended to a slice under a
 // mutex, and the goroutine wakes once per batch.
 //
+// With an OTLPExporter, spans are encoded as they end and the queue holds bytes (see
+// encodedExporter).
+//
 // When the queue is full, spans are dropped and counted; the count is reported through
 // otel.Handle at the next export.
 type BatchProcessor struct {
-	exp sdktrace.SpanExporter
-	cfg BatchConfig
+	exp    sdktrace.SpanExporter
+	encExp encodedExporter // exp, when it takes encoded spans
+	cfg    BatchConfig
 
 	mu      sync.Mutex
 	queue   []sdktrace.ReadOnlySpan
+	encoded encodedSpans // the queue, with encExp
 	dropped int
 
-	exportMu sync.Mutex              // one export at a time; guards batch
-	batch    []sdktrace.ReadOnlySpan // the batch being exported, reused
+	exportMu     sync.Mutex              // one export at a time; guards batch and encodedBatch
+	batch        []sdktrace.ReadOnlySpan // the batch being exported, reused
+	encodedBatch encodedSpans
 
 	kick     chan struct{} // a full batch is waiting
 	stop     chan struct{}
@@ -93,6 +99,7 @@ func NewBatchProcessor(exp sdktrace.SpanExporter, cfg BatchConfig) *BatchProcess
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	p.encExp, _ = exp.(encodedExporter)
 	go p.run()
 	return p
 }
@@ -107,6 +114,10 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() || p.stopped.Load() {
 		return
 	}
+	if p.encExp != nil {
+		p.onEndEncoded(s)
+		return
+	}
 	p.mu.Lock()
 	if len(p.queue) >= p.cfg.MaxQueueSize {
 		p.dropped++
@@ -117,10 +128,59 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	full := len(p.queue) == p.cfg.MaxExportBatchSize
 	p.mu.Unlock()
 	if full {
-		select {
-		case p.kick <- struct{}{}:
-		default: // already kicked
+		p.kickRun()
+	}
+}
+
+// onEndEncoded encodes s outside the lock and queues its bytes.
+func (p *BatchProcessor) onEndEncoded(s sdktrace.ReadOnlySpan) {
+	buf := spanBufs.Get().(*[]byte)
+	b := appendSpan((*buf)[:0], s)
+	res, scope := s.Resource(), s.InstrumentationScope()
+	resKey := res.Equivalent()
+	p.mu.Lock()
+	if len(p.encoded.spans) >= p.cfg.MaxQueueSize {
+		p.dropped++
+		p.mu.Unlock()
+		spanBufs.Put(buf)
+		return
+	}
+	k := -1
+	for i := range p.encoded.keys { // a handful: one resource, a scope per instrumented package
+		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == scope {
+			k = i
+			break
 		}
+	}
+	if k < 0 {
+		p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: res, scope: scope})
+		k = len(p.encoded.keys) - 1
+	}
+	p.encoded.push(int32(k), b)
+	full := len(p.encoded.spans) == p.cfg.MaxExportBatchSize
+	p.mu.Unlock()
+	if cap(b) <= 64<<10 {
+		*buf = b[:0]
+		spanBufs.Put(buf)
+	}
+	if full {
+		p.kickRun()
+	}
+}
+
+// queuedLocked is the number of spans waiting; p.mu is held.
+func (p *BatchProcessor) queuedLocked() int {
+	if p.encExp != nil {
+		return len(p.encoded.spans)
+	}
+	return len(p.queue)
+}
+
+// kickRun tells the export goroutine that a full batch is waiting.
+func (p *BatchProcessor) kickRun() {
+	select {
+	case p.kick <- struct{}{}:
+	default: // already kicked
 	}
 }
 
@@ -154,14 +214,18 @@ func (p *BatchProcessor) export(ctx context.Context, all bool) error {
 	var errs []error
 	for {
 		p.mu.Lock()
-		n := min(len(p.queue), p.cfg.MaxExportBatchSize)
+		n := min(p.queuedLocked(), p.cfg.MaxExportBatchSize)
 		if !all && n < p.cfg.MaxExportBatchSize {
 			n = 0
 		}
-		p.batch = append(p.batch[:0], p.queue[:n]...)
-		rest := copy(p.queue, p.queue[n:])
-		clear(p.queue[rest:])
-		p.queue = p.queue[:rest]
+		if p.encExp != nil {
+			p.encoded.moveFront(&p.encodedBatch, n)
+		} else {
+			p.batch = append(p.batch[:0], p.queue[:n]...)
+			rest := copy(p.queue, p.queue[n:])
+			clear(p.queue[rest:])
+			p.queue = p.queue[:rest]
+		}
 		dropped := p.dropped
 		p.dropped = 0
 		p.mu.Unlock()
@@ -172,9 +236,15 @@ func (p *BatchProcessor) export(ctx context.Context, all bool) error {
 			break
 		}
 		ectx, cancel := context.WithTimeout(ctx, p.cfg.ExportTimeout)
-		err := p.exp.ExportSpans(ectx, p.batch)
+		var err error
+		if p.encExp != nil {
+			err = p.encExp.exportEncoded(ectx, &p.encodedBatch)
+			p.encodedBatch.release()
+		} else {
+			err = p.exp.ExportSpans(ectx, p.batch)
+			clear(p.batch) // let the spans go
+		}
 		cancel()
-		clear(p.batch) // let the spans go
 		if err != nil {
 			errs = append(errs, fmt.Errorf("trace export: %d spans lost: %w", n, err))
 		}

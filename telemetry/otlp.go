@@ -105,6 +105,11 @@ func NewOTLPExporter(getenv func(string) string) (*OTLPExporter, error) {
 // transport errors with exponential backoff (Retry-After honoured) until the export timeout
 // or ctx ends.
 func (e *OTLPExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	return e.export(ctx, readOnlySpans(spans))
+}
+
+// export encodes the spans of src into one request and posts it, as ExportSpans says.
+func (e *OTLPExporter) export(ctx context.Context, src spanSource) error {
 	if e.stopped.Err() != nil {
 		return errExporterShutdown
 	}
@@ -113,7 +118,7 @@ func (e *OTLPExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 	if e.stopped.Err() != nil {
 		return errExporterShutdown
 	}
-	body := e.enc.encode(spans)
+	body := e.enc.encode(src)
 	defer e.enc.release()
 	if body == nil {
 		return nil
@@ -621,10 +626,33 @@ const (
 	reserveBatch = 3 // < 2 MiB: the spans of a scope, of a resource
 )
 
-// encode returns the ExportTraceServiceRequest for spans, or nil when there is no span. The
-// result is valid until the next call.
-func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
-	e.group(spans)
+// spanSource is the spans of one export: n spans, each with its resource and scope, each
+// appended as a ScopeSpans.spans field by appendSpan.
+type spanSource interface {
+	len() int
+	// key is span i's resource and scope; ok is false for a span to leave out.
+	key(i int) (res *resource.Resource, scope instrumentation.Scope, ok bool)
+	appendSpan(b []byte, i int) []byte
+}
+
+// readOnlySpans is the SDK's ended spans, encoded at export.
+type readOnlySpans []sdktrace.ReadOnlySpan
+
+func (s readOnlySpans) len() int { return len(s) }
+
+func (s readOnlySpans) key(i int) (*resource.Resource, instrumentation.Scope, bool) {
+	if s[i] == nil {
+		return nil, instrumentation.Scope{}, false
+	}
+	return s[i].Resource(), s[i].InstrumentationScope(), true
+}
+
+func (s readOnlySpans) appendSpan(b []byte, i int) []byte { return appendSpan(b, s[i]) }
+
+// encode returns the ExportTraceServiceRequest for the spans of src, or nil when there is no
+// span. The result is valid until the next call.
+func (e *spanEncoder) encode(src spanSource) []byte {
+	e.group(src)
 	if len(e.groups) == 0 {
 		return nil
 	}
@@ -656,7 +684,7 @@ func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
 			b, ss = openMsg(b, 2, reserveBatch) // ResourceSpans.scope_spans
 			b = appendScope(b, h.scope)
 			for i := h.first; i >= 0; i = e.next[i] {
-				b = appendSpan(b, spans[i])
+				b = src.appendSpan(b, int(i))
 			}
 			b = appendString(b, 3, h.scope.SchemaURL) // ScopeSpans.schema_url
 			b = closeMsg(b, ss, reserveBatch)
@@ -680,20 +708,19 @@ func (e *spanEncoder) release() {
 	e.groups = e.groups[:0]
 }
 
-// group sorts spans into e.groups by (resource, scope), keyed like the official transform:
-// resource by its attribute set's identity, scope by value.
-func (e *spanEncoder) group(spans []sdktrace.ReadOnlySpan) {
+// group sorts the spans of src into e.groups by (resource, scope), keyed like the official
+// transform: resource by its attribute set's identity, scope by value.
+func (e *spanEncoder) group(src spanSource) {
 	e.groups = e.groups[:0]
 	e.next = e.next[:0]
 	last := -1
-	for i, sd := range spans {
+	for i := range src.len() {
 		e.next = append(e.next, -1)
-		if sd == nil {
+		res, scope, ok := src.key(i)
+		if !ok {
 			continue
 		}
-		res := sd.Resource()
 		key := res.Equivalent()
-		scope := sd.InstrumentationScope()
 		g := -1
 		if last >= 0 && e.groups[last].resKey == key && e.groups[last].scope == scope {
 			g = last

@@ -1,0 +1,101 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// encodedExporter is an exporter that takes spans already encoded by appendSpan
+// (OTLPExporter). With one, BatchProcessor encodes each span when it ends, on the goroutine
+// that ends it, and queues bytes instead of the span:
+//   - the span's data is still in that core's cache, where the export goroutine, milliseconds
+//     later, read it from memory (the encoder's loads were most of its time under load);
+//   - the queue holds no pointers, so the garbage collector neither scans a full queue nor
+//     keeps the SDK's span snapshots alive until the export.
+type encodedExporter interface {
+	sdktrace.SpanExporter
+	exportEncoded(ctx context.Context, spans *encodedSpans) error
+}
+
+var _ encodedExporter = (*OTLPExporter)(nil)
+
+func (e *OTLPExporter) exportEncoded(ctx context.Context, spans *encodedSpans) error {
+	return e.export(ctx, spans)
+}
+
+// spanKey is a span's resource and instrumentation scope, by which the export groups spans.
+type spanKey struct {
+	resKey attribute.Distinct
+	res    *resource.Resource
+	scope  instrumentation.Scope
+}
+
+// encodedSpans is a queue of encoded spans: their ScopeSpans.spans fields back to back in
+// data, and for each its key (an index into keys) and place.
+type encodedSpans struct {
+	keys  []spanKey // shared with the processor's table, which only grows
+	spans []encodedSpan
+	data  []byte
+}
+
+type encodedSpan struct {
+	key        int32
+	start, end int32 // in data
+}
+
+var _ spanSource = (*encodedSpans)(nil)
+
+func (q *encodedSpans) len() int { return len(q.spans) }
+
+func (q *encodedSpans) key(i int) (*resource.Resource, instrumentation.Scope, bool) {
+	k := &q.keys[q.spans[i].key]
+	return k.res, k.scope, true
+}
+
+func (q *encodedSpans) appendSpan(b []byte, i int) []byte {
+	s := q.spans[i]
+	return append(b, q.data[s.start:s.end]...)
+}
+
+// push appends one encoded span of key k.
+func (q *encodedSpans) push(k int32, span []byte) {
+	start := len(q.data)
+	q.data = append(q.data, span...)
+	q.spans = append(q.spans, encodedSpan{key: k, start: int32(start), end: int32(len(q.data))})
+}
+
+// moveFront moves the first n spans of q to dst (replacing what dst held) and keeps the rest.
+func (q *encodedSpans) moveFront(dst *encodedSpans, n int) {
+	dst.keys = q.keys
+	dst.spans = append(dst.spans[:0], q.spans[:n]...)
+	cut := 0
+	if n > 0 {
+		cut = int(q.spans[n-1].end)
+	}
+	dst.data = append(dst.data[:0], q.data[:cut]...)
+	rest := copy(q.spans, q.spans[n:])
+	q.spans = q.spans[:rest]
+	for i := range q.spans {
+		q.spans[i].start -= int32(cut)
+		q.spans[i].end -= int32(cut)
+	}
+	q.data = q.data[:copy(q.data, q.data[cut:])]
+}
+
+// release drops buffers that a burst made unusually large.
+func (q *encodedSpans) release() {
+	if cap(q.data) > maxRetainedBuffer {
+		q.data = nil
+	}
+	if cap(q.spans) > 1<<16 {
+		q.spans = nil
+	}
+}
+
+// spanBufs holds the buffers spans are encoded into as they end.
+var spanBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
