@@ -340,6 +340,9 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // Update applies a patch; what it does to confirmations is model.SubscriberPatch.ConfirmationEffect.
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
+	if p.Email == nil && p.Status == nil && p.Name != nil {
+		return s.rename(ctx, nl, id, *p.Name)
+	}
 	var row subscriberRow
 	var queued bool
 	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
@@ -386,6 +389,36 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	}
 	if queued {
 		emailsQueued(s.db)
+	}
+	return row.toModel(), nil
+}
+
+// rename applies a patch of the name alone, the most common update. Such a patch leaves the
+// confirmation alone (model.SubscriberPatch.ConfirmationEffect), so it needs no read first:
+// on PostgreSQL it is one UPDATE ... RETURNING, atomic on its own, instead of BEGIN, SELECT
+// ... FOR UPDATE, UPDATE and COMMIT (four round trips, and four spans when traced). SQLite
+// runs it in runInTx, for its retries when the database is busy.
+func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name string) (model.Subscriber, error) {
+	var row subscriberRow
+	first, last := model.SplitName(name)
+	update := func(ctx context.Context, db bun.IDB) error {
+		err := db.NewUpdate().Model(&row).
+			Set("first_name = ?", first).Set("last_name = ?", last).Set("updated_at = ?", s.now()).
+			Where("newsletter_id = ? AND id = ?", nl, id).
+			Returning("*").Scan(ctx)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrNotFound)
+		}
+		return translate(err)
+	}
+	var err error
+	if s.sqlite {
+		err = runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return update(ctx, tx) })
+	} else {
+		err = update(ctx, s.db)
+	}
+	if err != nil {
+		return model.Subscriber{}, translate(err)
 	}
 	return row.toModel(), nil
 }
