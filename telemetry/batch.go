@@ -134,15 +134,15 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 
 // onEndEncoded encodes s outside the lock and queues its bytes.
 func (p *BatchProcessor) onEndEncoded(s sdktrace.ReadOnlySpan) {
-	buf := spanBufs.Get().(*[]byte)
-	b := appendSpan((*buf)[:0], s)
+	buf := spanBufs.get()
+	b := appendSpan(*buf, s)
+	defer spanBufs.put(buf, b)
 	res, scope := s.Resource(), s.InstrumentationScope()
 	resKey := res.Equivalent()
 	p.mu.Lock()
 	if len(p.encoded.spans) >= p.cfg.MaxQueueSize {
 		p.dropped++
 		p.mu.Unlock()
-		spanBufs.Put(buf)
 		return
 	}
 	k := -1
@@ -159,10 +159,6 @@ func (p *BatchProcessor) onEndEncoded(s sdktrace.ReadOnlySpan) {
 	p.encoded.push(int32(k), b)
 	full := len(p.encoded.spans) == p.cfg.MaxExportBatchSize
 	p.mu.Unlock()
-	if cap(b) <= 64<<10 {
-		*buf = b[:0]
-		spanBufs.Put(buf)
-	}
 	if full {
 		p.kickRun()
 	}

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
@@ -96,6 +95,3 @@ func (q *encodedSpans) release() {
 		q.spans = nil
 	}
 }
-
-// spanBufs holds the buffers spans are encoded into as they end.
-var spanBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}

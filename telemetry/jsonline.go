@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -103,6 +102,3 @@ func plainJSON(s string) bool {
 	}
 	return true
 }
-
-// lineBufs holds the buffers records are formatted into.
-var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

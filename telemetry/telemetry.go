@@ -144,18 +144,12 @@ type traceHandler struct {
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	sc := trace.SpanContextFromContext(ctx)
-	var err error
 	if h.direct != nil {
-		buf := lineBufs.Get().(*[]byte)
-		line, ok := appendJSONRecord((*buf)[:0], r, sc)
+		buf := lineBufs.get()
+		line, ok := appendJSONRecord(*buf, r, sc)
+		defer lineBufs.put(buf, line)
 		if ok {
-			_, err = h.direct.Write(line)
-		}
-		if cap(line) <= 16<<10 { // keep no outsized buffer
-			*buf = line[:0]
-			lineBufs.Put(buf)
-		}
-		if ok {
+			_, err := h.direct.Write(line)
 			return h.flushed(r, err)
 		}
 	}
