@@ -106,19 +106,23 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		}
 		return nil
 	}
-	var err error
-	if in.Status == model.StatusPending || s.sqlite { // on SQLite for runInTx's retries when busy
-		err = runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return insert(ctx, tx) })
-	} else {
-		err = insert(ctx, s.db)
-	}
-	if err != nil {
+	if err := s.atomically(ctx, in.Status == model.StatusPending, insert); err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	if in.Status == model.StatusPending {
 		emailsQueued(s.db)
 	}
 	return row.toModel(), nil
+}
+
+// atomically runs fn, whose statements must take effect together or not at all: in a
+// transaction when needTx is set or on SQLite (where runInTx retries a busy database), else
+// straight on the database, for fn's single statement.
+func (s *Subscribers) atomically(ctx context.Context, needTx bool, fn func(context.Context, bun.IDB) error) error {
+	if needTx || s.sqlite {
+		return runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
+	}
+	return fn(ctx, s.db)
 }
 
 // CreateMany stores 1 to 100 subscribers all or nothing, in one transaction with one multi-row
@@ -396,8 +400,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 // rename applies a patch of the name alone, the most common update. Such a patch leaves the
 // confirmation alone (model.SubscriberPatch.ConfirmationEffect), so it needs no read first:
 // on PostgreSQL it is one UPDATE ... RETURNING, atomic on its own, instead of BEGIN, SELECT
-// ... FOR UPDATE, UPDATE and COMMIT (four round trips, and four spans when traced). SQLite
-// runs it in runInTx, for its retries when the database is busy.
+// ... FOR UPDATE, UPDATE and COMMIT (four round trips, and four spans when traced).
 func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name string) (model.Subscriber, error) {
 	var row subscriberRow
 	first, last := model.SplitName(name)
@@ -411,13 +414,7 @@ func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name string)
 		}
 		return translate(err)
 	}
-	var err error
-	if s.sqlite {
-		err = runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return update(ctx, tx) })
-	} else {
-		err = update(ctx, s.db)
-	}
-	if err != nil {
+	if err := s.atomically(ctx, false, update); err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	return row.toModel(), nil
