@@ -152,6 +152,25 @@ func TestJudgeFindsErrorsStallsAndProbeFailures(t *testing.T) {
 	}
 }
 
+// runTool runs the tool with command-line args; a bad flag or a failed run stops the test,
+// and a problem the report records fails it.
+func runTool(t *testing.T, args ...string) *Report {
+	t.Helper()
+	cfg, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	rep, err := run(context.Background(), cfg, &log)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	if rep.Failed() {
+		t.Errorf("problems: %q", rep.Problems)
+	}
+	return rep
+}
+
 // TestRunAgainstTheService builds subscriberd, starts it on a scratch database the way
 // scripts/bench.sh does (through its CLI only, API.md §7), and runs the whole tool against
 // it with every scenario bounded by a request count: every probe must pass, no request may
@@ -165,22 +184,10 @@ func TestRunAgainstTheService(t *testing.T) {
 	bin, nl, key := setUpService(t, dir, dsn)
 	srv := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
 
-	cfg, err := parseFlags([]string{"-url", srv.url, "-key", key, "-database-url", dsn,
+	rep := runTool(t, "-url", srv.url, "-key", key, "-database-url", dsn,
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
-		"-stall", "1m", "-pid", "0"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.pid = srv.pid
-	var log bytes.Buffer
-	rep, err := run(context.Background(), cfg, &log)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, log.String())
-	}
-	if rep.Failed() {
-		t.Errorf("problems: %q", rep.Problems)
-	}
+		"-stall", "1m", "-pid", strconv.Itoa(srv.pid))
 	// 8 measured service scenarios, 10 baselines, 8 checks at 6 clients.
 	if len(rep.Runs) != 26 {
 		t.Errorf("%d runs, want 26", len(rep.Runs))
@@ -627,24 +634,12 @@ func TestTelemetryComparisonAgainstTheService(t *testing.T) {
 	on := startService(t, bin, dsn, filepath.Join(dir, "on.log"), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
 		"OTEL_TRACES_SAMPLER=always_on", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")
 
-	cfg, err := parseFlags([]string{"-url", main.url, "-key", key, "-database-url", dsn,
+	rep := runTool(t, "-url", main.url, "-key", key, "-database-url", dsn, "-pid", strconv.Itoa(main.pid),
 		"-seed", "200", "-seed-parallel", "2", "-clients", "3", "-check-clients", "", "-passes", "2",
 		"-duration", "1h", "-warmup", "0", "-max-requests", "12", "-stall", "1m", "-only", "create_active",
 		"-telemetry-scenarios", "get,create_active", "-otlp-sink", sinkAddr,
 		"-telemetry-off-url", off.url, "-telemetry-off-pid", strconv.Itoa(off.pid),
-		"-telemetry-on-url", on.url, "-telemetry-on-pid", strconv.Itoa(on.pid)}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.pid = main.pid
-	var log bytes.Buffer
-	rep, err := run(context.Background(), cfg, &log)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, log.String())
-	}
-	if rep.Failed() {
-		t.Errorf("problems: %q", rep.Problems)
-	}
+		"-telemetry-on-url", on.url, "-telemetry-on-pid", strconv.Itoa(on.pid))
 	// Per pass: reads (get off/on), writes (create_active on the main service and its
 	// baseline, then create_active off/on); the telemetry scenarios run whatever -only says.
 	var order []string
