@@ -164,7 +164,7 @@ func BenchmarkKeyVerification(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.principal(ctx, header); err != nil {
+				if _, _, err := s.principal(ctx, header); err != nil {
 					b.Fatal(err)
 				}
 			}

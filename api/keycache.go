@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -22,6 +24,7 @@ type keyCache struct {
 
 type keyEntry struct {
 	p       model.Principal
+	event   []trace.EventOption // the options of the key's auth event (authEvent)
 	expires time.Time
 }
 
@@ -29,20 +32,20 @@ func newKeyCache(ttl time.Duration) *keyCache {
 	return &keyCache{ttl: ttl, now: time.Now, entries: map[[32]byte]keyEntry{}}
 }
 
-func (c *keyCache) get(hash []byte) (model.Principal, bool) {
+func (c *keyCache) get(hash []byte) (keyEntry, bool) {
 	if c.ttl < 0 {
-		return model.Principal{}, false
+		return keyEntry{}, false
 	}
 	c.mu.RLock()
 	e, ok := c.entries[[32]byte(hash)]
 	c.mu.RUnlock()
 	if !ok || !c.now().Before(e.expires) {
-		return model.Principal{}, false
+		return keyEntry{}, false
 	}
-	return e.p, true
+	return e, true
 }
 
-func (c *keyCache) put(hash []byte, p model.Principal) {
+func (c *keyCache) put(hash []byte, p model.Principal, event []trace.EventOption) {
 	if c.ttl < 0 {
 		return
 	}
@@ -59,5 +62,5 @@ func (c *keyCache) put(hash []byte, p model.Principal) {
 			clear(c.entries)
 		}
 	}
-	c.entries[[32]byte(hash)] = keyEntry{p: p, expires: now.Add(c.ttl)}
+	c.entries[[32]byte(hash)] = keyEntry{p: p, event: event, expires: now.Add(c.ttl)}
 }

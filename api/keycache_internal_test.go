@@ -30,10 +30,10 @@ func TestKeyCacheBounded(t *testing.T) {
 				if i == tt.expireFirst {
 					now = start.Add(5 * time.Second) // the first expireFirst entries expire before the rest
 				}
-				c.put(hash(i), model.Principal{APIAccess: true})
+				c.put(hash(i), model.Principal{APIAccess: true}, nil)
 			}
 			now = start.Add(10 * time.Second) // entries put at start have just expired
-			c.put(hash(keyCacheMax), model.Principal{APIAccess: true})
+			c.put(hash(keyCacheMax), model.Principal{APIAccess: true}, nil)
 			if got := len(c.entries); got != tt.wantLen {
 				t.Errorf("entries after putting past the bound = %d; want %d", got, tt.wantLen)
 			}

@@ -149,7 +149,7 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
 				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
 				_, info.route, _ = strings.Cut(pattern, " ")
-				nameSpan(r, info.route)
+				nameSpan(r, pattern, info.route)
 			}
 			mux.ServeHTTP(w, r)
 			return
@@ -173,10 +173,14 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 // nameSpan names the request's server span "METHOD /route", as the HTTP semantic conventions
 // ask; the tracing handler outside (telemetry.NewHTTPHandler), which cannot see the route
 // because the middleware here hands the mux a copy of the request, takes http.route from
-// that name when the response is done.
-func nameSpan(r *http.Request, route string) {
+// that name when the response is done. The mux pattern is that name already, except for a
+// HEAD request served by the GET operation.
+func nameSpan(r *http.Request, pattern, route string) {
 	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
-		span.SetName(r.Method + " " + route)
+		if m, _, _ := strings.Cut(pattern, " "); m != r.Method {
+			pattern = r.Method + " " + route
+		}
+		span.SetName(pattern)
 	}
 }
 
@@ -209,32 +213,31 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	// An "auth" event on the server span (cheaper than a span of its own, and most lookups
 	// hit the key cache): the outcome and the key's public id, never the key.
 	header := ctx.Header("Authorization")
-	p, err := s.principal(ctx.Context(), header)
+	p, event, err := s.principal(ctx.Context(), header)
 	outcome := authOK
-	var apiErr *Error
+	// AsType rather than As, whose target escapes: an allocation on every request.
+	apiErr, isAPIErr := errors.AsType[*Error](err)
+	refused := isAPIErr && apiErr.status == http.StatusUnauthorized
 	switch {
-	case errors.As(err, &apiErr) && apiErr.status == http.StatusUnauthorized:
+	case refused:
 		outcome = authFailure(header)
 	case err != nil:
-		outcome = "error"
+		outcome = authError
 	case !p.APIAccess:
 		outcome = authPlanDisabled
 	}
 	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 1, 2)
-		attrs[0] = attribute.String("app.auth.outcome", outcome)
-		if p.KeyID != uuid.Nil {
-			attrs = append(attrs, attribute.String("app.api_key.id", p.KeyID.String()))
+		if err != nil { // a verified key's event comes with it (kept in the key cache)
+			event = authEvent(outcome, p.KeyID)
 		}
-		span.AddEvent("auth", trace.WithAttributes(attrs...))
+		span.AddEvent("auth", event...)
 	}
-	if outcome != authOK && outcome != "error" {
+	if outcome != authOK && outcome != authError {
 		s.metrics.AuthFailure(outcome)
 	}
 	if err != nil {
 		s.writeErr(ctx, err)
-		var e *Error
-		if s.limiter != nil && errors.As(err, &e) && e.status == http.StatusUnauthorized {
+		if s.limiter != nil && refused {
 			s.limiter.AuthFailed(ctx.Context(), s.clientIP(ctx))
 		}
 		return
@@ -252,7 +255,41 @@ const (
 	authMissing      = "missing"       // no Authorization header, or another scheme
 	authInvalid      = "invalid"       // malformed, unknown or revoked key (not told apart)
 	authPlanDisabled = "plan_disabled" // the newsletter's plan has API access disabled
+	authError        = "error"         // the key could not be checked (the database failed)
 )
+
+// authEvent is the options of the "auth" event of outcome: the outcome and, for a verified
+// key, its public id. Those of outcomes without a key are made once (nothing of a request is
+// in them), and a verified key's are kept beside it in the key cache, so that a request
+// allocates none of them; the SDK copies the attributes out.
+func authEvent(outcome string, keyID uuid.UUID) []trace.EventOption {
+	if keyID == uuid.Nil {
+		if ev, ok := keylessAuthEvents[outcome]; ok {
+			return ev
+		}
+		return []trace.EventOption{trace.WithAttributes(attribute.String("app.auth.outcome", outcome))}
+	}
+	return []trace.EventOption{trace.WithAttributes(attribute.String("app.auth.outcome", outcome),
+		attribute.String("app.api_key.id", keyID.String()))}
+}
+
+// keylessAuthEvents are the auth event options of the outcomes that name no key.
+var keylessAuthEvents = func() map[string][]trace.EventOption {
+	m := map[string][]trace.EventOption{}
+	for _, o := range []string{authOK, authMissing, authInvalid, authPlanDisabled, authError} {
+		m[o] = []trace.EventOption{trace.WithAttributes(attribute.String("app.auth.outcome", o))}
+	}
+	return m
+}()
+
+// verifiedEvent is the auth event options of a verified key: ok, or plan_disabled when its
+// newsletter's plan has API access off.
+func verifiedEvent(p model.Principal) []trace.EventOption {
+	if !p.APIAccess {
+		return authEvent(authPlanDisabled, p.KeyID)
+	}
+	return authEvent(authOK, p.KeyID)
+}
 
 // authFailure classifies the header of a request refused with 401.
 func authFailure(header string) string {
@@ -262,29 +299,31 @@ func authFailure(header string) string {
 	return authInvalid
 }
 
-// principal verifies an Authorization header value.
-func (s *Server) principal(ctx context.Context, header string) (model.Principal, error) {
+// principal verifies an Authorization header value. With the principal of a verified key
+// come the options of its auth event (authEvent); they are nil when err is not.
+func (s *Server) principal(ctx context.Context, header string) (model.Principal, []trace.EventOption, error) {
 	scheme, key, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return model.Principal{}, unauthorized()
+		return model.Principal{}, nil, unauthorized()
 	}
 	key = strings.TrimSpace(key)
 	if !model.WellFormedKey(key) {
-		return model.Principal{}, unauthorized()
+		return model.Principal{}, nil, unauthorized()
 	}
 	hash := model.HashKey(key)
-	if p, ok := s.keys.get(hash); ok {
-		return p, nil
+	if e, ok := s.keys.get(hash); ok {
+		return e.p, e.event, nil
 	}
 	p, err := s.cfg.Auth.Authenticate(ctx, hash)
 	switch {
 	case errors.Is(err, model.ErrKeyNotFound):
-		return model.Principal{}, unauthorized()
+		return model.Principal{}, nil, unauthorized()
 	case err != nil:
-		return model.Principal{}, mapError(ctx, s.log, err)
+		return model.Principal{}, nil, mapError(ctx, s.log, err)
 	}
-	s.keys.put(hash, p)
-	return p, nil
+	event := verifiedEvent(p)
+	s.keys.put(hash, p, event)
+	return p, event, nil
 }
 
 // Operation metadata: what top-level JSON type an operation's body must be.

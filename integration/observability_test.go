@@ -323,6 +323,19 @@ func TestTraceCreate(t *testing.T) {
 	}
 }
 
+// A HEAD request is served by the GET operation, whose mux pattern names GET: the span is
+// still named for the method the client sent.
+func TestTraceHeadNamedForItsMethod(t *testing.T) {
+	o := newObserved(t)
+	for _, method := range []string{"GET", "HEAD"} {
+		r, tr := o.traced(method, "/subscribers", nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: status %d", method, r.status)
+		}
+		checkServerSpan(t, serverSpan(t, tr), method+" /api/v1/subscribers", "/api/v1/subscribers", 200)
+	}
+}
+
 func TestTraceBulkCreate(t *testing.T) {
 	o := newObserved(t)
 	items := []any{

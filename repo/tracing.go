@@ -70,7 +70,7 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	if table != "" {
 		name = op + " " + table
 	}
-	ctx, span := h.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := h.tracer.Start(ctx, name, clientStart...)
 	// Set after the start rather than passed as a start option, which the SDK would copy
 	// twice; the SDK copies the values, so the slice goes back to the pool.
 	buf := attrPool.Get().(*[]attribute.KeyValue)
@@ -85,6 +85,10 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	attrPool.Put(buf)
 	return ctx
 }
+
+// clientStart are the start options of every query span, made once rather than per query (the
+// SDK only reads them).
+var clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // attrPool holds the attribute slices BeforeQuery fills.
 var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 8); return &s }}

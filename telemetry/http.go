@@ -54,12 +54,12 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 		fixed = append(fixed, semconv.ServerPort(port))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
+		opts := serverStart
 		// A public endpoint: the caller's span, if any, is linked, never continued.
 		if _, ok := r.Header["Traceparent"]; ok {
 			if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
 				// Without the caller's tracestate: free text of up to 512 bytes we do not need.
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc.WithTraceState(trace.TraceState{})}))
+				opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc.WithTraceState(trace.TraceState{})}))
 			}
 		}
 		ctx, span := tracer.Start(r.Context(), spanMethod(r.Method), opts...)
@@ -114,6 +114,10 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 }
 
 var traceContext = propagation.TraceContext{}
+
+// serverStart are the start options of every server span, made once rather than per request
+// (the SDK only reads them).
+var serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
 
 // attrPool holds the attribute slices of ending server spans.
 var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 12); return &s }}
