@@ -57,12 +57,22 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "subscribed") {
 		t.Errorf("POST link = %d:\n%s", res.StatusCode, body)
 	}
-	res, err = http.Get(admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The worker counts the send once the SMTP server has answered the message, which can be
+	// after the catcher holds it: wait for the count rather than race it.
+	var metrics []byte
+	scrape := func() []byte {
+		res, err := http.Get(admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return b
 	}
-	metrics, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	waitUntil(t, "the send to be counted", func() bool {
+		metrics = scrape()
+		return strings.Contains(string(metrics), `email_sends_total{outcome="sent"} 1`)
+	})
 	for _, want := range []string{`email_sends_total{outcome="sent"} 1`, "email_outbox_depth 0",
 		// The page is labelled by its route: the token stays out of metrics.
 		`http_server_request_duration_seconds_count{code="200",method="POST",route="/confirm/{token}"} 1`} {
