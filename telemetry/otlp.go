@@ -898,20 +898,20 @@ func appendKeyValue(b []byte, num protowire.Number, kv attribute.KeyValue) []byt
 func appendAnyValue(b []byte, v attribute.Value) []byte {
 	switch v.Type() {
 	case attribute.STRING:
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		return protowire.AppendString(b, v.AsString())
+		b = appendTag(b, 1, protowire.BytesType)
+		return appendLenString(b, v.AsString())
 	case attribute.BOOL:
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		return protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+		b = appendTag(b, 2, protowire.VarintType)
+		return appendUvarint(b, protowire.EncodeBool(v.AsBool()))
 	case attribute.INT64:
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		return protowire.AppendVarint(b, uint64(v.AsInt64()))
+		b = appendTag(b, 3, protowire.VarintType)
+		return appendUvarint(b, uint64(v.AsInt64()))
 	case attribute.FLOAT64:
-		b = protowire.AppendTag(b, 4, protowire.Fixed64Type)
+		b = appendTag(b, 4, protowire.Fixed64Type)
 		return protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
 	case attribute.BYTESLICE:
-		b = protowire.AppendTag(b, 7, protowire.BytesType)
-		return protowire.AppendBytes(b, v.AsByteSlice())
+		b = appendTag(b, 7, protowire.BytesType)
+		return appendLenBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
 		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
@@ -931,8 +931,8 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	case attribute.EMPTY:
 		return b
 	default:
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		return protowire.AppendString(b, "INVALID")
+		b = appendTag(b, 1, protowire.BytesType)
+		return appendLenString(b, "INVALID")
 	}
 }
 
@@ -959,31 +959,56 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 	if s == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	b = appendTag(b, num, protowire.BytesType)
+	return appendLenString(b, s)
 }
 
 func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 	if len(v) == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, v)
+	b = appendTag(b, num, protowire.BytesType)
+	return appendLenBytes(b, v)
+}
+
+// appendUvarint is protowire.AppendVarint with the one-byte case inlined. Almost every tag
+// and length of a span is below 128, and the calls into the general function were about a
+// third of the encoder's instructions (callgrind, BenchmarkEncode).
+func appendUvarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
+}
+
+// appendTag is protowire.AppendTag through appendUvarint (one byte for field numbers below 16).
+func appendTag(b []byte, num protowire.Number, typ protowire.Type) []byte {
+	return appendUvarint(b, uint64(num)<<3|uint64(typ&7))
+}
+
+// appendLenString and appendLenBytes are protowire.AppendString and AppendBytes through
+// appendUvarint.
+func appendLenString(b []byte, s string) []byte {
+	return append(appendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendLenBytes(b []byte, v []byte) []byte {
+	return append(appendUvarint(b, uint64(len(v))), v...)
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	b = appendTag(b, num, protowire.VarintType)
+	return appendUvarint(b, v)
 }
 
 func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
+	b = appendTag(b, num, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, v)
 }
 
@@ -991,14 +1016,14 @@ func appendFixed32(b []byte, num protowire.Number, v uint32) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.Fixed32Type)
+	b = appendTag(b, num, protowire.Fixed32Type)
 	return protowire.AppendFixed32(b, v)
 }
 
 // openMsg appends the tag of the length-delimited field num and reserve bytes for its length,
 // and returns where the length goes; closeMsg writes it once the contents are appended.
 func openMsg(b []byte, num protowire.Number, reserve int) ([]byte, int) {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = appendTag(b, num, protowire.BytesType)
 	at := len(b)
 	var zeros [reserveBatch]byte
 	return append(b, zeros[:reserve]...), at
@@ -1018,6 +1043,6 @@ func closeMsg(b []byte, at, reserve int) []byte {
 		b = append(b, zeros[:size-reserve]...)
 		copy(b[at+size:], b[at+reserve:at+reserve+n])
 	}
-	protowire.AppendVarint(b[at:at], uint64(n)) // in place: the room is there
+	appendUvarint(b[at:at], uint64(n)) // in place: the room is there
 	return b
 }
