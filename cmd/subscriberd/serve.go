@@ -267,8 +267,6 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 	return mux
 }
 
-// serverAddress is host:port of the public base URL, the fixed server.address and server.port
-// of spans (with the scheme's default port, so the client's Host header never supplies one).
 // The garbage collector's settings when the environment sets none. Go's default (GOGC=100)
 // collects each time the heap doubles; this service's live heap is small (a few MiB) and its
 // requests allocate a lot per byte kept (a bulk create decodes 100 JSON objects into maps),
@@ -297,6 +295,8 @@ func tuneGC(getenv func(string) string) (gogc int, memLimit int64) {
 	return gogc, debug.SetMemoryLimit(-1)
 }
 
+// serverAddress is host:port of the public base URL, the fixed server.address and server.port
+// of spans (with the scheme's default port, so the client's Host header never supplies one).
 func serverAddress(publicBaseURL string) string {
 	u, err := url.Parse(publicBaseURL)
 	if err != nil || u.Hostname() == "" {
