@@ -899,7 +899,7 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	switch v.Type() {
 	case attribute.STRING:
 		b = appendTag(b, 1, protowire.BytesType)
-		return appendLenString(b, v.AsString())
+		return appendLen(b, v.AsString())
 	case attribute.BOOL:
 		b = appendTag(b, 2, protowire.VarintType)
 		return appendUvarint(b, protowire.EncodeBool(v.AsBool()))
@@ -911,7 +911,7 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		return protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
 	case attribute.BYTESLICE:
 		b = appendTag(b, 7, protowire.BytesType)
-		return appendLenBytes(b, v.AsByteSlice())
+		return appendLen(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
 		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
@@ -932,7 +932,7 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		return b
 	default:
 		b = appendTag(b, 1, protowire.BytesType)
-		return appendLenString(b, "INVALID")
+		return appendLen(b, "INVALID")
 	}
 }
 
@@ -960,7 +960,7 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 		return b
 	}
 	b = appendTag(b, num, protowire.BytesType)
-	return appendLenString(b, s)
+	return appendLen(b, s)
 }
 
 func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
@@ -968,7 +968,7 @@ func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 		return b
 	}
 	b = appendTag(b, num, protowire.BytesType)
-	return appendLenBytes(b, v)
+	return appendLen(b, v)
 }
 
 // appendUvarint is protowire.AppendVarint with the one-byte case inlined. Almost every tag
@@ -986,13 +986,9 @@ func appendTag(b []byte, num protowire.Number, typ protowire.Type) []byte {
 	return appendUvarint(b, uint64(num)<<3|uint64(typ&7))
 }
 
-// appendLenString and appendLenBytes are protowire.AppendString and AppendBytes through
-// appendUvarint.
-func appendLenString(b []byte, s string) []byte {
-	return append(appendUvarint(b, uint64(len(s))), s...)
-}
-
-func appendLenBytes(b []byte, v []byte) []byte {
+// appendLen is protowire.AppendString or AppendBytes through appendUvarint: v's length,
+// then v.
+func appendLen[T ~string | ~[]byte](b []byte, v T) []byte {
 	return append(appendUvarint(b, uint64(len(v))), v...)
 }
 
