@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -110,58 +111,48 @@ var _ sdktrace.SpanProcessor = (*BatchProcessor)(nil)
 func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
 // OnEnd queues a sampled span, or drops it when the queue is full or the processor stopped.
+// With an encoding exporter the span is encoded here, outside the lock, and its bytes queued.
 func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() || p.stopped.Load() {
 		return
 	}
+	var b []byte
+	var resKey attribute.Distinct
 	if p.encExp != nil {
-		p.onEndEncoded(s)
-		return
+		buf := spanBufs.get()
+		b = appendSpan(*buf, s)
+		defer spanBufs.put(buf, b)
+		resKey = s.Resource().Equivalent()
 	}
 	p.mu.Lock()
-	if len(p.queue) >= p.cfg.MaxQueueSize {
+	if p.queuedLocked() >= p.cfg.MaxQueueSize {
 		p.dropped++
 		p.mu.Unlock()
 		return
 	}
-	p.queue = append(p.queue, s)
-	full := len(p.queue) == p.cfg.MaxExportBatchSize
+	if p.encExp != nil {
+		p.encoded.push(p.keyLocked(resKey, s), b)
+	} else {
+		p.queue = append(p.queue, s)
+	}
+	full := p.queuedLocked() == p.cfg.MaxExportBatchSize
 	p.mu.Unlock()
 	if full {
 		p.kickRun()
 	}
 }
 
-// onEndEncoded encodes s outside the lock and queues its bytes.
-func (p *BatchProcessor) onEndEncoded(s sdktrace.ReadOnlySpan) {
-	buf := spanBufs.get()
-	b := appendSpan(*buf, s)
-	defer spanBufs.put(buf, b)
-	res, scope := s.Resource(), s.InstrumentationScope()
-	resKey := res.Equivalent()
-	p.mu.Lock()
-	if len(p.encoded.spans) >= p.cfg.MaxQueueSize {
-		p.dropped++
-		p.mu.Unlock()
-		return
-	}
-	k := -1
+// keyLocked is the index of s's resource (whose key is resKey) and scope in the encoded
+// queue's table, added if new; p.mu is held.
+func (p *BatchProcessor) keyLocked(resKey attribute.Distinct, s sdktrace.ReadOnlySpan) int32 {
+	scope := s.InstrumentationScope()
 	for i := range p.encoded.keys { // a handful: one resource, a scope per instrumented package
 		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == scope {
-			k = i
-			break
+			return int32(i)
 		}
 	}
-	if k < 0 {
-		p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: res, scope: scope})
-		k = len(p.encoded.keys) - 1
-	}
-	p.encoded.push(int32(k), b)
-	full := len(p.encoded.spans) == p.cfg.MaxExportBatchSize
-	p.mu.Unlock()
-	if full {
-		p.kickRun()
-	}
+	p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: s.Resource(), scope: scope})
+	return int32(len(p.encoded.keys) - 1)
 }
 
 // queuedLocked is the number of spans waiting; p.mu is held.
