@@ -24,7 +24,7 @@ import (
 // loopback HTTP against the real PostgreSQL) with telemetry fully off — no tracing middleware,
 // no tracer provider, no metrics, no access log — and fully on, as `serve` runs it: the tracing
 // handler, 100 % sampling, spans batched to an OTLP/HTTP receiver on loopback, the Prometheus
-// metrics with exemplars and the JSON access log (written to io.Discard). "on10" is "on" with
+// metrics with exemplars and the JSON access log (through a LogBuffer to io.Discard). "on10" is "on" with
 // 10 % of traces sampled, as production would run it.
 //
 //	TEST_DATABASE_URL=... go test -run '^$' -bench Telemetry -count 6 ./integration
@@ -96,7 +96,11 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 		batch, _ := telemetry.BatchConfigFromEnv(func(string) string { return "" })
 		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatchProcessor(exp, batch)), sdktrace.WithSampler(sampler))
 		useTracerProvider(tp)
-		log, err := telemetry.NewLogger(io.Discard, "info", "json")
+		// Through a LogBuffer, as serve writes it: NewLogger formats the access line itself
+		// for one, and hands any other writer to slog.
+		logw := telemetry.NewLogBuffer(io.Discard)
+		b.Cleanup(func() { logw.Close() })
+		log, err := telemetry.NewLogger(logw, "info", "json")
 		if err != nil {
 			b.Fatal(err)
 		}
