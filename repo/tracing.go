@@ -122,30 +122,40 @@ func queryText(e *bun.QueryEvent) string {
 // Redacting is one pass over the text, several times cheaper than asking bun for the query
 // again with placeholders, and it leaves nothing a value could hide in: a string ends only at
 // a quote that is not doubled.
+//
+// The redacted text is interned (internedSQL): a service runs a few dozen statement shapes,
+// so the text of a span is almost always one made before, and the string is not made again.
 func redactSQL(q string) string {
-	var b strings.Builder
-	b.Grow(min(len(q), maxQueryText+len(truncated)))
+	var stack [512]byte
+	b := stack[:0]
 	plain := 0 // start of the text not yet copied
 	i := 0
-	for i < len(q) {
-		if i >= maxQueryText {
-			// Cut between tokens (a literal is consumed whole above), so nothing of a
-			// value is left.
-			b.WriteString(q[plain:i])
-			b.WriteString(truncated)
-			return b.String()
+	for lim := min(len(q), maxQueryText); i < len(q); {
+		for i < lim && !sqlSpecial[q[i]] {
+			i++ // most of a statement: keywords, punctuation, unquoted names
 		}
-		c := q[i]
-		switch {
+		if i >= len(q) {
+			break
+		}
+		if i >= maxQueryText {
+			// Cut between tokens (a literal is consumed whole below), so nothing of a
+			// value is left.
+			b = append(b, q[plain:i]...)
+			b = append(b, truncated...)
+			return internedSQL.get(b)
+		}
+		switch c := q[i]; {
 		case c == '\'':
-			b.WriteString(q[plain:i])
+			b = append(b, q[plain:i]...)
 			i = skipQuoted(q, i, '\'')
-			b.WriteByte('?')
+			b = append(b, '?')
 			plain = i
 		case c == '"':
 			i = skipQuoted(q, i, '"') // identifiers are copied with the plain text
-		case isDigit(c) && (i == 0 || !isIdentByte(q[i-1])):
-			b.WriteString(q[plain:i])
+		case i > 0 && isIdentByte(q[i-1]):
+			i++ // a digit inside a name or a placeholder
+		default: // a number
+			b = append(b, q[plain:i]...)
 			for i < len(q) && (isDigit(q[i]) || q[i] == '.' ||
 				((q[i] == 'e' || q[i] == 'E') && i+1 < len(q) && (isDigit(q[i+1]) || q[i+1] == '-' || q[i+1] == '+'))) {
 				if q[i] == 'e' || q[i] == 'E' {
@@ -153,14 +163,57 @@ func redactSQL(q string) string {
 				}
 				i++
 			}
-			b.WriteByte('?')
+			b = append(b, '?')
 			plain = i
-		default:
-			i++
 		}
 	}
-	b.WriteString(q[plain:])
-	return b.String()
+	if plain == 0 {
+		return q // nothing redacted: the statement is its own text
+	}
+	return internedSQL.get(append(b, q[plain:]...))
+}
+
+// sqlSpecial marks the bytes where redactSQL has something to decide: quotes and digits.
+var sqlSpecial = func() (t [256]bool) {
+	t['\''], t['"'] = true, true
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	return t
+}()
+
+// internedSQL holds the redacted statements made so far, up to maxInternedSQL bytes of them;
+// beyond that, new texts are made per query and not kept (a statement's shape can vary with
+// its rows, as a bulk insert's does, so the set is bounded but can be large).
+var internedSQL = &internTable{m: map[string]string{}}
+
+const maxInternedSQL = 256 << 10
+
+type internTable struct {
+	mu    sync.RWMutex
+	m     map[string]string
+	bytes int
+}
+
+// get returns b as a string, the one kept if there is one. Looking a []byte up as
+// m[string(b)] does not allocate.
+func (t *internTable) get(b []byte) string {
+	t.mu.RLock()
+	s, ok := t.m[string(b)]
+	t.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = string(b)
+	t.mu.Lock()
+	if t.bytes+len(s) <= maxInternedSQL {
+		if _, ok := t.m[s]; !ok {
+			t.m[s] = s
+			t.bytes += len(s)
+		}
+	}
+	t.mu.Unlock()
+	return s
 }
 
 // maxQueryText is about where db.query.text is cut: a bulk insert of 100 rows is a 20 KB
@@ -174,16 +227,16 @@ const truncated = " …"
 // skipQuoted returns the index just past the quoted text that starts at q[i] == quote; a
 // doubled quote inside is part of the text. An unterminated quote runs to the end.
 func skipQuoted(q string, i int, quote byte) int {
-	for i++; i < len(q); i++ {
-		if q[i] == quote {
-			if i+1 < len(q) && q[i+1] == quote {
-				i++
-				continue
-			}
+	for i++; ; i += 2 { // past the opening quote, then past each doubled one
+		j := strings.IndexByte(q[i:], quote)
+		if j < 0 {
+			return len(q)
+		}
+		i += j
+		if i+1 >= len(q) || q[i+1] != quote {
 			return i + 1
 		}
 	}
-	return len(q)
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

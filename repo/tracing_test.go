@@ -72,3 +72,24 @@ func TestRedactSQLCutsLongStatements(t *testing.T) {
 		t.Errorf("short statement: %q", got)
 	}
 }
+
+// A statement without literals is its own text, cut all the same when it is long; redacted
+// texts are interned, so a shape seen before costs no new string.
+func TestRedactSQLPlainAndInterned(t *testing.T) {
+	plain := `SELECT "a" FROM "t" WHERE "b" = $1`
+	if got := redactSQL(plain); got != plain {
+		t.Errorf("plain statement: %q", got)
+	}
+	long := `SELECT ` + strings.Repeat("a, ", maxQueryText) + `b FROM t`
+	if got := redactSQL(long); !strings.HasSuffix(got, truncated) || len(got) != maxQueryText+len(truncated) {
+		t.Errorf("long plain statement: %d bytes, ending %q; want %d bytes, cut", len(got), got[max(0, len(got)-10):], maxQueryText+len(truncated))
+	}
+	q := `SELECT "a" FROM "t" WHERE "b" = 'ann@example.com' AND "c" = 7`
+	want := `SELECT "a" FROM "t" WHERE "b" = ? AND "c" = ?`
+	if got := redactSQL(q); got != want {
+		t.Fatalf("redactSQL = %q, want %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { redactSQL(q) }); n != 0 {
+		t.Errorf("redacting a statement of a known shape allocated %v times, want 0", n)
+	}
+}
