@@ -214,7 +214,64 @@ func patternRoute(pattern string) string {
 // SensitivePathParams parameter of route become "{name}"; any segment that contains "@",
 // starts with "sk_" or is longer than a UUID (tokens are 43 characters) becomes "{redacted}".
 // It returns path itself, without allocating, when nothing needs redacting.
+//
+// Most paths have nothing to redact, and one pass over their bytes (cleanPath) tells so at a
+// fifth of the cost of splitting them into segments.
 func redactPath(path, route string) string {
+	if cleanPath(path) && !sensitiveRoute(route) {
+		return path
+	}
+	return redactSegments(path, route)
+}
+
+// cleanPath reports whether no segment of path would be redacted for what it holds: no "@" or
+// "%40", no "sk_" prefix, none longer than a UUID (redactSegments' second case).
+func cleanPath(path string) bool {
+	seg := 0 // where the current segment starts
+	for i := 0; i < len(path); i++ {
+		switch path[i] {
+		case '/':
+			if i-seg > 36 {
+				return false
+			}
+			seg = i + 1
+		case '@':
+			return false
+		case '%':
+			if strings.HasPrefix(path[i+1:], "40") {
+				return false
+			}
+		case '_':
+			if i == seg+2 && path[seg] == 's' && path[seg+1] == 'k' {
+				return false
+			}
+		}
+	}
+	return len(path)-seg <= 36
+}
+
+// sensitiveRoute reports whether a segment of route is a SensitivePathParams parameter.
+func sensitiveRoute(route string) bool {
+	for {
+		i := strings.IndexByte(route, '{')
+		if i < 0 {
+			return false
+		}
+		route = route[i:]
+		seg := route
+		if j := strings.IndexByte(route, '/'); j >= 0 {
+			seg, route = route[:j], route[j:]
+		} else {
+			route = ""
+		}
+		if isSensitiveParam(seg) {
+			return true
+		}
+	}
+}
+
+// redactSegments is redactPath segment by segment.
+func redactSegments(path, route string) string {
 	matchRoute := route != "" && strings.Count(path, "/") == strings.Count(route, "/")
 	var out strings.Builder // written from the first segment that changes
 	changed := false
