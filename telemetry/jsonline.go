@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -29,7 +30,7 @@ func appendJSONRecord(b []byte, r slog.Record, sc trace.SpanContext) ([]byte, bo
 			return b, false
 		}
 		b = append(b, `"time":"`...)
-		b = r.Time.AppendFormat(b, time.RFC3339Nano)
+		b = appendRFC3339Nano(b, r.Time)
 		b = append(b, `",`...)
 	}
 	b = append(b, `"level":"`...)
@@ -87,10 +88,73 @@ func appendJSONAttr(b []byte, a slog.Attr) ([]byte, bool) {
 		if abs := math.Abs(f); math.IsNaN(f) || abs >= 1e21 || (abs != 0 && abs < 1e-6) {
 			return b, false
 		}
-		return strconv.AppendFloat(b, f, 'f', -1, 64), true
+		return appendFloat(b, f), true
 	}
 	return b, false
 }
+
+// appendFloat is strconv.AppendFloat(b, f, 'f', -1, 64) for a finite f. A whole number of
+// thousandths, as the access line's duration_ms always is, is written from that integer: the
+// shortest decimal that reads back as f is then that number with its trailing zeros cut,
+// since any other decimal of as few digits is at least a thousandth away.
+func appendFloat(b []byte, f float64) []byte {
+	m := math.Round(f * 1000)
+	if f == 0 || math.Abs(m) >= 1e15 || m/1000 != f {
+		return strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	n := int64(m)
+	if n < 0 {
+		b = append(b, '-')
+		n = -n
+	}
+	b = strconv.AppendInt(b, n/1000, 10)
+	if frac := n % 1000; frac != 0 {
+		digits := [4]byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		end := 4
+		for digits[end-1] == '0' {
+			end--
+		}
+		b = append(b, digits[:end]...)
+	}
+	return b
+}
+
+// appendRFC3339Nano is t.AppendFormat(b, time.RFC3339Nano) for a year of four digits. The
+// date, time of day and zone of the last second formatted are kept (lastSecond), so a line
+// formats only its fraction; formatting the whole time was a fifth of the access line.
+func appendRFC3339Nano(b []byte, t time.Time) []byte {
+	sec, loc := t.Unix(), t.Location()
+	c := lastSecond.Load()
+	if c == nil || c.unix != sec || c.loc != loc {
+		text := t.AppendFormat(make([]byte, 0, 32), "2006-01-02T15:04:05Z07:00")
+		c = &secondText{unix: sec, loc: loc, date: string(text[:19]), zone: string(text[19:])}
+		lastSecond.Store(c)
+	}
+	b = append(b, c.date...)
+	if ns := t.Nanosecond(); ns != 0 {
+		frac := [10]byte{'.'}
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		end := 10
+		for frac[end-1] == '0' {
+			end--
+		}
+		b = append(b, frac[:end]...)
+	}
+	return append(b, c.zone...)
+}
+
+// secondText is the text of one second in one location: "2006-01-02T15:04:05" and the zone,
+// "Z" or "-07:00".
+type secondText struct {
+	unix       int64
+	loc        *time.Location
+	date, zone string
+}
+
+var lastSecond atomic.Pointer[secondText]
 
 // plainJSON reports whether s is printable ASCII without '"' or '\': what slog writes into a
 // JSON string unchanged.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,3 +181,30 @@ func BenchmarkAccessLine(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// appendRFC3339Nano and appendFloat write what the time and strconv packages write, for
+// times in several zones within one second and around its edges (the kept second is reused
+// and replaced), and for the durations the access line logs.
+func TestAppendTimeAndFloatMatchTheStandardLibrary(t *testing.T) {
+	base := time.Date(2026, 11, 23, 3, 4, 5, 0, time.UTC)
+	zones := []*time.Location{time.UTC, time.FixedZone("X", -7*3600-30*60), time.FixedZone("Y", 3600), time.Local}
+	for _, ns := range []int{0, 1, 10, 123456789, 999999999, 100000000, 500, 1000000000, 1999999999, -1} {
+		for _, loc := range zones {
+			tm := base.Add(time.Duration(ns)).In(loc)
+			if got, want := string(appendRFC3339Nano(nil, tm)), tm.Format(time.RFC3339Nano); got != want {
+				t.Errorf("appendRFC3339Nano(%v) = %s, want %s", tm, got, want)
+			}
+		}
+	}
+	for _, f := range []float64{0, math.Copysign(0, -1), 0.001, 1.234, 1.5, 2, 10.01, 12345.678, -3.25, 0.1 + 0.2, 1e14 + 0.5, 1e15, 1e-7, 123456.0001} {
+		if got, want := string(appendFloat(nil, f)), strconv.FormatFloat(f, 'f', -1, 64); got != want {
+			t.Errorf("appendFloat(%v) = %s, want %s", f, got, want)
+		}
+	}
+	for us := int64(0); us < 200000; us += 7 {
+		f := float64(us) / 1000
+		if got, want := string(appendFloat(nil, f)), strconv.FormatFloat(f, 'f', -1, 64); got != want {
+			t.Fatalf("appendFloat(%v) = %s, want %s", f, got, want)
+		}
+	}
+}
