@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"encoding/hex"
 	"log/slog"
 	"math"
@@ -46,14 +47,7 @@ func appendJSONRecord(b []byte, r slog.Record, sc trace.SpanContext) ([]byte, bo
 	if !ok {
 		return b, false
 	}
-	if sc.IsValid() {
-		tid, sid := sc.TraceID(), sc.SpanID()
-		b = append(b, `,"trace_id":"`...)
-		b = hex.AppendEncode(b, tid[:])
-		b = append(b, `","span_id":"`...)
-		b = hex.AppendEncode(b, sid[:])
-		b = append(b, '"')
-	}
+	b = appendSpanIDs(b, sc)
 	return append(b, "}\n"...), true
 }
 
@@ -93,6 +87,56 @@ func appendJSONAttr(b []byte, a slog.Attr) ([]byte, bool) {
 	return b, false
 }
 
+// LogAccess writes a request's access line, at info: the line api's observe would log as the
+// record "request" with method, route, status, duration_ms (d in whole microseconds, as
+// milliseconds), bytes and request_id, formatted here without a record when the handler
+// writes to a LogBuffer, as appendJSONRecord would. A record of more than five attributes
+// costs an allocation, and going through it three quarters of the line's instructions. It
+// reports false, having written nothing, when the line is not for it to write: another
+// writer, or a string that would need escaping.
+func (h traceHandler) LogAccess(ctx context.Context, t time.Time, method, route string, status int, d time.Duration, bytes int, requestID string) bool {
+	if h.direct == nil || !plainJSON(method) || !plainJSON(route) || !plainJSON(requestID) {
+		return false
+	}
+	if y := t.Year(); y < 0 || y >= 10000 {
+		return false
+	}
+	buf := lineBufs.get()
+	b := append(*buf, `{"time":"`...)
+	b = appendRFC3339Nano(b, t)
+	b = append(b, `","level":"INFO","msg":"request","method":"`...)
+	b = append(b, method...)
+	b = append(b, `","route":"`...)
+	b = append(b, route...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"duration_ms":`...)
+	b = appendThousandths(b, d.Microseconds())
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, int64(bytes), 10)
+	b = append(b, `,"request_id":"`...)
+	b = append(b, requestID...)
+	b = append(b, '"')
+	b = appendSpanIDs(b, trace.SpanContextFromContext(ctx))
+	b = append(b, "}\n"...)
+	h.direct.Write(b) //nolint:errcheck // as for any info line: nowhere to report it
+	lineBufs.put(buf, b)
+	return true
+}
+
+// appendSpanIDs appends the trace_id and span_id of sc when it is valid.
+func appendSpanIDs(b []byte, sc trace.SpanContext) []byte {
+	if !sc.IsValid() {
+		return b
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b = append(b, `,"trace_id":"`...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, `","span_id":"`...)
+	b = hex.AppendEncode(b, sid[:])
+	return append(b, '"')
+}
+
 // appendFloat is strconv.AppendFloat(b, f, 'f', -1, 64) for a finite f. A whole number of
 // thousandths, as the access line's duration_ms always is, is written from that integer: the
 // shortest decimal that reads back as f is then that number with its trailing zeros cut,
@@ -102,7 +146,12 @@ func appendFloat(b []byte, f float64) []byte {
 	if f == 0 || math.Abs(m) >= 1e15 || m/1000 != f {
 		return strconv.AppendFloat(b, f, 'f', -1, 64)
 	}
-	n := int64(m)
+	return appendThousandths(b, int64(m))
+}
+
+// appendThousandths appends n/1000 as strconv.AppendFloat(b, float64(n)/1000, 'f', -1, 64)
+// does for |n| < 1e15: the integer part, then up to three decimals without trailing zeros.
+func appendThousandths(b []byte, n int64) []byte {
 	if n < 0 {
 		b = append(b, '-')
 		n = -n
