@@ -67,6 +67,7 @@ type config struct {
 	telemetryOffURL, telemetryOnURL string
 	telemetryOffPID, telemetryOnPID int
 	telemetryScenarios              []string
+	telemetrySlice                  time.Duration
 	otlpSink                        string
 }
 
@@ -113,6 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.telemetryOnURL, "telemetry-on-url", "", "base URL of a third instance of the service with telemetry fully on (every trace sampled and exported, e.g. to -otlp-sink)")
 	fs.IntVar(&c.telemetryOnPID, "telemetry-on-pid", 0, "process id of the -telemetry-on-url instance, for its CPU and settings")
 	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
+	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -duration in all")
 	fs.StringVar(&c.otlpSink, "otlp-sink", "", "serve an OTLP/HTTP trace receiver on this address (e.g. 127.0.0.1:4318) for the whole run: it discards the spans and counts the exports and their bytes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -148,6 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if (c.telemetryOffURL == "") != (c.telemetryOnURL == "") {
 		return c, errors.New("-telemetry-off-url and -telemetry-on-url go together")
+	}
+	if c.telemetrySlice <= 0 {
+		return c, errors.New("-telemetry-slice must be positive")
 	}
 	if c.telemetryOffPID < 0 || c.telemetryOnPID < 0 {
 		return c, errors.New("-telemetry-off-pid and -telemetry-on-pid must not be negative")
@@ -469,6 +474,27 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 
 // runOn runs one service scenario on the instance in and records it as a run of in's kind.
 func (b *bench) runOn(ctx context.Context, in *instance, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
+	sc, rec, op := b.prepare(ctx, in, name, clients, phase, pass)
+	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
+	var wait func()
+	var cpu cpuMeter
+	opts.OnMeasure = func() {
+		cpu.start(in.pid)
+		if b.cfg.pprofURL != "" && in == b.main {
+			wait = b.profile(ctx, name, clients, phase, dur)
+		}
+	}
+	out := load.Run(ctx, opts, op)
+	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
+	if wait != nil {
+		wait()
+	}
+	return b.record(ctx, in, sc, rec, out, dur)
+}
+
+// prepare checks one answer of scenario name on the instance in against the contract and
+// returns the scenario, its run's record so far and the operation to load it with.
+func (b *bench) prepare(ctx context.Context, in *instance, name string, clients int, phase string, pass int) (svc.Scenario, RunRecord, load.Op) {
 	sc := scenarioOf(in.client, name)
 	rec := RunRecord{Scenario: name, Kind: in.kind, Phase: phase, Clients: clients, Desc: sc.Desc}
 	if b.cfg.passes > 1 {
@@ -485,15 +511,6 @@ func (b *bench) runOn(ctx context.Context, in *instance, name string, clients in
 		rec.Probe = err.Error()
 		fmt.Fprintf(b.log, "warning: %s: %s answer is off the contract: %v\n", name, what, err)
 	}
-	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
-	var wait func()
-	var cpu cpuMeter
-	opts.OnMeasure = func() {
-		cpu.start(in.pid)
-		if b.cfg.pprofURL != "" && in == b.main {
-			wait = b.profile(ctx, name, clients, phase, dur)
-		}
-	}
 	op := sc.Op
 	if in != b.main { // the main service's runs stay exactly as they were
 		op = func(ctx context.Context, worker int, seq int64) load.Result {
@@ -501,16 +518,16 @@ func (b *bench) runOn(ctx context.Context, in *instance, name string, clients in
 			return sc.Op(ctx, worker, seq)
 		}
 	}
-	out := load.Run(ctx, opts, op)
-	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
-	if wait != nil {
-		wait()
-	}
+	return sc, rec, op
+}
+
+// record completes rec with the outcome of its run on in and keeps it.
+func (b *bench) record(ctx context.Context, in *instance, sc svc.Scenario, rec RunRecord, out load.Outcome, dur time.Duration) RunRecord {
 	rec.fill(out, dur)
 	if sc.Write {
 		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd", in.pid)
 	}
-	if name == svc.CreatePending {
+	if rec.Scenario == svc.CreatePending {
 		b.drainOutbox(ctx, &rec)
 	}
 	b.rep.Runs = append(b.rep.Runs, rec)

@@ -97,7 +97,7 @@ func markdown(w io.Writer, rep *Report) {
 	}
 
 	if t := rep.Telemetry; t != nil {
-		fmt.Fprintf(w, "\nTelemetry off against fully on, %d clients, in the same passes (target: overhead %s):\n", m.Clients, t.Target)
+		fmt.Fprintf(w, "\nTelemetry off against fully on, %d clients, in the same passes, in alternating slices (target: overhead %s):\n", m.Clients, t.Target)
 		fmt.Fprintln(w, "\n| scenario | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
 		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|---|")
 		for _, s := range t.Scenarios {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/subscriberd/subscriberd/internal/bench/load"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -18,8 +19,8 @@ import (
 // key: "off" (OTEL_SDK_DISABLED=true, LOG_LEVEL=warn) and "on" (every trace sampled and
 // exported over OTLP/HTTP to -otlp-sink, JSON access log at info). In every pass of the
 // measured run, after the main scenarios of a group, each telemetry scenario of that group
-// runs on both, back to back, off first in odd passes and on first in even ones, so that a
-// slow spell of the shared machine does not always fall on the same side.
+// runs on both in alternating slices of -telemetry-slice (off on on off …, on off off on …
+// in even passes), so that a slow spell of the shared machine falls on both alike.
 
 // telemetryMaxOverhead is the issue's bound on the throughput telemetry may cost.
 const telemetryMaxOverhead = 0.10
@@ -35,6 +36,9 @@ type TelemetryReport struct {
 	OffSettings []string `json:"off_settings,omitempty"`
 	OnSettings  []string `json:"on_settings,omitempty"`
 	Target      string   `json:"target"`
+	// Slice is the length of the alternating slices in which both instances ran each
+	// scenario of a pass (load.RunAlternating).
+	Slice string `json:"slice,omitempty"`
 	// Scenarios are in the order of the plan.
 	Scenarios []TelemetryScenario `json:"scenarios"`
 	// OnRequests counts every request sent to the "on" instance, warm-ups and probes included.
@@ -86,7 +90,7 @@ func (b *bench) setupTelemetry() {
 	b.off = mk(kindTelemetryOff, c.telemetryOffURL, "-off", c.telemetryOffPID)
 	b.on = mk(kindTelemetryOn, c.telemetryOnURL, "-on", c.telemetryOnPID)
 	t := &TelemetryReport{OffURL: c.telemetryOffURL, OnURL: c.telemetryOnURL, OffPID: c.telemetryOffPID, OnPID: c.telemetryOnPID,
-		Target: fmt.Sprintf("≤ %.0f %%", telemetryMaxOverhead*100)}
+		Target: fmt.Sprintf("≤ %.0f %%", telemetryMaxOverhead*100), Slice: c.telemetrySlice.String()}
 	for _, in := range []struct {
 		pid int
 		out *[]string
@@ -125,17 +129,43 @@ func (b *bench) runTelemetry(ctx context.Context, writes bool, pass int) error {
 		if p.write != writes || !slices.Contains(b.cfg.telemetryScenarios, p.service) {
 			continue
 		}
-		for _, in := range telemetryOrder(pass, b.off, b.on) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			b.runOn(ctx, in, p.service, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
-			if in == b.on {
-				b.lastOnEnd = time.Now()
-			}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		b.runPair(ctx, telemetryOrder(pass, b.off, b.on), p.service, pass)
+		b.lastOnEnd = time.Now()
 	}
 	return nil
+}
+
+// runPair runs scenario name on both instances in alternating slices of -telemetry-slice
+// (load.RunAlternating), each for the measured run's duration after its warm-up, and records
+// a run of each. Back to back, a slow spell of the shared machine a few seconds long fell on
+// one instance only: single passes of the same code swung by ±20 points.
+//
+// An instance's CPU is measured over the whole pair and given per second of its own slices,
+// as if it were idle in the other's (its background work, such as the span export, is
+// counted with its own).
+func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass int) {
+	var scs [2]svc.Scenario
+	var recs [2]RunRecord
+	var ops [2]load.Op
+	for i, in := range ins {
+		scs[i], recs[i], ops[i] = b.prepare(ctx, in, name, b.cfg.clients, "measure", pass)
+	}
+	var cpus [2]cpuMeter
+	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
+		OnMeasure: func() {
+			for i, in := range ins {
+				cpus[i].start(in.pid)
+			}
+		}}
+	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
+	for i, in := range ins {
+		service, tool := cpus[i].stop()
+		recs[i].ServiceCPU, recs[i].ToolCPU = 2*service, tool
+		b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.duration)
+	}
 }
 
 // finishTelemetry waits for the "on" instance's last spans to reach the sink and fills the
@@ -308,6 +338,9 @@ func (t *TelemetryReport) describe() string {
 	}
 	line := fmt.Sprintf("off = %s; on = %s; Prometheus metrics on in both; overhead = 1 − on/off req/s of the median passes",
 		settings(t.OffSettings, t.OffPID), settings(t.OnSettings, t.OnPID))
+	if t.Slice != "" {
+		line += fmt.Sprintf("; each pass ran both in alternating slices of %s (off on on off …, on off off on … in even passes)", t.Slice)
+	}
 	if s := t.Sink; s != nil {
 		line += fmt.Sprintf("; the OTLP sink on %s received %d exports, %s (%.0f bytes per \"on\" request of %d)",
 			s.Addr, s.Posts, byteSize(s.Bytes), s.BytesPerOnRequest, t.OnRequests)

@@ -64,77 +64,169 @@ func Run(ctx context.Context, opts Options, op Op) Outcome {
 	var seq atomic.Int64
 	var started atomic.Int64 // measured operations started
 
-	// Warm-up: the same workers, nothing recorded.
-	if opts.Warmup > 0 {
-		end := time.Now().Add(opts.Warmup)
-		var wg sync.WaitGroup
-		for w := range opts.Clients {
-			wg.Go(func() {
-				for ctx.Err() == nil && time.Now().Before(end) {
-					op(ctx, w, seq.Add(1))
-				}
-			})
-		}
-		wg.Wait()
-	}
+	warmUp(ctx, opts, op, &seq)
 
 	if opts.OnMeasure != nil {
 		opts.OnMeasure()
 	}
 	t0 := time.Now()
 	deadline := t0.Add(opts.Duration)
-	per := make([][]stats.Sample, opts.Clients)
-	details := make([]map[string]string, opts.Clients)
+	per := make([]recorder, opts.Clients)
 	var wg sync.WaitGroup
 	for w := range opts.Clients {
 		wg.Go(func() {
-			var mine []stats.Sample
-			var det map[string]string
 			for ctx.Err() == nil {
 				s := time.Now()
 				if !s.Before(deadline) || started.Add(1) > limit {
 					break
 				}
 				r := op(ctx, w, seq.Add(1))
-				e := time.Now()
-				mine = append(mine, stats.Sample{Start: s.Sub(t0), End: e.Sub(t0), Rows: r.Rows, Err: r.Err})
-				if r.Err != "" {
-					if det == nil {
-						det = map[string]string{}
-					}
-					if _, ok := det[r.Err]; !ok {
-						det[r.Err] = r.Detail
-					}
-				}
+				per[w].add(s.Sub(t0), time.Since(s), r)
 			}
-			per[w], details[w] = mine, det
 		})
 	}
 	wg.Wait()
-	window := time.Since(t0)
-	if window > opts.Duration {
-		// The window is the planned duration unless the count cap or ctx ended it sooner;
-		// Summarize extends it to the last completion.
-		window = opts.Duration
+	// The window is the planned duration unless the count cap or ctx ended it sooner;
+	// Summarize extends it to the last completion.
+	return outcome(per, min(time.Since(t0), opts.Duration), started.Load() > limit)
+}
+
+// recorder is what one worker measured: a sample per call and the first detail of each kind
+// of error.
+type recorder struct {
+	samples []stats.Sample
+	details map[string]string
+}
+
+// add records a call that started at start (in the run's time) and took d.
+func (r *recorder) add(start, d time.Duration, res Result) {
+	r.samples = append(r.samples, stats.Sample{Start: start, End: start + d, Rows: res.Rows, Err: res.Err})
+	if res.Err == "" {
+		return
 	}
+	if r.details == nil {
+		r.details = map[string]string{}
+	}
+	if _, ok := r.details[res.Err]; !ok {
+		r.details[res.Err] = res.Detail
+	}
+}
+
+// warmUp runs op from opts.Clients workers for opts.Warmup, recording nothing.
+func warmUp(ctx context.Context, opts Options, op Op, seq *atomic.Int64) {
+	if opts.Warmup <= 0 {
+		return
+	}
+	end := time.Now().Add(opts.Warmup)
+	var wg sync.WaitGroup
+	for w := range opts.Clients {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(end) {
+				op(ctx, w, seq.Add(1))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// outcome summarizes the workers' samples over window. A run ended by the count cap is
+// measured up to its last completion only.
+func outcome(per []recorder, window time.Duration, capped bool) Outcome {
 	n := 0
-	for _, p := range per {
-		n += len(p)
+	for _, r := range per {
+		n += len(r.samples)
 	}
 	all := make([]stats.Sample, 0, n)
 	out := Outcome{Details: map[string]string{}}
-	for w, p := range per {
-		all = append(all, p...)
-		for k, v := range details[w] {
+	for _, r := range per {
+		all = append(all, r.samples...)
+		for k, v := range r.details {
 			if _, ok := out.Details[k]; !ok {
 				out.Details[k] = v
 			}
 		}
 	}
-	if len(all) > 0 && started.Load() > limit {
-		// Ended by the count cap: measure up to the last completion only.
+	if n > 0 && capped {
 		window = 0
 	}
 	out.Summary = stats.Summarize(all, window)
 	return out
+}
+
+// RunAlternating runs two operations in turns, for a comparison of two services that the
+// machine's drift must not decide. After a warm-up of each (opts.Warmup apiece), the measured
+// window, opts.Duration for each operation, is cut into slices of about slice, which go to
+// ops[0] and ops[1] in the order 0 1 1 0, 0 1 1 0, …: a change of the machine's speed that is
+// steady over four slices costs both the same, and a slow spell of a few seconds falls on
+// both instead of on whichever ran then. The same opts.Clients workers run both: each takes
+// the operation of the slice in which it starts a call.
+//
+// Each outcome is over its own slices, put end to end: a sample's times are shifted back by
+// the other operation's slices before it, so the rate, latencies and longest gap mean what
+// Run's do. opts.MaxRequests caps each operation: one that reached it sits out its slices
+// until the other has too. OnMeasure is called once.
+func RunAlternating(ctx context.Context, opts Options, slice time.Duration, ops [2]Op) [2]Outcome {
+	opts.Clients = max(opts.Clients, 1)
+	limit := opts.MaxRequests
+	if limit <= 0 {
+		limit = DefaultMaxRequests
+	}
+	n := max(1, int((opts.Duration+slice/2)/max(slice, 1))) // slices per operation
+	slice = opts.Duration / time.Duration(n)
+	var seq atomic.Int64
+	var started [2]atomic.Int64
+	for _, op := range ops {
+		warmUp(ctx, opts, op, &seq)
+	}
+
+	if opts.OnMeasure != nil {
+		opts.OnMeasure()
+	}
+	t0 := time.Now()
+	per := [2][]recorder{make([]recorder, opts.Clients), make([]recorder, opts.Clients)}
+	var wg sync.WaitGroup
+	for w := range opts.Clients {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				s := time.Now()
+				k := int(s.Sub(t0) / slice) // the slice the call starts in
+				if k >= 2*n {
+					break
+				}
+				i := AlternatingTurn(k)
+				if started[i].Add(1) > limit {
+					if started[1-i].Load() >= limit {
+						break
+					}
+					sleep(ctx, t0.Add(time.Duration(k+1)*slice).Sub(s)) // to the next slice
+					continue
+				}
+				r := ops[i](ctx, w, seq.Add(1))
+				// Slices 2m and 2m+1 hold one of each operation: this is the operation's
+				// slice m, which starts at m·slice of its own time.
+				per[i][w].add(time.Duration(k/2)*slice+s.Sub(t0)-time.Duration(k)*slice, time.Since(s), r)
+			}
+		})
+	}
+	wg.Wait()
+	window := min(time.Since(t0)/2, opts.Duration)
+	return [2]Outcome{outcome(per[0], window, started[0].Load() > limit), outcome(per[1], window, started[1].Load() > limit)}
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// AlternatingTurn is the operation RunAlternating gives slice k: 0 1 1 0, 0 1 1 0, …
+func AlternatingTurn(k int) int {
+	if k%4 == 1 || k%4 == 2 {
+		return 1
+	}
+	return 0
 }

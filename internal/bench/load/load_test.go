@@ -102,3 +102,58 @@ func TestRunDoesNotMeasureWarmup(t *testing.T) {
 		t.Errorf("calls = %d: the warm-up made none", calls.Load())
 	}
 }
+
+func TestAlternatingTurnIsABBA(t *testing.T) {
+	var got []int
+	for k := range 8 {
+		got = append(got, AlternatingTurn(k))
+	}
+	if fmt.Sprint(got) != "[0 1 1 0 0 1 1 0]" {
+		t.Errorf("turns %v, want [0 1 1 0 0 1 1 0]", got)
+	}
+}
+
+// Two identical operations on a machine that slows down steadily: run one after the other,
+// the second would serve about half as many calls; run in alternating slices, both see the
+// same machine. Each outcome covers its own window of opts.Duration.
+func TestRunAlternatingSharesADriftingMachine(t *testing.T) {
+	start := time.Now()
+	var calls [2]atomic.Int64
+	op := func(i int) Op {
+		return func(context.Context, int, int64) Result {
+			calls[i].Add(1)
+			time.Sleep(time.Millisecond + time.Since(start)/40) // 1 ms, then slower and slower
+			return Result{Rows: 1}
+		}
+	}
+	const dur = 300 * time.Millisecond
+	out := RunAlternating(context.Background(), Options{Clients: 4, Duration: dur}, 20*time.Millisecond, [2]Op{op(0), op(1)})
+	a, b := out[0].Summary, out[1].Summary
+	if a.OK == 0 || b.OK == 0 {
+		t.Fatalf("ok %d and %d: both operations must run", a.OK, b.OK)
+	}
+	if r := float64(a.OK) / float64(b.OK); r < 0.75 || r > 1.33 {
+		t.Errorf("ok %d against %d (ratio %.2f): the drift was not shared", a.OK, b.OK, r)
+	}
+	for i, s := range []time.Duration{a.Elapsed, b.Elapsed} {
+		if s < dur || s > 2*dur {
+			t.Errorf("operation %d: window %v, want its own %v (to the last completion)", i, s, dur)
+		}
+	}
+	if got := calls[0].Load() + calls[1].Load(); got != a.Requests+b.Requests {
+		t.Errorf("%d calls, %d measured: without a warm-up every call is measured", got, a.Requests+b.Requests)
+	}
+}
+
+// Each operation is capped on its own: the first reaches the cap in its first slice and sits
+// out the rest of it, and the run ends when the second has reached it too.
+func TestRunAlternatingStopsAtMaxRequests(t *testing.T) {
+	var calls [2]atomic.Int64
+	op := func(i int) Op { return func(context.Context, int, int64) Result { calls[i].Add(1); return Result{} } }
+	out := RunAlternating(context.Background(), Options{Clients: 3, Duration: time.Hour, MaxRequests: 45}, 50*time.Millisecond, [2]Op{op(0), op(1)})
+	for i := range 2 {
+		if n := out[i].Summary.Requests; n != 45 || calls[i].Load() != 45 {
+			t.Errorf("operation %d: measured %d in %d calls, want 45 in 45", i, n, calls[i].Load())
+		}
+	}
+}
