@@ -98,8 +98,8 @@ func (h traceHandler) LogAccess(ctx context.Context, t time.Time, method, route 
 	if h.direct == nil || !plainJSON(method) || !plainJSON(route) || !plainJSON(requestID) {
 		return false
 	}
-	if y := t.Year(); y < 0 || y >= 10000 {
-		return false
+	if y := t.Year(); y < 0 || y >= 10000 || d >= 1e15*time.Microsecond || d <= -1e15*time.Microsecond {
+		return false // beyond where appendRFC3339Nano and appendThousandths write what slog does
 	}
 	buf := lineBufs.get()
 	b := append(*buf, `{"time":"`...)
