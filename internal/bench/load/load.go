@@ -172,7 +172,7 @@ func RunAlternating(ctx context.Context, opts Options, slice time.Duration, ops 
 		limit = DefaultMaxRequests
 	}
 	n := max(1, int((opts.Duration+slice/2)/max(slice, 1))) // slices per operation
-	slice = opts.Duration / time.Duration(n)
+	slice = max(opts.Duration/time.Duration(n), 1)          // 1 ns when there is no window at all
 	var seq atomic.Int64
 	var started [2]atomic.Int64
 	for _, op := range ops {

@@ -157,3 +157,18 @@ func TestRunAlternatingStopsAtMaxRequests(t *testing.T) {
 		}
 	}
 }
+
+// No window at all ends at once, with nothing measured, rather than dividing by zero.
+func TestRunAlternatingWithoutAWindow(t *testing.T) {
+	op := func(context.Context, int, int64) Result { return Result{} }
+	done := make(chan [2]Outcome)
+	go func() { done <- RunAlternating(context.Background(), Options{Clients: 2}, 0, [2]Op{op, op}) }()
+	select {
+	case out := <-done:
+		if n := out[0].Summary.Requests + out[1].Summary.Requests; n > 4 {
+			t.Errorf("%d calls measured in a window of 0, want at most one per worker and side", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunAlternating with a zero duration did not return")
+	}
+}
