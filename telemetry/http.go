@@ -215,40 +215,40 @@ func patternRoute(pattern string) string {
 // starts with "sk_" or is longer than a UUID (tokens are 43 characters) becomes "{redacted}".
 // It returns path itself, without allocating, when nothing needs redacting.
 //
-// Most paths have nothing to redact, and one pass over their bytes (cleanPath) tells so at a
-// fifth of the cost of splitting them into segments.
+// Most paths have nothing to redact, and checking each segment (secretSegment) tells so at a
+// fraction of the cost of rebuilding the path segment by segment.
 func redactPath(path, route string) string {
-	if cleanPath(path) && !sensitiveRoute(route) {
+	if !sensitiveRoute(route) && !anySecretSegment(path) {
 		return path
 	}
 	return redactSegments(path, route)
 }
 
-// cleanPath reports whether no segment of path would be redacted for what it holds: no "@" or
-// "%40", no "sk_" prefix, none longer than a UUID (redactSegments' second case).
-func cleanPath(path string) bool {
-	seg := 0 // where the current segment starts
-	for i := 0; i < len(path); i++ {
-		switch path[i] {
-		case '/':
-			if i-seg > 36 {
-				return false
-			}
-			seg = i + 1
-		case '@':
-			return false
-		case '%':
-			if strings.HasPrefix(path[i+1:], "40") {
-				return false
-			}
-		case '_':
-			if i == seg+2 && path[seg] == 's' && path[seg+1] == 'k' {
-				return false
-			}
+// anySecretSegment reports whether a segment of path is one secretSegment redacts. An email
+// cannot span segments, so the path is searched for one whole.
+func anySecretSegment(path string) bool {
+	if hasEmail(path) {
+		return true
+	}
+	for more := true; more; {
+		var seg string
+		seg, path, more = strings.Cut(path, "/")
+		if keyOrToken(seg) {
+			return true
 		}
 	}
-	return len(path)-seg <= 36
+	return false
 }
+
+// secretSegment reports whether a path segment looks like personal data or a secret.
+func secretSegment(seg string) bool { return keyOrToken(seg) || hasEmail(seg) }
+
+// keyOrToken: a segment that starts like an API key ("sk_…") or is longer than a UUID (a
+// confirmation token is 43 characters).
+func keyOrToken(seg string) bool { return len(seg) > 36 || strings.HasPrefix(seg, "sk_") }
+
+// hasEmail: text with an email's "@", escaped or not.
+func hasEmail(s string) bool { return strings.IndexByte(s, '@') >= 0 || strings.Contains(s, "%40") }
 
 // sensitiveRoute reports whether a segment of route is a SensitivePathParams parameter.
 func sensitiveRoute(route string) bool {
@@ -292,7 +292,7 @@ func redactSegments(path, route string) string {
 		switch {
 		case matchRoute && isSensitiveParam(t):
 			repl, redact = t, true
-		case strings.Contains(seg, "@") || strings.Contains(seg, "%40") || strings.HasPrefix(seg, "sk_") || len(seg) > 36:
+		case secretSegment(seg):
 			repl, redact = redactedSegment, true
 		}
 		if redact && !changed {
