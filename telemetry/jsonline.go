@@ -22,24 +22,10 @@ import (
 // that outgrows its inline attributes, two more for the ids, and encoding/json for the
 // duration), here well under one.
 func appendJSONRecord(b []byte, r slog.Record, sc trace.SpanContext) ([]byte, bool) {
-	if !plainJSON(r.Message) {
+	b, ok := appendJSONHead(b, r.Time, r.Level, r.Message)
+	if !ok {
 		return b, false
 	}
-	b = append(b, '{')
-	if !r.Time.IsZero() {
-		if y := r.Time.Year(); y < 0 || y >= 10000 {
-			return b, false
-		}
-		b = append(b, `"time":"`...)
-		b = appendRFC3339Nano(b, r.Time)
-		b = append(b, `",`...)
-	}
-	b = append(b, `"level":"`...)
-	b = append(b, r.Level.String()...)
-	b = append(b, `","msg":"`...)
-	b = append(b, r.Message...)
-	b = append(b, '"')
-	ok := true
 	r.Attrs(func(a slog.Attr) bool {
 		b, ok = appendJSONAttr(b, a)
 		return ok
@@ -47,8 +33,44 @@ func appendJSONRecord(b []byte, r slog.Record, sc trace.SpanContext) ([]byte, bo
 	if !ok {
 		return b, false
 	}
-	b = appendSpanIDs(b, sc)
-	return append(b, "}\n"...), true
+	return appendJSONTail(b, sc), true
+}
+
+// appendJSONHead appends the start of a line as slog's JSON handler writes it, up to the
+// message: {"time":"…","level":"…","msg":"…" (no time when t is zero). It returns false for
+// what it would not write the same: a message that needs escaping, a year outside 0–9999.
+func appendJSONHead(b []byte, t time.Time, level slog.Level, msg string) ([]byte, bool) {
+	if !plainJSON(msg) {
+		return b, false
+	}
+	b = append(b, '{')
+	if !t.IsZero() {
+		if y := t.Year(); y < 0 || y >= 10000 {
+			return b, false
+		}
+		b = append(b, `"time":"`...)
+		b = appendRFC3339Nano(b, t)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"level":"`...)
+	b = append(b, level.String()...)
+	b = append(b, `","msg":"`...)
+	b = append(b, msg...)
+	return append(b, '"'), true
+}
+
+// appendJSONTail ends a line: the trace_id and span_id of sc when it is valid, as
+// traceHandler adds them.
+func appendJSONTail(b []byte, sc trace.SpanContext) []byte {
+	if sc.IsValid() {
+		tid, sid := sc.TraceID(), sc.SpanID()
+		b = append(b, `,"trace_id":"`...)
+		b = hex.AppendEncode(b, tid[:])
+		b = append(b, `","span_id":"`...)
+		b = hex.AppendEncode(b, sid[:])
+		b = append(b, '"')
+	}
+	return append(b, "}\n"...)
 }
 
 // appendJSONAttr appends `,"key":value` for the attribute kinds appendJSONRecord handles.
@@ -95,46 +117,45 @@ func appendJSONAttr(b []byte, a slog.Attr) ([]byte, bool) {
 // reports false, having written nothing, when the line is not for it to write: another
 // writer, or a string that would need escaping.
 func (h traceHandler) LogAccess(ctx context.Context, t time.Time, method, route string, status int, d time.Duration, bytes int, requestID string) bool {
-	if h.direct == nil || !plainJSON(method) || !plainJSON(route) || !plainJSON(requestID) {
+	if h.direct == nil || !plainJSON(method) || !plainJSON(route) || !plainJSON(requestID) ||
+		d >= 1e15*time.Microsecond || d <= -1e15*time.Microsecond { // beyond where appendThousandths writes what slog does
 		return false
 	}
-	if y := t.Year(); y < 0 || y >= 10000 || d >= 1e15*time.Microsecond || d <= -1e15*time.Microsecond {
-		return false // beyond where appendRFC3339Nano and appendThousandths write what slog does
-	}
-	buf := lineBufs.get()
-	b := append(*buf, `{"time":"`...)
-	b = appendRFC3339Nano(b, t)
-	b = append(b, `","level":"INFO","msg":"request","method":"`...)
-	b = append(b, method...)
-	b = append(b, `","route":"`...)
-	b = append(b, route...)
-	b = append(b, `","status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"duration_ms":`...)
-	b = appendThousandths(b, d.Microseconds())
-	b = append(b, `,"bytes":`...)
-	b = strconv.AppendInt(b, int64(bytes), 10)
-	b = append(b, `,"request_id":"`...)
-	b = append(b, requestID...)
-	b = append(b, '"')
-	b = appendSpanIDs(b, trace.SpanContextFromContext(ctx))
-	b = append(b, "}\n"...)
-	h.direct.Write(b) //nolint:errcheck // as for any info line: nowhere to report it
-	lineBufs.put(buf, b)
-	return true
+	sc := trace.SpanContextFromContext(ctx)
+	written, _ := h.writeDirect(func(b []byte) ([]byte, bool) {
+		b, ok := appendJSONHead(b, t, slog.LevelInfo, "request")
+		if !ok {
+			return b, false
+		}
+		b = append(b, `,"method":"`...)
+		b = append(b, method...)
+		b = append(b, `","route":"`...)
+		b = append(b, route...)
+		b = append(b, `","status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, `,"duration_ms":`...)
+		b = appendThousandths(b, d.Microseconds())
+		b = append(b, `,"bytes":`...)
+		b = strconv.AppendInt(b, int64(bytes), 10)
+		b = append(b, `,"request_id":"`...)
+		b = append(b, requestID...)
+		b = append(b, '"')
+		return appendJSONTail(b, sc), true
+	})
+	return written // an info line that cannot be written has nowhere to be reported
 }
 
-// appendSpanIDs appends the trace_id and span_id of sc when it is valid.
-func appendSpanIDs(b []byte, sc trace.SpanContext) []byte {
-	if !sc.IsValid() {
-		return b
+// writeDirect formats a line with format into a pooled buffer and, when format reports it
+// could, writes it to h.direct (which must be set): whether it wrote, and the write's error.
+func (h traceHandler) writeDirect(format func([]byte) ([]byte, bool)) (bool, error) {
+	buf := lineBufs.get()
+	line, ok := format(*buf)
+	defer lineBufs.put(buf, line)
+	if !ok {
+		return false, nil
 	}
-	tid, sid := sc.TraceID(), sc.SpanID()
-	b = append(b, `,"trace_id":"`...)
-	b = hex.AppendEncode(b, tid[:])
-	b = append(b, `","span_id":"`...)
-	b = hex.AppendEncode(b, sid[:])
-	return append(b, '"')
+	_, err := h.direct.Write(line)
+	return true, err
 }
 
 // appendFloat is strconv.AppendFloat(b, f, 'f', -1, 64) for a finite f. A whole number of

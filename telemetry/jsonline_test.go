@@ -208,3 +208,43 @@ func TestAppendTimeAndFloatMatchTheStandardLibrary(t *testing.T) {
 		}
 	}
 }
+
+// LogAccess writes the access line itself only for a logger on a LogBuffer, and only values
+// it writes as slog would; otherwise it writes nothing and says so, for the caller to log a
+// record instead.
+func TestLogAccessWritesOnlyWhatItCan(t *testing.T) {
+	var out bytes.Buffer
+	lb := NewLogBuffer(&out)
+	defer lb.Close()
+	direct, err := NewLogger(lb, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewLogger(&bytes.Buffer{}, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, hOther := direct.Handler().(traceHandler), other.Handler().(traceHandler)
+	ctx := trace.ContextWithSpanContext(context.Background(), testSpan)
+	at := time.Date(2026, 11, 23, 3, 4, 5, 120000000, time.UTC)
+	if !h.LogAccess(ctx, at, "GET", "/api/v1/subscribers/{id}", 200, 1234*time.Microsecond, 312, "req-1") {
+		t.Fatal("LogAccess on a LogBuffer did not write the line")
+	}
+	for name, wrote := range map[string]bool{
+		"another writer":        hOther.LogAccess(ctx, at, "GET", "/", 200, time.Millisecond, 1, "r"),
+		"a quote in the method": h.LogAccess(ctx, at, `G"T`, "/", 200, time.Millisecond, 1, "r"),
+		"a year past 9999":      h.LogAccess(ctx, at.AddDate(8000, 0, 0), "GET", "/", 200, time.Millisecond, 1, "r"),
+		"a duration of 1e15 µs": h.LogAccess(ctx, at, "GET", "/", 200, 1e15*time.Microsecond, 1, "r"),
+	} {
+		if wrote {
+			t.Errorf("%s: LogAccess says it wrote the line", name)
+		}
+	}
+	lb.Flush()
+	want := `{"time":"2026-11-23T03:04:05.12Z","level":"INFO","msg":"request","method":"GET","route":"/api/v1/subscribers/{id}",` +
+		`"status":200,"duration_ms":1.234,"bytes":312,"request_id":"req-1",` +
+		`"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7"}` + "\n"
+	if out.String() != want {
+		t.Errorf("written:\n%s\nwant exactly:\n%s", out.String(), want)
+	}
+}

@@ -145,11 +145,7 @@ type traceHandler struct {
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	sc := trace.SpanContextFromContext(ctx)
 	if h.direct != nil {
-		buf := lineBufs.get()
-		line, ok := appendJSONRecord(*buf, r, sc)
-		defer lineBufs.put(buf, line)
-		if ok {
-			_, err := h.direct.Write(line)
+		if ok, err := h.writeDirect(func(b []byte) ([]byte, bool) { return appendJSONRecord(b, r, sc) }); ok {
 			return h.flushed(r, err)
 		}
 	}
