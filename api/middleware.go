@@ -131,10 +131,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
 		// The record goes straight to the handler: Logger methods call runtime.Callers for a
 		// source position the access line never shows, a fifth of its cost. A handler that
-		// writes the line itself (telemetry's, on a LogBuffer) is given the values instead.
+		// writes the line itself (telemetry's, on a LogBuffer; found once, in New) is given the
+		// values instead.
 		if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
 			reqID := w.Header().Get("X-Request-Id")
-			if al, ok := h.(accessLogger); ok && al.LogAccess(ctx, end, r.Method, info.route, sw.status, d, sw.bytes, reqID) {
+			if s.access != nil && s.access.LogAccess(ctx, end, r.Method, info.route, sw.status, d, sw.bytes, reqID) {
 				return
 			}
 			rec := slog.NewRecord(end, slog.LevelInfo, "request", 0)
