@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,33 +22,26 @@ import (
 func TestAccessLineWrittenDirectlyMatchesTheRecord(t *testing.T) {
 	var direct bytes.Buffer
 	lb := telemetry.NewLogBuffer(&direct)
+	defer lb.Close()
 	viaRecord := &logbuf.Buffer{}
-	lines := map[string]func() string{}
-	for name, w := range map[string]interface {
-		Write([]byte) (int, error)
-	}{"direct": lb, "record": viaRecord} {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled})
+	for _, w := range []io.Writer{lb, viaRecord} {
 		log, err := telemetry.NewLogger(w, "info", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
 		e := newEnv(t, func(c *api.Config) { c.Logger = log })
-		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled})
 		for _, r := range []req{
 			{method: "GET", path: api.BasePath + "/subscribers", headers: []string{"X-Request-Id: req-1"}},
 			{method: "GET", path: api.BasePath + "/subscribers", headers: []string{"X-Request-Id: req-2", "Authorization: Bearer " + keyA}},
 			{method: "BREW", path: "/nowhere"},
 		} {
-			hr := newRequest(r)
-			e.srv.ServeHTTP(newRecorder(), hr.WithContext(trace.ContextWithSpanContext(context.Background(), sc)))
-		}
-		if name == "direct" {
-			lines[name] = func() string { lb.Flush(); return direct.String() }
-		} else {
-			lines[name] = viaRecord.String
+			e.srv.ServeHTTP(newRecorder(), newRequest(r).WithContext(trace.ContextWithSpanContext(context.Background(), sc)))
 		}
 	}
+	lb.Flush()
 	varying := regexp.MustCompile(`"time":"[^"]*"|"duration_ms":[0-9.]+|"request_id":"[0-9a-f]{32}"`)
-	got, want := varying.ReplaceAllString(lines["direct"](), "…"), varying.ReplaceAllString(lines["record"](), "…")
+	got, want := varying.ReplaceAllString(direct.String(), "…"), varying.ReplaceAllString(viaRecord.String(), "…")
 	if got != want || strings.Count(want, "\n") != 3 {
 		t.Errorf("direct lines:\n%s\nwant, as through the record:\n%s", got, want)
 	}
