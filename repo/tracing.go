@@ -67,8 +67,9 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	}
 	op, table := e.Operation(), tableName(e)
 	name := op
-	if table != "" {
-		name = op + " " + table
+	if table != "" { // "SELECT subscribers": a few dozen names, made once each
+		var stack [64]byte
+		name = spanNames.get(append(append(append(stack[:0], op...), ' '), table...))
 	}
 	ctx, span := h.tracer.Start(ctx, name, clientStart...)
 	// Set after the start rather than passed as a start option, which the SDK would copy
@@ -182,17 +183,20 @@ var sqlSpecial = func() (t [256]bool) {
 	return t
 }()
 
-// internedSQL holds the redacted statements made so far, up to maxInternedSQL bytes of them;
-// beyond that, new texts are made per query and not kept (a statement's shape can vary with
-// its rows, as a bulk insert's does, so the set is bounded but can be large).
-var internedSQL = &internTable{m: map[string]string{}}
+// internedSQL holds the redacted statements made so far, up to 256 KiB of them; beyond that,
+// new texts are made per query and not kept (a statement's shape can vary with its rows, as a
+// bulk insert's does, so the set is bounded but can be large).
+var internedSQL = &internTable{m: map[string]string{}, max: 256 << 10}
 
-const maxInternedSQL = 256 << 10
+// spanNames holds the query spans' names, "{operation} {table}".
+var spanNames = &internTable{m: map[string]string{}, max: 16 << 10}
 
+// internTable keeps one copy of each string made from bytes, up to max bytes in all.
 type internTable struct {
 	mu    sync.RWMutex
 	m     map[string]string
 	bytes int
+	max   int
 }
 
 // get returns b as a string, the one kept if there is one. Looking a []byte up as
@@ -206,7 +210,7 @@ func (t *internTable) get(b []byte) string {
 	}
 	s = string(b)
 	t.mu.Lock()
-	if t.bytes+len(s) <= maxInternedSQL {
+	if t.bytes+len(s) <= t.max {
 		if _, ok := t.m[s]; !ok {
 			t.m[s] = s
 			t.bytes += len(s)
