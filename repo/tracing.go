@@ -6,9 +6,11 @@ import (
 	"errors"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel"
@@ -124,9 +126,28 @@ func queryText(e *bun.QueryEvent) string {
 // again with placeholders, and it leaves nothing a value could hide in: a string ends only at
 // a quote that is not doubled.
 //
-// The redacted text is interned (internedSQL): a service runs a few dozen statement shapes,
-// so the text of a span is almost always one made before, and the string is not made again.
+// A service runs a few dozen statement shapes, so most statements have the shape of one
+// redacted before: the same text around literals in the same places. The last shape of each
+// length is kept (sqlShapes), and a statement that has it is recognised by comparing its text
+// around the literals and finding each literal's end, without scanning it again; the result is
+// then the text redacted before. What is redacted in full is interned (internedSQL), so that a
+// shape that misses the cache still costs no new string.
 func redactSQL(q string) string {
+	slot := &sqlShapes[len(q)%len(sqlShapes)]
+	if sh := slot.Load(); sh != nil && sh.match(q) {
+		return sh.text
+	}
+	var stack [maxShapeLiterals]literal
+	text, lits, whole := scanSQL(q, stack[:0])
+	if whole && len(lits) <= maxShapeLiterals {
+		slot.Store(&sqlShape{text: text, n: len(q), lits: slices.Clone(lits)})
+	}
+	return text
+}
+
+// scanSQL is redactSQL in full: the redacted text, where each literal it replaced was in q
+// (appended to lits), and whether the text is whole (not cut at maxQueryText).
+func scanSQL(q string, lits []literal) (string, []literal, bool) {
 	var stack [512]byte
 	b := stack[:0]
 	plain := 0 // start of the text not yet copied
@@ -143,36 +164,86 @@ func redactSQL(q string) string {
 			// value is left.
 			b = append(b, q[plain:i]...)
 			b = append(b, truncated...)
-			return internedSQL.get(b)
+			return internedSQL.get(b), lits, false
 		}
 		switch c := q[i]; {
-		case c == '\'':
-			b = append(b, q[plain:i]...)
-			i = skipQuoted(q, i, '\'')
-			b = append(b, '?')
-			plain = i
 		case c == '"':
 			i = skipQuoted(q, i, '"') // identifiers are copied with the plain text
-		case i > 0 && isIdentByte(q[i-1]):
+		case c != '\'' && i > 0 && isIdentByte(q[i-1]):
 			i++ // a digit inside a name or a placeholder
-		default: // a number
+		default: // a string or a number
 			b = append(b, q[plain:i]...)
-			for i < len(q) && (isDigit(q[i]) || q[i] == '.' ||
-				((q[i] == 'e' || q[i] == 'E') && i+1 < len(q) && (isDigit(q[i+1]) || q[i+1] == '-' || q[i+1] == '+'))) {
-				if q[i] == 'e' || q[i] == 'E' {
-					i++ // the exponent's sign or first digit
-				}
-				i++
-			}
+			end := literalEnd(q, i)
+			lits = append(lits, literal{int32(i), int32(end)})
 			b = append(b, '?')
-			plain = i
+			i, plain = end, end
 		}
 	}
 	if plain == 0 {
-		return q // nothing redacted: the statement is its own text
+		return q, lits, true // nothing redacted: the statement is its own text
 	}
-	return internedSQL.get(append(b, q[plain:]...))
+	return internedSQL.get(append(b, q[plain:]...)), lits, true
 }
+
+// literalEnd is the index just past the literal that starts at q[i]: a quoted string (see
+// skipQuoted) or a number, digits with a decimal point and an exponent; -1 when q[i] starts
+// neither.
+func literalEnd(q string, i int) int {
+	switch {
+	case q[i] == '\'':
+		return skipQuoted(q, i, '\'')
+	case !isDigit(q[i]):
+		return -1
+	}
+	for i < len(q) && (isDigit(q[i]) || q[i] == '.' ||
+		((q[i] == 'e' || q[i] == 'E') && i+1 < len(q) && (isDigit(q[i+1]) || q[i+1] == '-' || q[i+1] == '+'))) {
+		if q[i] == 'e' || q[i] == 'E' {
+			i++ // the exponent's sign or first digit
+		}
+		i++
+	}
+	return i
+}
+
+// literal is where a literal was in a statement: q[start:end].
+type literal struct{ start, end int32 }
+
+// sqlShape is a statement's shape: its redacted text, its length and where its literals were.
+// It holds no value: text has "?" where they were.
+type sqlShape struct {
+	text string
+	n    int
+	lits []literal
+}
+
+// match reports whether q has the shape: the same length, the same text around the literals,
+// and at each literal's place a literal ending where it ended. redactSQL(q) is then sh.text:
+// scanning q would copy the same text, and find the same literals, since what it decides
+// at a byte depends only on the text before it in the same run of plain text (or on the
+// literal's own first byte) and on that literal's end.
+func (sh *sqlShape) match(q string) bool {
+	if len(q) != sh.n {
+		return false
+	}
+	prev, at := 0, 0 // where the plain text before the next literal starts, in q and in text
+	for _, l := range sh.lits {
+		start, end := int(l.start), int(l.end)
+		n := start - prev
+		if q[prev:start] != sh.text[at:at+n] || literalEnd(q, start) != end {
+			return false
+		}
+		prev, at = end, at+n+1 // past the literal, and past its "?"
+	}
+	return q[prev:] == sh.text[at:]
+}
+
+// sqlShapes holds the last statement shape of each length (modulo its size) that redactSQL
+// redacted in full; a slot is replaced whole, so reading one takes no lock.
+var sqlShapes [256]atomic.Pointer[sqlShape]
+
+// maxShapeLiterals is the most literals a cached shape has: a statement with more (a bulk
+// insert) is redacted in full each time, which its own cost dwarfs.
+const maxShapeLiterals = 16
 
 // sqlSpecial marks the bytes where redactSQL has something to decide: quotes and digits.
 var sqlSpecial = func() (t [256]bool) {
