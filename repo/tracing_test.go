@@ -3,6 +3,8 @@ package repo
 import (
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 func TestRedactSQL(t *testing.T) {
@@ -70,6 +72,29 @@ func FuzzRedactSQLShape(f *testing.F) {
 			t.Fatalf("after %q, redactSQL(%q) = %q; a full scan gives %q", first, second, got, want)
 		}
 	})
+}
+
+// Query spans name the database server, and its port only when it is not PostgreSQL's default,
+// as the conventions ask.
+func TestQueryHookServerAttributes(t *testing.T) {
+	for dsn, want := range map[string][]attribute.KeyValue{
+		"postgres://u@db.internal:5432/news?sslmode=disable": {attribute.String("server.address", "db.internal")},
+		"postgres://u@db.internal/news":                      {attribute.String("server.address", "db.internal")},
+		"postgres://u@10.0.0.7:6432/news":                    {attribute.String("server.address", "10.0.0.7"), attribute.Int("server.port", 6432)},
+	} {
+		got := newQueryHook(dsn, "postgresql").attrs
+		want = append([]attribute.KeyValue{attribute.String("db.system.name", "postgresql"), attribute.String("db.namespace", "news")}, want...)
+		if len(got) != len(want) {
+			t.Errorf("%s: attributes %v, want %v", dsn, got, want)
+			continue
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s: attributes %v, want %v", dsn, got, want)
+				break
+			}
+		}
+	}
 }
 
 func BenchmarkRedactSQL(b *testing.B) {
