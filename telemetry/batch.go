@@ -113,14 +113,15 @@ func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 // OnEnd queues a sampled span, or drops it when the queue is full or the processor stopped.
 // With an encoding exporter the span is encoded here, outside the lock, and its bytes queued.
 func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() || p.stopped.Load() {
+	sc := s.SpanContext() // once: each accessor of the SDK's snapshot copies all of it
+	if !sc.IsSampled() || p.stopped.Load() {
 		return
 	}
 	var b []byte
 	var resKey attribute.Distinct
 	if p.encExp != nil {
 		buf := spanBufs.get()
-		b = appendSpan(*buf, s)
+		b = appendSpan(*buf, s, sc)
 		defer spanBufs.put(buf, b)
 		resKey = s.Resource().Equivalent()
 	}

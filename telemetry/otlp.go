@@ -647,7 +647,9 @@ func (s readOnlySpans) key(i int) (*resource.Resource, instrumentation.Scope, bo
 	return s[i].Resource(), s[i].InstrumentationScope(), true
 }
 
-func (s readOnlySpans) appendSpan(b []byte, i int) []byte { return appendSpan(b, s[i]) }
+func (s readOnlySpans) appendSpan(b []byte, i int) []byte {
+	return appendSpan(b, s[i], s[i].SpanContext())
+}
 
 // encode returns the ExportTraceServiceRequest for the spans of src, or nil when there is no
 // span. The result is valid until the next call.
@@ -774,10 +776,9 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
-// appendSpan appends ScopeSpans.spans (field 2) for sd.
-func appendSpan(b []byte, sd sdktrace.ReadOnlySpan) []byte {
+// appendSpan appends ScopeSpans.spans (field 2) for sd, whose SpanContext is sc.
+func appendSpan(b []byte, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) []byte {
 	b, m := openMsg(b, 2, reserveSpan)
-	sc := sd.SpanContext()
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = appendBytes(b, 1, tid[:])
 	b = appendBytes(b, 2, sid[:])
