@@ -68,6 +68,7 @@ type config struct {
 	telemetryOffPID, telemetryOnPID int
 	telemetryScenarios              []string
 	telemetrySlice                  time.Duration
+	telemetryDuration               time.Duration
 	otlpSink                        string
 }
 
@@ -114,7 +115,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.telemetryOnURL, "telemetry-on-url", "", "base URL of a third instance of the service with telemetry fully on (every trace sampled and exported, e.g. to -otlp-sink)")
 	fs.IntVar(&c.telemetryOnPID, "telemetry-on-pid", 0, "process id of the -telemetry-on-url instance, for its CPU and settings")
 	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
-	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -duration in all")
+	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all")
+	fs.DurationVar(&c.telemetryDuration, "telemetry-duration", 20*time.Second, "measured time per instance and scenario of the telemetry comparison: its overhead is a difference of two throughputs, and 6 s a side read ±3 points on this machine")
 	fs.StringVar(&c.otlpSink, "otlp-sink", "", "serve an OTLP/HTTP trace receiver on this address (e.g. 127.0.0.1:4318) for the whole run: it discards the spans and counts the exports and their bytes")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -151,8 +153,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if (c.telemetryOffURL == "") != (c.telemetryOnURL == "") {
 		return c, errors.New("-telemetry-off-url and -telemetry-on-url go together")
 	}
-	if c.telemetrySlice <= 0 {
-		return c, errors.New("-telemetry-slice must be positive")
+	if c.telemetrySlice <= 0 || c.telemetryDuration <= 0 {
+		return c, errors.New("-telemetry-slice and -telemetry-duration must be positive")
 	}
 	if c.telemetryOffPID < 0 || c.telemetryOnPID < 0 {
 		return c, errors.New("-telemetry-off-pid and -telemetry-on-pid must not be negative")

@@ -486,8 +486,8 @@ func TestTelemetryWithAnEmptySinkIsAProblem(t *testing.T) {
 func TestTelemetryFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"-key", "k"}, io.Discard)
 	if err != nil || !slices.Equal(cfg.telemetryScenarios, []string{"get", "list_first", "create_active", "update"}) ||
-		cfg.telemetrySlice != 500*time.Millisecond {
-		t.Errorf("default telemetry scenarios = %v, slice %v, %v", cfg.telemetryScenarios, cfg.telemetrySlice, err)
+		cfg.telemetrySlice != 500*time.Millisecond || cfg.telemetryDuration != 20*time.Second {
+		t.Errorf("default telemetry scenarios = %v, slice %v, duration %v, %v", cfg.telemetryScenarios, cfg.telemetrySlice, cfg.telemetryDuration, err)
 	}
 	cfg, err = parseFlags([]string{"-key", "k", "-telemetry-scenarios", " update,get ,update", "-only", "bulk_100",
 		"-telemetry-off-url", "http://127.0.0.1:1", "-telemetry-on-url", "http://127.0.0.1:2", "-telemetry-on-pid", "42",
@@ -508,6 +508,7 @@ func TestTelemetryFlags(t *testing.T) {
 		{"-key", "k", "-telemetry-scenarios", "select_by_id"},                  // a baseline scenario
 		{"-key", "k", "-telemetry-scenarios", "get", "-telemetry-on-pid", "x"}, // not a number
 		{"-key", "k", "-telemetry-slice", "0s"},                                // no slices
+		{"-key", "k", "-telemetry-duration", "0s"},                             // no time
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)

@@ -20,7 +20,8 @@ import (
 // exported over OTLP/HTTP to -otlp-sink, JSON access log at info). In every pass of the
 // measured run, after the main scenarios of a group, each telemetry scenario of that group
 // runs on both in alternating slices of -telemetry-slice (off on on off …, on off off on …
-// in even passes), so that a slow spell of the shared machine falls on both alike.
+// in even passes), so that a slow spell of the shared machine falls on both alike, each for
+// -telemetry-duration.
 
 // telemetryMaxOverhead is the issue's bound on the throughput telemetry may cost.
 const telemetryMaxOverhead = 0.10
@@ -37,8 +38,10 @@ type TelemetryReport struct {
 	OnSettings  []string `json:"on_settings,omitempty"`
 	Target      string   `json:"target"`
 	// Slice is the length of the alternating slices in which both instances ran each
-	// scenario of a pass (load.RunAlternating).
-	Slice string `json:"slice,omitempty"`
+	// scenario of a pass (load.RunAlternating), and Duration each instance's measured time
+	// in a scenario of a pass.
+	Slice    string `json:"slice,omitempty"`
+	Duration string `json:"duration,omitempty"`
 	// Scenarios are in the order of the plan.
 	Scenarios []TelemetryScenario `json:"scenarios"`
 	// OnRequests counts every request sent to the "on" instance, warm-ups and probes included.
@@ -90,7 +93,8 @@ func (b *bench) setupTelemetry() {
 	b.off = mk(kindTelemetryOff, c.telemetryOffURL, "-off", c.telemetryOffPID)
 	b.on = mk(kindTelemetryOn, c.telemetryOnURL, "-on", c.telemetryOnPID)
 	t := &TelemetryReport{OffURL: c.telemetryOffURL, OnURL: c.telemetryOnURL, OffPID: c.telemetryOffPID, OnPID: c.telemetryOnPID,
-		Target: fmt.Sprintf("≤ %.0f %%", telemetryMaxOverhead*100), Slice: c.telemetrySlice.String()}
+		Target: fmt.Sprintf("≤ %.0f %%", telemetryMaxOverhead*100), Slice: c.telemetrySlice.String(),
+		Duration: c.telemetryDuration.String()}
 	for _, in := range []struct {
 		pid int
 		out *[]string
@@ -139,8 +143,8 @@ func (b *bench) runTelemetry(ctx context.Context, writes bool, pass int) error {
 }
 
 // runPair runs scenario name on both instances in alternating slices of -telemetry-slice
-// (load.RunAlternating), each for the measured run's duration after its warm-up, and records
-// a run of each. Back to back, a slow spell of the shared machine a few seconds long fell on
+// (load.RunAlternating), each for -telemetry-duration after the measured run's warm-up, and
+// records a run of each. Back to back, a slow spell of the shared machine a few seconds long fell on
 // one instance only: single passes of the same code swung by ±20 points.
 //
 // An instance's CPU is measured over the whole pair and given per second of its own slices,
@@ -154,7 +158,7 @@ func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass 
 		scs[i], recs[i], ops[i] = b.prepare(ctx, in, name, b.cfg.clients, "measure", pass)
 	}
 	var cpus [2]cpuMeter
-	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
+	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.telemetryDuration, MaxRequests: b.cfg.maxRequests,
 		OnMeasure: func() {
 			for i, in := range ins {
 				cpus[i].start(in.pid)
@@ -164,7 +168,7 @@ func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass 
 	for i, in := range ins {
 		service, tool := cpus[i].stop()
 		recs[i].ServiceCPU, recs[i].ToolCPU = 2*service, tool
-		b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.duration)
+		b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.telemetryDuration)
 	}
 }
 
@@ -339,7 +343,11 @@ func (t *TelemetryReport) describe() string {
 	line := fmt.Sprintf("off = %s; on = %s; Prometheus metrics on in both; overhead = 1 − on/off req/s of the median passes",
 		settings(t.OffSettings, t.OffPID), settings(t.OnSettings, t.OnPID))
 	if t.Slice != "" {
-		line += fmt.Sprintf("; each pass ran both in alternating slices of %s (off on on off …, on off off on … in even passes)", t.Slice)
+		during := ""
+		if t.Duration != "" {
+			during = fmt.Sprintf(", %s each,", t.Duration)
+		}
+		line += fmt.Sprintf("; each pass ran both%s in alternating slices of %s (off on on off …, on off off on … in even passes)", during, t.Slice)
 	}
 	if s := t.Sink; s != nil {
 		line += fmt.Sprintf("; the OTLP sink on %s received %d exports, %s (%.0f bytes per \"on\" request of %d)",
