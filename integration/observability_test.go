@@ -293,8 +293,8 @@ func checkDBSpans(t *testing.T, tr []sdktrace.ReadOnlySpan, want ...string) {
 			// server.port only when it is not 5432 (repo's TestQueryHookServerAttributes).
 			port, hasPort := a["server.port"]
 			if system == "postgresql" && (a["server.address"].AsString() == "" || (hasPort && port.AsInt64() <= 0) || a["db.user"].Type() != attribute.EMPTY) {
-				t.Errorf("span %q: server.address %q, server.port %v, db.user %v: want the server's address and no old-convention attributes",
-					s.Name(), a["server.address"].AsString(), port.Emit(), a["db.user"])
+				t.Errorf("span %q: server.address %q, server.port %d, db.user %v: want the server's address and no old-convention attributes",
+					s.Name(), a["server.address"].AsString(), port.AsInt64(), a["db.user"])
 			}
 			// Every literal is redacted: no quoted value is left in the text.
 			if strings.Contains(text, "'") {
