@@ -58,6 +58,7 @@ type config struct {
 	pid                               int
 	jsonPath, runID, label            string
 	command, markdown, compareWith    string
+	reportFrom                        string
 	pprofURL, profileDir              string
 	idSample                          int
 
@@ -106,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.label, "label", "", "free text recorded in the report (e.g. the service's commit)")
 	fs.StringVar(&c.command, "command", "", "the command that ran this, for the Markdown report (e.g. make bench)")
 	fs.StringVar(&c.compareWith, "compare-with", "", "a report written earlier by -json: each measured service scenario is set against it (before/after a change, telemetry on/off)")
+	fs.StringVar(&c.reportFrom, "report", "", "run nothing: read a report written earlier by -json, work its telemetry comparison out again with this tool, and print it (and write it with -json and -markdown)")
 	fs.StringVar(&c.markdown, "markdown", "", "write the results as a Markdown document to this file (e.g. docs/benchmarks.md)")
 	fs.StringVar(&c.pprofURL, "pprof-url", "", "admin base URL of the service (e.g. http://127.0.0.1:9090): CPU profile of each measured service scenario and goroutine dumps of the checks into -profile-dir")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "where -pprof-url's profiles go")
@@ -124,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if c.key == "" {
+	if c.key == "" && c.reportFrom == "" {
 		return c, errors.New("-key (or BENCH_API_KEY) is required")
 	}
 	if c.clients < 1 || c.duration <= 0 || c.passes < 1 {
@@ -219,7 +221,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := run(ctx, cfg, os.Stderr)
+	var rep *Report
+	if cfg.reportFrom != "" {
+		rep, err = reread(cfg.reportFrom)
+	} else {
+		rep, err = run(ctx, cfg, os.Stderr)
+	}
 	if rep != nil {
 		printReport(os.Stdout, rep)
 		if cfg.jsonPath != "" {
@@ -278,6 +285,17 @@ type instance struct {
 	// sent counts every request of the runs on this instance, warm-ups and probes included
 	// (for the OTLP bytes per request of the "on" instance).
 	sent atomic.Int64
+}
+
+// reread is the report of an earlier run (-report), its telemetry comparison worked out
+// again from its runs, so that a change of how the comparison is judged applies to it too.
+func reread(path string) (*Report, error) {
+	rep, err := readJSON(path)
+	if err != nil {
+		return nil, err
+	}
+	rep.telemetryResults()
+	return rep, nil
 }
 
 func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
