@@ -138,12 +138,16 @@ func queryText(e *bun.QueryEvent) string {
 // shape that misses the cache still costs no new string.
 func redactSQL(q string) string {
 	slot := &sqlShapes[len(q)%len(sqlShapes)]
-	if sh := slot.Load(); sh != nil && sh.match(q) {
+	sh := slot.Load()
+	if sh != nil && sh.match(q) {
 		return sh.text
 	}
 	var stack [maxShapeLiterals]literal
 	text, lits, whole := scanSQL(q, stack[:0])
-	if whole && len(lits) <= maxShapeLiterals {
+	// A statement whose literals vary in length (an insert of emails) meets its own text at
+	// other places in the slot: keeping that shape rather than making a new one on every
+	// such query hits as often and allocates nothing.
+	if whole && len(lits) <= maxShapeLiterals && (sh == nil || sh.text != text) {
 		slot.Store(&sqlShape{text: text, n: len(q), lits: slices.Clone(lits)})
 	}
 	return text

@@ -144,4 +144,13 @@ func TestRedactSQLPlainAndInterned(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { redactSQL(q) }); n != 0 {
 		t.Errorf("redacting a statement of a known shape allocated %v times, want 0", n)
 	}
+	// The same statement, as long, with its literals elsewhere: scanned, but its shape is not
+	// made again on every query.
+	moved := `SELECT "a" FROM "t" WHERE "b" = 'ann@example.co' AND "c" = 71`
+	if got := redactSQL(moved); got != want {
+		t.Fatalf("redactSQL(%q) = %q, want %q", moved, got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { redactSQL(q); redactSQL(moved) }); n != 0 {
+		t.Errorf("alternating two placings of one statement allocated %v times a pair, want 0", n)
+	}
 }
