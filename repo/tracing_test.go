@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,15 +85,8 @@ func TestQueryHookServerAttributes(t *testing.T) {
 	} {
 		got := newQueryHook(dsn, "postgresql").attrs
 		want = append([]attribute.KeyValue{attribute.String("db.system.name", "postgresql"), attribute.String("db.namespace", "news")}, want...)
-		if len(got) != len(want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("%s: attributes %v, want %v", dsn, got, want)
-			continue
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Errorf("%s: attributes %v, want %v", dsn, got, want)
-				break
-			}
 		}
 	}
 }

@@ -12,8 +12,8 @@
 # off and stay on in both. In every pass the tool runs the telemetry scenarios (get,
 # list_first, create_active, update; -telemetry-scenarios changes them, -only does not) on
 # both in alternating half-second slices (off on on off …, -telemetry-slice), 20 s each
-# (-telemetry-duration), and prints the overhead in a second table. The main instance is started as before, and its table means
-# what it meant.
+# (-telemetry-duration), and prints the overhead in a second table. The main instance is
+# started as before, and its table means what it meant.
 #
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...

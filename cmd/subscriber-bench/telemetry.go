@@ -147,8 +147,8 @@ func (b *bench) runTelemetry(ctx context.Context, writes bool, pass int) error {
 
 // runPair runs scenario name on both instances in alternating slices of -telemetry-slice
 // (load.RunAlternating), each for -telemetry-duration after the measured run's warm-up, and
-// records a run of each. Back to back, a slow spell of the shared machine a few seconds long fell on
-// one instance only: single passes of the same code swung by ±20 points.
+// records a run of each. Back to back, a slow spell of the shared machine a few seconds long
+// fell on one instance only: single passes of the same code swung by ±20 points.
 //
 // An instance's CPU is measured over the whole pair and given per second of its own slices,
 // as if it were idle in the other's (its background work, such as the span export, is
