@@ -134,7 +134,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		// writes the line itself (telemetry's, on a LogBuffer; found once, in New) is given the
 		// values instead.
 		if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
-			reqID := w.Header().Get("X-Request-Id")
+			var reqID string // set by envelope; read without canonicalising the name
+			if v := w.Header()["X-Request-Id"]; len(v) > 0 {
+				reqID = v[0]
+			}
 			if s.access != nil && s.access.LogAccess(ctx, end, r.Method, info.route, sw.status, d, sw.bytes, reqID) {
 				return
 			}

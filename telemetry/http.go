@@ -62,7 +62,13 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 				opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc.WithTraceState(trace.TraceState{})}))
 			}
 		}
-		ctx, span := tracer.Start(r.Context(), spanMethod(r.Method), opts...)
+		ctx := r.Context()
+		if trace.SpanContextFromContext(ctx).IsValid() {
+			// Something outside put a span in the request's context: start a new trace all
+			// the same. Only then, as the option costs the SDK a context and a span wrapper.
+			opts = append(opts[:len(opts):len(opts)], trace.WithNewRoot())
+		}
+		ctx, span := tracer.Start(ctx, spanMethod(r.Method), opts...)
 		if !span.IsRecording() { // not sampled: nothing to describe
 			defer span.End()
 			next.ServeHTTP(w, r.WithContext(ctx))
@@ -95,8 +101,8 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 			// allocate its map instead of using the inline group of eight.
 			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method), semconv.URLScheme(scheme(r)),
 				semconv.URLPath(redactPath(r.URL.Path, route)), semconv.HTTPResponseStatusCode(status))
-			if ua := r.UserAgent(); ua != "" {
-				attrs = append(attrs, semconv.UserAgentOriginal(ua))
+			if ua := r.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" { // r.UserAgent() without canonicalising the name
+				attrs = append(attrs, semconv.UserAgentOriginal(ua[0]))
 			}
 			if route != "" {
 				attrs = append(attrs, semconv.HTTPRoute(route))
@@ -118,8 +124,10 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 var traceContext = propagation.TraceContext{}
 
 // serverStart are the start options of every server span, made once rather than per request
-// (the SDK only reads them).
-var serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot()}
+// (the SDK only reads them). The span is a new root without trace.WithNewRoot: the request's
+// context carries no span unless something outside this handler put one there, and then the
+// option is added.
+var serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
 // attrPool holds the attribute slices of ending server spans.
 var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 12); return &s }}

@@ -213,6 +213,22 @@ func TestPublicEndpoint(t *testing.T) {
 	if spans := serveTraced(t, sdktrace.ParentBased(sdktrace.NeverSample()), testMux(t), newReq()); len(spans) != 0 {
 		t.Errorf("a caller's sampled flag forced sampling: %d spans recorded", len(spans))
 	}
+
+	// Nor is a span that something outside the handler put in the request's context (a
+	// propagating middleware, a server's base context).
+	req := httptest.NewRequest("POST", "/api/v1/subscribers", nil)
+	req = req.WithContext(trace.ContextWithRemoteSpanContext(req.Context(), remote))
+	spans = serveTraced(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), testMux(t), req)
+	if len(spans) != 1 {
+		t.Fatalf("with a span in the request's context: got %d spans", len(spans))
+	}
+	if s := spans[0]; s.SpanContext().TraceID() == remote.TraceID() || s.Parent().IsValid() {
+		t.Errorf("span continued the trace in the request's context (parent %v)", s.Parent())
+	}
+	if spans := serveTraced(t, sdktrace.ParentBased(sdktrace.NeverSample()), testMux(t),
+		req.WithContext(trace.ContextWithRemoteSpanContext(context.Background(), remote))); len(spans) != 0 {
+		t.Errorf("the sampled flag of a span in the request's context forced sampling: %d spans recorded", len(spans))
+	}
 }
 
 // A sampled-out request still reaches the application with its real peer address and headers.
