@@ -2,7 +2,7 @@ package telemetry
 
 import "sync"
 
-// bufPool reuses the byte buffers a log line or a span is formatted into on the request path.
+// bufPool reuses the byte buffers log lines are formatted into on the request path.
 // get hands out a pointer that put takes back with what was appended, so that reuse
 // allocates nothing.
 type bufPool struct {
@@ -30,7 +30,5 @@ func (p *bufPool) put(buf *[]byte, used []byte) {
 	}
 }
 
-var (
-	lineBufs = bufPool{size: 512, maxKept: 16 << 10}  // log lines (jsonline.go)
-	spanBufs = bufPool{size: 1024, maxKept: 64 << 10} // spans encoded as they end (encoded.go)
-)
+// lineBufs holds the buffers log lines are formatted into (jsonline.go).
+var lineBufs = bufPool{size: 512, maxKept: 16 << 10}

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // encodedExporter is an exporter that takes spans already encoded by appendSpan
@@ -61,29 +62,30 @@ func (q *encodedSpans) appendSpan(b []byte, i int) []byte {
 	return append(b, q.data[s.start:s.end]...)
 }
 
-// push appends one encoded span of key k.
-func (q *encodedSpans) push(k int32, span []byte) {
+// push appends span sd, whose SpanContext is sc, of key k, encoded by appendSpan.
+func (q *encodedSpans) push(k int32, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) {
 	start := len(q.data)
-	q.data = append(q.data, span...)
+	q.data = appendSpan(q.data, sd, sc)
 	q.spans = append(q.spans, encodedSpan{key: k, start: int32(start), end: int32(len(q.data))})
 }
 
 // moveFront moves the first n spans of q to dst (replacing what dst held) and keeps the rest.
+// The two swap buffers, and only the rest is copied: the few spans that ended between the
+// kick of a full batch and its export.
 func (q *encodedSpans) moveFront(dst *encodedSpans, n int) {
 	dst.keys = q.keys
-	dst.spans = append(dst.spans[:0], q.spans[:n]...)
 	cut := 0
 	if n > 0 {
 		cut = int(q.spans[n-1].end)
 	}
-	dst.data = append(dst.data[:0], q.data[:cut]...)
-	rest := copy(q.spans, q.spans[n:])
-	q.spans = q.spans[:rest]
-	for i := range q.spans {
-		q.spans[i].start -= int32(cut)
-		q.spans[i].end -= int32(cut)
+	restSpans := append(dst.spans[:0], q.spans[n:]...)
+	restData := append(dst.data[:0], q.data[cut:]...)
+	for i := range restSpans {
+		restSpans[i].start -= int32(cut)
+		restSpans[i].end -= int32(cut)
 	}
-	q.data = q.data[:copy(q.data, q.data[cut:])]
+	dst.spans, dst.data = q.spans[:n], q.data[:cut]
+	q.spans, q.data = restSpans, restData
 }
 
 // release drops buffers that a burst made unusually large.
