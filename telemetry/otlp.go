@@ -892,6 +892,14 @@ func appendKeyValue(b []byte, num protowire.Number, kv attribute.KeyValue) []byt
 	var value int // the length of the AnyValue's contents
 	switch kv.Value.Type() {
 	case attribute.STRING:
+		if k, v := string(kv.Key), kv.Value.AsString(); k != "" && 6+len(k)+len(v) < 0x80 {
+			// Most attributes: a key and a short text, so that every length is one byte.
+			// KeyValue{key = k (field 1), value (field 2) = AnyValue{string_value = v (1)}}.
+			b = append(b, byte(num&15)<<3|byte(protowire.BytesType), byte(6+len(k)+len(v)), 1<<3|2, byte(len(k)))
+			b = append(b, k...)
+			b = append(b, 2<<3|2, byte(2+len(v)), 1<<3|2, byte(len(v)))
+			return append(b, v...)
+		}
 		value = 1 + protowire.SizeBytes(len(kv.Value.AsString()))
 	case attribute.INT64:
 		value = 1 + protowire.SizeVarint(uint64(kv.Value.AsInt64()))
