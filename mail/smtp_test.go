@@ -247,6 +247,13 @@ func TestSMTPErrorsAreClassified(t *testing.T) {
 	if !errors.As(err, &perm) || perm.Code != 550 {
 		t.Fatalf("550 on RCPT: error %v, want a permanent 550", err)
 	}
+	// The library's error names the recipient; what the worker logs of it (errAttr) does not.
+	if !strings.Contains(err.Error(), "ann@example.com") {
+		t.Errorf("550 on RCPT: %q no longer names the recipient; is scrubbing still needed?", err)
+	}
+	if got := errAttr(err).Value.String(); strings.Contains(got, "@") || !strings.Contains(got, "550") {
+		t.Errorf("logged as %q: want the reply without the address", got)
+	}
 
 	ts.rejects["ann@example.com"] = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"}
 	err = s.Send(context.Background(), composeTest(t))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,7 +143,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		for {
 			n, err := w.RunOnce(ctx)
 			if err != nil && ctx.Err() == nil {
-				w.log.WarnContext(ctx, "claiming due emails failed", slog.Any("error", err))
+				w.log.WarnContext(ctx, "claiming due emails failed", errAttr(err))
 			}
 			if err != nil || n < w.cfg.BatchSize || ctx.Err() != nil {
 				break // a full batch means more may be due: go on at once
@@ -178,7 +179,7 @@ func (w *Worker) release(ctx context.Context, jobs []model.OutboxEmail) {
 	defer cancel()
 	if err := w.outbox.Release(rctx, ids); err != nil {
 		// Not lost: the lease ends and another worker takes them.
-		w.log.WarnContext(ctx, "releasing claimed emails failed", slog.Int("count", len(ids)), slog.Any("error", err))
+		w.log.WarnContext(ctx, "releasing claimed emails failed", slog.Int("count", len(ids)), errAttr(err))
 	}
 }
 
@@ -221,25 +222,25 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		// send a confirmation in its place. It stays for inspection.
 		err := errors.New("unknown email kind " + strconv.Quote(job.Kind))
 		if ferr := w.outbox.Fail(ctx, job.ID, err.Error()); ferr != nil {
-			log.WarnContext(ctx, "recording failure failed", slog.Any("error", ferr))
+			log.WarnContext(ctx, "recording failure failed", errAttr(ferr))
 		}
-		log.ErrorContext(ctx, "email failed for good", slog.Any("error", err))
+		log.ErrorContext(ctx, "email failed for good", errAttr(err))
 		return OutcomeFailed, err
 	}
 	token, hash := NewToken()
 	if err := w.outbox.IssueToken(ctx, job, hash, TokenTTL); err != nil {
 		if errors.Is(err, model.ErrEmailObsolete) {
 			if err := w.outbox.Cancel(ctx, job.ID, "subscriber no longer pending or email superseded"); err != nil {
-				log.WarnContext(ctx, "cancelling email failed", slog.Any("error", err))
+				log.WarnContext(ctx, "cancelling email failed", errAttr(err))
 			}
 			log.InfoContext(ctx, "email cancelled: no longer wanted")
 			return OutcomeCancelled, nil
 		}
 		// The database is the likely culprit; nothing was sent. If even the retry cannot be
 		// recorded, the lease ends and the email comes back by itself.
-		log.WarnContext(ctx, "issuing confirmation token failed", slog.Any("error", err))
+		log.WarnContext(ctx, "issuing confirmation token failed", errAttr(err))
 		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error()); rerr != nil {
-			log.WarnContext(ctx, "recording retry failed", slog.Any("error", rerr))
+			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
 		return OutcomeRetry, err
 	}
@@ -251,7 +252,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		if err := w.outbox.MarkSent(ctx, job.ID); err != nil {
 			// The server has the email; when the lease ends it may go out once more, with the
 			// same Message-ID. That beats losing it.
-			log.ErrorContext(ctx, "email sent but not recorded as sent", slog.Any("error", err))
+			log.ErrorContext(ctx, "email sent but not recorded as sent", errAttr(err))
 		}
 		log.InfoContext(ctx, "email sent", slog.String("message_id", msg.ID))
 		return OutcomeSent, nil
@@ -260,16 +261,16 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	reason := truncate(err.Error(), 1000)
 	if IsPermanent(err) || attempt >= w.cfg.MaxAttempts {
 		if ferr := w.outbox.Fail(ctx, job.ID, reason); ferr != nil {
-			log.WarnContext(ctx, "recording failure failed", slog.Any("error", ferr))
+			log.WarnContext(ctx, "recording failure failed", errAttr(ferr))
 		}
-		log.ErrorContext(ctx, "email failed for good", slog.Bool("permanent", IsPermanent(err)), slog.Any("error", err))
+		log.ErrorContext(ctx, "email failed for good", slog.Bool("permanent", IsPermanent(err)), errAttr(err))
 		return OutcomeFailed, err
 	}
 	delay := w.Backoff(attempt)
 	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason); rerr != nil {
-		log.WarnContext(ctx, "recording retry failed", slog.Any("error", rerr))
+		log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 	}
-	log.WarnContext(ctx, "email will be retried", slog.Duration("delay", delay), slog.Any("error", err))
+	log.WarnContext(ctx, "email will be retried", slog.Duration("delay", delay), errAttr(err))
 	return OutcomeRetry, err
 }
 
@@ -315,4 +316,57 @@ func errorType(err error) string {
 		return "timeout"
 	}
 	return "transient"
+}
+
+// errAttr is err for the worker's log lines, with every email address in its text replaced
+// (scrubAddresses): a delivery error quotes the recipient, both in the SMTP server's reply
+// ("550 5.1.1 <ann@example.com>: no such user") and in the mail library's own words
+// ("affected recipient(s): ann@example.com"), and subscribers' addresses stay out of logs as
+// they stay out of traces. The outbox keeps the whole text, beside the address it already has.
+// The library's "affected message ID: <id@host>" goes too; the line's outbox_id names it.
+func errAttr(err error) slog.Attr {
+	return slog.String("error", scrubAddresses(err.Error()))
+}
+
+// scrubbedAddress stands for an address scrubAddresses removed.
+const scrubbedAddress = "[address]"
+
+// scrubAddresses replaces each email address in s by scrubbedAddress: the run of bytes around
+// an "@" up to a space, a double quote, a bracket, a comma, a semicolon or a colon on either
+// side, none of which an unquoted address holds (an apostrophe or "=" may be in one, so text
+// joined to an address by them goes with it). A quoted local part with spaces, which the API
+// does not accept, would keep its quoted part.
+func scrubAddresses(s string) string {
+	if strings.IndexByte(s, '@') < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	last := 0 // s[:last] is written
+	for i := 0; i < len(s); i++ {
+		if s[i] != '@' {
+			continue
+		}
+		start, end := i, i+1
+		for start > last && !addressDelimiter(s[start-1]) {
+			start--
+		}
+		for end < len(s) && !addressDelimiter(s[end]) {
+			end++
+		}
+		b.WriteString(s[last:start])
+		b.WriteString(scrubbedAddress)
+		last, i = end, end-1
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// addressDelimiter reports whether c cannot be part of an unquoted email address.
+func addressDelimiter(c byte) bool {
+	switch c {
+	case ' ', '\t', '\r', '\n', '<', '>', '"', ',', ';', ':', '(', ')', '[', ']':
+		return true
+	}
+	return false
 }

@@ -425,3 +425,49 @@ func TestWorkerRunSurvivesClaimErrors(t *testing.T) {
 		t.Errorf("%d claim failures logged, want 3:\n%s", got, f.logs)
 	}
 }
+
+func TestScrubAddresses(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                          "",
+		"451 4.3.0 try again later": "451 4.3.0 try again later",
+		"550 5.1.1 <ann@example.com>: no such user": "550 5.1.1 <[address]>: no such user",
+		"failed to send: 550 5.1.1 user unknown, affected recipient(s): ann.o'neil+news@mail.example.co.uk, bob@example.org": "failed to send: 550 5.1.1 user unknown, affected recipient(s): [address], [address]",
+		"rcpt to:ann=x@example.com rejected":    "rcpt to:[address] rejected",
+		"quota (ann@example.com) exceeded;a@b":  "quota ([address]) exceeded;[address]",
+		"@ alone, and x@":                       "[address] alone, and [address]",
+		"bad\u00e9@ex\u00e4mple.com\nnext line": "[address]\nnext line",
+	} {
+		if got := scrubAddresses(in); got != want {
+			t.Errorf("scrubAddresses(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A delivery error quotes the recipient; the worker's log lines must not (the outbox row keeps
+// the whole text, beside the address it holds anyway).
+func TestWorkerLogsNoRecipientAddress(t *testing.T) {
+	const addr = "ann.o'neil@example.org"
+	for name, sendErr := range map[string]error{
+		"temporary": errors.New("451 4.2.2 <" + addr + ">: mailbox full, affected recipient(s): " + addr),
+		"permanent": &PermanentError{Code: 550, Err: errors.New("550 5.1.1 <" + addr + ">: no such user")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, WorkerConfig{})
+			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Email: addr})
+			f.transport.err = func(context.Context, *Message) error { return sendErr }
+			if _, err := f.worker.RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			logs := f.logs.String()
+			if !strings.Contains(logs, "error=") || !strings.Contains(logs, scrubbedAddress) {
+				t.Fatalf("no scrubbed error in the log:\n%s", logs)
+			}
+			if strings.Contains(logs, "@") || strings.Contains(logs, "o'neil") {
+				t.Errorf("the log holds the recipient's address:\n%s", logs)
+			}
+			if !strings.Contains(r.reason, addr) {
+				t.Errorf("the outbox's reason %q lost the server's reply", r.reason)
+			}
+		})
+	}
+}
