@@ -463,6 +463,17 @@ func TestLogsCarryTraceIDsAndNoSecrets(t *testing.T) {
 	}
 }
 
+// exemplarOn reports whether a line of the OpenMetrics scrape om that starts with series
+// carries an exemplar with trace id id.
+func exemplarOn(om, series, id string) bool {
+	for line := range strings.Lines(om) {
+		if strings.HasPrefix(line, series) && strings.Contains(line, `# {`) && strings.Contains(line, `trace_id="`+id+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
 func scrapeOpenMetrics(t *testing.T, m *telemetry.Metrics) string {
 	t.Helper()
 	req := httptest.NewRequest("GET", "/metrics", nil)
@@ -556,6 +567,13 @@ func TestTraceEmailSendLinksToRequest(t *testing.T) {
 	}
 	if got := counterSum(t, o.metrics, "email_sends_total", "outcome", "sent"); got != 1 {
 		t.Errorf("email_sends_total{outcome=sent} = %v, want 1", got)
+	}
+	// The send's duration carries its trace as the exemplar the email latency panel links.
+	if s, ok := sends[reqID]; ok {
+		om := scrapeOpenMetrics(t, o.metrics)
+		if id := s.SpanContext().TraceID().String(); !exemplarOn(om, `email_send_duration_seconds_bucket{outcome="sent"`, id) {
+			t.Errorf("no exemplar with the send's trace_id %s on email_send_duration_seconds{outcome=\"sent\"}", id)
+		}
 	}
 
 	// The link in the email: its token is in the path, never in the span.

@@ -103,6 +103,12 @@ func setDefault[T int | time.Duration](v *T, d T) {
 	}
 }
 
+// contextRecorder is a Recorder that also takes the send span's context, so that the
+// duration it records can carry the trace as its exemplar (telemetry.Metrics does).
+type contextRecorder interface {
+	EmailSendContext(ctx context.Context, outcome string, d time.Duration)
+}
+
 type nopRecorder struct{}
 
 func (nopRecorder) EmailSend(string, time.Duration) {}
@@ -213,7 +219,11 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
-	w.cfg.Recorder.EmailSend(outcome, time.Since(start))
+	if r, ok := w.cfg.Recorder.(contextRecorder); ok {
+		r.EmailSendContext(ctx, outcome, time.Since(start)) // ctx holds the send span
+	} else {
+		w.cfg.Recorder.EmailSend(outcome, time.Since(start))
+	}
 }
 
 func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger) (string, error) {

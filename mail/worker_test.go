@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -334,6 +335,39 @@ func TestWorkerSpanLinksTheQueuingRequest(t *testing.T) {
 	}
 	if len(spans[1].Links()) != 0 {
 		t.Errorf("an invalid traceparent gave %d links", len(spans[1].Links()))
+	}
+}
+
+// spanRecorder is a fakeRecorder that takes the send span's context too, as
+// telemetry.Metrics does for its exemplars.
+type spanRecorder struct {
+	fakeRecorder
+	spans []trace.SpanContext
+}
+
+func (r *spanRecorder) EmailSendContext(ctx context.Context, outcome string, d time.Duration) {
+	r.EmailSend(outcome, d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans = append(r.spans, trace.SpanContextFromContext(ctx))
+}
+
+// The send's duration goes to a recorder that takes a context with the send span in it, so that
+// the email latency panel's exemplars lead to the send's trace.
+func TestWorkerRecordsTheSendSpanForExemplars(t *testing.T) {
+	rec := &spanRecorder{}
+	f := newFixture(t, WorkerConfig{})
+	f.worker.cfg.Recorder = rec
+	f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly"})
+	if n, err := f.worker.RunOnce(context.Background()); err != nil || n != 1 {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	spans := f.spans.Ended()
+	if len(spans) != 1 || len(rec.spans) != 1 || rec.String() != OutcomeSent {
+		t.Fatalf("%d spans, %d recorded contexts, outcomes %q; want 1, 1, sent", len(spans), len(rec.spans), rec.String())
+	}
+	if got, want := rec.spans[0], spans[0].SpanContext(); !got.Equal(want) || !got.IsSampled() {
+		t.Errorf("recorded with span %v, want the sampled email.send span %v", got, want)
 	}
 }
 
