@@ -142,7 +142,8 @@ func redactSQL(q string) string {
 	if sh != nil && sh.match(q) {
 		return sh.text
 	}
-	var stack [maxShapeLiterals]literal
+	// One more than a shape keeps: a statement that fills it has too many to keep.
+	var stack [maxShapeLiterals + 1]literal
 	text, lits, whole := scanSQL(q, stack[:0])
 	// A statement whose literals vary in length (an insert of emails) meets its own text at
 	// other places in the slot: keeping that shape rather than making a new one on every
@@ -153,8 +154,9 @@ func redactSQL(q string) string {
 	return text
 }
 
-// scanSQL is redactSQL in full: the redacted text, where each literal it replaced was in q
-// (appended to lits), and whether the text is whole (not cut at maxQueryText).
+// scanSQL is redactSQL in full: the redacted text, where the literals it replaced were in q
+// (appended to lits up to its capacity, so that a bulk insert's hundreds of literals, which no
+// shape keeps, cost no allocation), and whether the text is whole (not cut at maxQueryText).
 func scanSQL(q string, lits []literal) (string, []literal, bool) {
 	var stack [512]byte
 	b := stack[:0]
@@ -182,7 +184,9 @@ func scanSQL(q string, lits []literal) (string, []literal, bool) {
 		default: // a string or a number
 			b = append(b, q[plain:i]...)
 			end := literalEnd(q, i)
-			lits = append(lits, literal{int32(i), int32(end)})
+			if len(lits) < cap(lits) {
+				lits = append(lits, literal{int32(i), int32(end)})
+			}
 			b = append(b, '?')
 			i, plain = end, end
 		}

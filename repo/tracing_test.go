@@ -147,4 +147,11 @@ func TestRedactSQLPlainAndInterned(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { redactSQL(q); redactSQL(moved) }); n != 0 {
 		t.Errorf("alternating two placings of one statement allocated %v times a pair, want 0", n)
 	}
+	// A bulk insert has more literals than a shape keeps: scanned every time, still without
+	// allocating once its text is interned.
+	bulk := `INSERT INTO "t" ("a", "b") VALUES ` + strings.Repeat(`('ann@example.com', 7), `, 40) + `('x', 1)`
+	redactSQL(bulk)
+	if n := testing.AllocsPerRun(100, func() { redactSQL(bulk) }); n != 0 {
+		t.Errorf("redacting a statement of 82 literals allocated %v times, want 0", n)
+	}
 }
