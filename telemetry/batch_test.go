@@ -319,3 +319,37 @@ func TestEncodedQueueSendsWhatExportSpansSends(t *testing.T) {
 		})
 	}
 }
+
+// moveFront hands the first n encoded spans to the export and keeps the rest, in order; with
+// nothing to hand over (how every export ends) it leaves the queue as it is, uncopied.
+func TestEncodedQueueMoveFront(t *testing.T) {
+	spans := ourShapedSpans(t, 5)
+	var q, dst encodedSpans
+	for _, s := range spans {
+		q.push(0, s, s.SpanContext())
+	}
+	holds := func(name string, got *encodedSpans, from int) {
+		t.Helper()
+		for i := range got.len() {
+			if want := appendSpan(nil, spans[from+i], spans[from+i].SpanContext()); !bytes.Equal(got.appendSpan(nil, i), want) {
+				t.Errorf("%s: span %d is not span %d", name, i, from+i)
+			}
+		}
+	}
+	first := &q.data[0]
+	q.moveFront(&dst, 0)
+	if dst.len() != 0 || q.len() != 5 || &q.data[0] != first {
+		t.Fatalf("moving 0: export %d spans, queue %d, queue copied %v; want 0, 5, false", dst.len(), q.len(), &q.data[0] != first)
+	}
+	q.moveFront(&dst, 2)
+	if dst.len() != 2 || q.len() != 3 {
+		t.Fatalf("moving 2: export %d spans, queue %d; want 2 and 3", dst.len(), q.len())
+	}
+	holds("export", &dst, 0)
+	holds("queue", &q, 2)
+	q.moveFront(&dst, 3)
+	if dst.len() != 3 || q.len() != 0 {
+		t.Fatalf("moving the rest: export %d spans, queue %d; want 3 and 0", dst.len(), q.len())
+	}
+	holds("export", &dst, 2)
+}

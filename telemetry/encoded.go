@@ -74,10 +74,11 @@ func (q *encodedSpans) push(k int32, sd sdktrace.ReadOnlySpan, sc trace.SpanCont
 // kick of a full batch and its export.
 func (q *encodedSpans) moveFront(dst *encodedSpans, n int) {
 	dst.keys = q.keys
-	cut := 0
-	if n > 0 {
-		cut = int(q.spans[n-1].end)
+	if n == 0 { // how every export ends: nothing to move, and nothing to copy
+		dst.spans, dst.data = dst.spans[:0], dst.data[:0]
+		return
 	}
+	cut := int(q.spans[n-1].end)
 	restSpans := append(dst.spans[:0], q.spans[n:]...)
 	restData := append(dst.data[:0], q.data[cut:]...)
 	for i := range restSpans {
