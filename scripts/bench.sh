@@ -17,6 +17,7 @@
 #
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
+#                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]...
 #                    [--markdown FILE] [--compare-with JSON] [-- tool flags]
 #
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
@@ -25,6 +26,10 @@
 #   --env NAME=VALUE  extra environment of the main service only (e.g. LOG_LEVEL=info)
 #   --no-telemetry    skip the telemetry comparison (no "off" and "on" instances; ~1 min less a pass)
 #   --telemetry-env NAME=VALUE  extra environment of both comparison instances (e.g. GOGC=200)
+#   --off-env NAME=VALUE, --on-env NAME=VALUE  extra environment of the "off" or the "on" instance
+#                     only, over its telemetry settings, to price one part of telemetry: e.g.
+#                     --on-env LOG_LEVEL=warn (no access log), --on-env OTEL_EXPORTER_OTLP_ENDPOINT=
+#                     (spans recorded, not exported); @SINK@ in VALUE is the OTLP receiver's URL
 #   --markdown FILE   also write the results as Markdown (e.g. docs/benchmarks.md)
 #   --compare-with J  set each measured scenario against an earlier run's bench.json
 #
@@ -46,6 +51,8 @@ compare=
 telemetry=1
 service_env=()
 telemetry_env=()
+off_env=()
+on_env=()
 extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -57,10 +64,12 @@ while [ $# -gt 0 ]; do
 	--env) service_env+=("$2"); shift 2 ;;
 	--no-telemetry) telemetry=0; shift ;;
 	--telemetry-env) telemetry_env+=("$2"); shift 2 ;;
+	--off-env) off_env+=("$2"); shift 2 ;;
+	--on-env) on_env+=("$2"); shift 2 ;;
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,38p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -96,6 +105,7 @@ if [ "$telemetry" = 1 ]; then
 	on_port=$(other_port); taken+="$on_port "
 	on_admin_port=$(other_port); taken+="$on_admin_port "
 	sink_port=$(other_port)
+	sink_url="http://127.0.0.1:$sink_port"
 fi
 
 service_pid=
@@ -164,12 +174,12 @@ if [ "$telemetry" = 1 ]; then
 	# (LISTEN_ADDR, ADMIN_ADDR and LOG_LEVEL here override the exported ones).
 	echo "== start telemetry off on 127.0.0.1:$off_port and telemetry on on 127.0.0.1:$on_port (OTLP to 127.0.0.1:$sink_port)" >&2
 	env LISTEN_ADDR="127.0.0.1:$off_port" ADMIN_ADDR="127.0.0.1:$off_admin_port" \
-		OTEL_SDK_DISABLED=true LOG_LEVEL=warn "${telemetry_env[@]}" \
+		OTEL_SDK_DISABLED=true LOG_LEVEL=warn "${telemetry_env[@]}" "${off_env[@]//@SINK@/$sink_url}" \
 		bin/subscriberd serve 2>"$out/service-telemetry-off.log" &
 	off_pid=$!
 	env LISTEN_ADDR="127.0.0.1:$on_port" ADMIN_ADDR="127.0.0.1:$on_admin_port" \
-		OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port" OTEL_TRACES_SAMPLER=always_on LOG_LEVEL=info \
-		"${telemetry_env[@]}" \
+		OTEL_EXPORTER_OTLP_ENDPOINT="$sink_url" OTEL_TRACES_SAMPLER=always_on LOG_LEVEL=info \
+		"${telemetry_env[@]}" "${on_env[@]//@SINK@/$sink_url}" \
 		bin/subscriberd serve 2>"$out/service-telemetry-on.log" &
 	on_pid=$!
 	wait_ready "$off_pid" "127.0.0.1:$off_admin_port" "$out/service-telemetry-off.log"
