@@ -115,13 +115,18 @@ func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 // about a microsecond a span, which two cores ending a few thousand spans a second seldom
 // contend for, rather than into a pooled buffer first and then copied.
 func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
-	sc := s.SpanContext() // once: each accessor of the SDK's snapshot copies all of it
-	if !sc.IsSampled() || p.stopped.Load() {
-		return
-	}
+	var buf spanData
+	sd := &buf
 	var resKey attribute.Distinct
 	if p.encExp != nil {
-		resKey = s.Resource().Equivalent()
+		// In place when it can be: each accessor of the SDK's snapshot copies all of it.
+		sd = readSpan(s, &buf)
+		resKey = sd.resource.Equivalent()
+	} else {
+		buf.spanContext = s.SpanContext()
+	}
+	if !sd.spanContext.IsSampled() || p.stopped.Load() {
+		return
 	}
 	p.mu.Lock()
 	if p.queuedLocked() >= p.cfg.MaxQueueSize {
@@ -130,7 +135,7 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		return
 	}
 	if p.encExp != nil {
-		p.encoded.push(p.keyLocked(resKey, s), s, sc)
+		p.encoded.push(p.keyLocked(resKey, sd), sd)
 	} else {
 		p.queue = append(p.queue, s)
 	}
@@ -141,16 +146,16 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 }
 
-// keyLocked is the index of s's resource (whose key is resKey) and scope in the encoded
+// keyLocked is the index of sd's resource (whose key is resKey) and scope in the encoded
 // queue's table, added if new; p.mu is held.
-func (p *BatchProcessor) keyLocked(resKey attribute.Distinct, s sdktrace.ReadOnlySpan) int32 {
-	scope := s.InstrumentationScope()
+func (p *BatchProcessor) keyLocked(resKey attribute.Distinct, sd *spanData) int32 {
+	scope := &sd.instrumentationScope
 	for i := range p.encoded.keys { // a handful: one resource, a scope per instrumented package
-		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == scope {
+		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == *scope {
 			return int32(i)
 		}
 	}
-	p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: s.Resource(), scope: scope})
+	p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: sd.resource, scope: *scope})
 	return int32(len(p.encoded.keys) - 1)
 }
 

@@ -326,12 +326,13 @@ func TestEncodedQueueMoveFront(t *testing.T) {
 	spans := ourShapedSpans(t, 5)
 	var q, dst encodedSpans
 	for _, s := range spans {
-		q.push(0, s, s.SpanContext())
+		var buf spanData
+		q.push(0, readSpan(s, &buf))
 	}
 	holds := func(name string, got *encodedSpans, from int) {
 		t.Helper()
 		for i := range got.len() {
-			if want := appendSpan(nil, spans[from+i], spans[from+i].SpanContext()); !bytes.Equal(got.appendSpan(nil, i), want) {
+			if want := appendSpan(nil, spans[from+i]); !bytes.Equal(got.appendSpan(nil, i), want) {
 				t.Errorf("%s: span %d is not span %d", name, i, from+i)
 			}
 		}

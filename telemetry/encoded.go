@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // encodedExporter is an exporter that takes spans already encoded by appendSpan
@@ -62,10 +61,10 @@ func (q *encodedSpans) appendSpan(b []byte, i int) []byte {
 	return append(b, q.data[s.start:s.end]...)
 }
 
-// push appends span sd, whose SpanContext is sc, of key k, encoded by appendSpan.
-func (q *encodedSpans) push(k int32, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) {
+// push appends the span sd of key k, encoded by appendSpanData.
+func (q *encodedSpans) push(k int32, sd *spanData) {
 	start := len(q.data)
-	q.data = appendSpan(q.data, sd, sc)
+	q.data = appendSpanData(q.data, sd)
 	q.spans = append(q.spans, encodedSpan{key: k, start: int32(start), end: int32(len(q.data))})
 }
 

@@ -648,7 +648,7 @@ func (s readOnlySpans) key(i int) (*resource.Resource, instrumentation.Scope, bo
 }
 
 func (s readOnlySpans) appendSpan(b []byte, i int) []byte {
-	return appendSpan(b, s[i], s[i].SpanContext())
+	return appendSpan(b, s[i])
 }
 
 // encode returns the ExportTraceServiceRequest for the spans of src, or nil when there is no
@@ -776,26 +776,33 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
-// appendSpan appends ScopeSpans.spans (field 2) for sd, whose SpanContext is sc.
-func appendSpan(b []byte, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) []byte {
+// appendSpan appends ScopeSpans.spans (field 2) for s.
+func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
+	var buf spanData
+	return appendSpanData(b, readSpan(s, &buf))
+}
+
+// appendSpanData is appendSpan of the span's data.
+func appendSpanData(b []byte, sd *spanData) []byte {
+	sc := sd.spanContext
 	b, m := openMsg(b, 2, reserveSpan)
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = appendBytes(b, 1, tid[:])
 	b = appendBytes(b, 2, sid[:])
 	b = appendTraceState(b, 3, sc.TraceState())
-	parent := sd.Parent()
+	parent := sd.parent
 	if psid := parent.SpanID(); psid.IsValid() {
 		b = appendBytes(b, 4, psid[:])
 	}
-	b = appendString(b, 5, sd.Name())
-	b = appendVarint(b, 6, uint64(otlpSpanKind(sd.SpanKind())))
-	b = appendFixed64(b, 7, unixNano(sd.StartTime()))
-	b = appendFixed64(b, 8, unixNano(sd.EndTime()))
-	for _, kv := range sd.Attributes() {
+	b = appendString(b, 5, sd.name)
+	b = appendVarint(b, 6, uint64(otlpSpanKind(sd.spanKind)))
+	b = appendFixed64(b, 7, unixNano(sd.startTime))
+	b = appendFixed64(b, 8, unixNano(sd.endTime))
+	for _, kv := range sd.attributes {
 		b = appendKeyValue(b, 9, kv)
 	}
-	b = appendVarint(b, 10, uint64(clampUint32(sd.DroppedAttributes())))
-	for i, events := 0, sd.Events(); i < len(events); i++ {
+	b = appendVarint(b, 10, uint64(clampUint32(sd.droppedAttributeCount)))
+	for i, events := 0, sd.events; i < len(events); i++ {
 		ev := &events[i]
 		var em int
 		b, em = openMsg(b, 11, reserveSmall)
@@ -807,8 +814,8 @@ func appendSpan(b []byte, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) []byte
 		b = appendVarint(b, 4, uint64(clampUint32(ev.DroppedAttributeCount)))
 		b = closeMsg(b, em, reserveSmall)
 	}
-	b = appendVarint(b, 12, uint64(clampUint32(sd.DroppedEvents())))
-	for i, links := 0, sd.Links(); i < len(links); i++ {
+	b = appendVarint(b, 12, uint64(clampUint32(sd.droppedEventCount)))
+	for i, links := 0, sd.links; i < len(links); i++ {
 		l := &links[i]
 		var lm int
 		b, lm = openMsg(b, 13, reserveSmall)
@@ -823,8 +830,8 @@ func appendSpan(b []byte, sd sdktrace.ReadOnlySpan, sc trace.SpanContext) []byte
 		b = appendFixed32(b, 6, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
 		b = closeMsg(b, lm, reserveSmall)
 	}
-	b = appendVarint(b, 14, uint64(clampUint32(sd.DroppedLinks())))
-	st := sd.Status()
+	b = appendVarint(b, 14, uint64(clampUint32(sd.droppedLinkCount)))
+	st := sd.status
 	var sm int
 	b, sm = openMsg(b, 15, reserveSmall) // always present, as in the official transform
 	b = appendString(b, 2, st.Description)
