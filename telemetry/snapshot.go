@@ -17,7 +17,7 @@ import (
 // (go.opentelemetry.io/otel/sdk/trace.snapshot), with the same names, types and order.
 //
 // Each accessor of the snapshot has a value receiver, so every call through the
-// ReadOnlySpan interface copies the whole snapshot (416 bytes): the fifteen calls that
+// ReadOnlySpan interface copies the whole snapshot (408 bytes): the fifteen calls that
 // encoding a span takes copied 6 KB a span, more than the span allocates. When the SDK's
 // snapshot has exactly this layout — checked field by field, with reflect, once
 // (snapshotLayout) — readSpan reads it in place; otherwise it fills a spanData through the
