@@ -116,16 +116,18 @@ func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 // contend for, rather than into a pooled buffer first and then copied.
 func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	var buf spanData
-	sd := &buf
+	var sd *spanData // s's data, when it is encoded here
 	var resKey attribute.Distinct
+	var sampled bool
 	if p.encExp != nil {
 		// In place when it can be: each accessor of the SDK's snapshot copies all of it.
 		sd = readSpan(s, &buf)
 		resKey = sd.resource.Equivalent()
+		sampled = sd.spanContext.IsSampled()
 	} else {
-		buf.spanContext = s.SpanContext()
+		sampled = s.SpanContext().IsSampled()
 	}
-	if !sd.spanContext.IsSampled() || p.stopped.Load() {
+	if !sampled || p.stopped.Load() {
 		return
 	}
 	p.mu.Lock()
@@ -134,7 +136,7 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.mu.Unlock()
 		return
 	}
-	if p.encExp != nil {
+	if sd != nil {
 		p.encoded.push(p.keyLocked(resKey, sd), sd)
 	} else {
 		p.queue = append(p.queue, s)
@@ -149,13 +151,12 @@ func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 // keyLocked is the index of sd's resource (whose key is resKey) and scope in the encoded
 // queue's table, added if new; p.mu is held.
 func (p *BatchProcessor) keyLocked(resKey attribute.Distinct, sd *spanData) int32 {
-	scope := &sd.instrumentationScope
 	for i := range p.encoded.keys { // a handful: one resource, a scope per instrumented package
-		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == *scope {
+		if e := &p.encoded.keys[i]; e.resKey == resKey && e.scope == sd.instrumentationScope {
 			return int32(i)
 		}
 	}
-	p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: sd.resource, scope: *scope})
+	p.encoded.keys = append(p.encoded.keys, spanKey{resKey: resKey, res: sd.resource, scope: sd.instrumentationScope})
 	return int32(len(p.encoded.keys) - 1)
 }
 

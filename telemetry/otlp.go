@@ -644,7 +644,9 @@ func (s readOnlySpans) key(i int) (*resource.Resource, instrumentation.Scope, bo
 	if s[i] == nil {
 		return nil, instrumentation.Scope{}, false
 	}
-	return s[i].Resource(), s[i].InstrumentationScope(), true
+	var buf spanData
+	sd := readSpan(s[i], &buf) // in place, as appendSpan reads it
+	return sd.resource, sd.instrumentationScope, true
 }
 
 func (s readOnlySpans) appendSpan(b []byte, i int) []byte {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -74,15 +75,16 @@ var snapshotType = sync.OnceValue(func() reflect.Type { return snapshotLayout(en
 
 // endedSpanType is the dynamic type of the ReadOnlySpan the SDK hands span processors.
 func endedSpanType() reflect.Type {
-	var c captureProcessor
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&c), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	rec := tracetest.NewSpanRecorder() // the SDK's own: it keeps the spans as they end
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	_, span := tp.Tracer("github.com/subscriberd/subscriberd/telemetry").Start(context.Background(), "layout")
 	span.End()
 	_ = tp.Shutdown(context.Background())
-	if c.span == nil {
+	ended := rec.Ended()
+	if len(ended) == 0 {
 		return nil
 	}
-	return reflect.TypeOf(c.span)
+	return reflect.TypeOf(ended[0])
 }
 
 // snapshotLayout is t when it is a pointer to a struct with spanData's fields: the same
@@ -104,11 +106,3 @@ func snapshotLayout(t reflect.Type) reflect.Type {
 	}
 	return t
 }
-
-// captureProcessor keeps the last span that ended.
-type captureProcessor struct{ span sdktrace.ReadOnlySpan }
-
-func (c *captureProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (c *captureProcessor) OnEnd(s sdktrace.ReadOnlySpan)                   { c.span = s }
-func (c *captureProcessor) Shutdown(context.Context) error                  { return nil }
-func (c *captureProcessor) ForceFlush(context.Context) error                { return nil }
