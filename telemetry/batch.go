@@ -115,13 +115,12 @@ func (p *BatchProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 // about a microsecond a span, which two cores ending a few thousand spans a second seldom
 // contend for, rather than into a pooled buffer first and then copied.
 func (p *BatchProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
-	var buf spanData
 	var sd *spanData // s's data, when it is encoded here
 	var resKey attribute.Distinct
 	var sampled bool
 	if p.encExp != nil {
 		// In place when it can be: each accessor of the SDK's snapshot copies all of it.
-		sd = readSpan(s, &buf)
+		sd = readSpan(s)
 		resKey = sd.resource.Equivalent()
 		sampled = sd.spanContext.IsSampled()
 	} else {

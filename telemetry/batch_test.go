@@ -326,8 +326,7 @@ func TestEncodedQueueMoveFront(t *testing.T) {
 	spans := ourShapedSpans(t, 5)
 	var q, dst encodedSpans
 	for _, s := range spans {
-		var buf spanData
-		q.push(0, readSpan(s, &buf))
+		q.push(0, readSpan(s))
 	}
 	holds := func(name string, got *encodedSpans, from int) {
 		t.Helper()

@@ -644,8 +644,7 @@ func (s readOnlySpans) key(i int) (*resource.Resource, instrumentation.Scope, bo
 	if s[i] == nil {
 		return nil, instrumentation.Scope{}, false
 	}
-	var buf spanData
-	sd := readSpan(s[i], &buf) // in place, as appendSpan reads it
+	sd := readSpan(s[i]) // in place, as appendSpan reads it
 	return sd.resource, sd.instrumentationScope, true
 }
 
@@ -780,8 +779,7 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 
 // appendSpan appends ScopeSpans.spans (field 2) for s.
 func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
-	var buf spanData
-	return appendSpanData(b, readSpan(s, &buf))
+	return appendSpanData(b, readSpan(s))
 }
 
 // appendSpanData is appendSpan of the span's data.
