@@ -58,6 +58,14 @@ type Config struct {
 	Limiter Limiter
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES).
 	TrustedProxies []netip.Prefix
+	// Events reads subscribers' histories (docs/api-contract.md §10.2).
+	Events EventStore
+	// Webhooks stores webhook endpoints (§10.3); WebhookGuard, when set, refuses URLs on
+	// addresses that are not public.
+	Webhooks     WebhookStore
+	WebhookGuard URLChecker
+	// Cursors encodes the history's cursors (§9.2).
+	Cursors CursorCodec
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
@@ -73,6 +81,7 @@ type Server struct {
 	metrics Metrics
 	keys    *keyCache
 	limiter Limiter
+	cursors CursorCodec
 	mux     *http.ServeMux
 	api     huma.API
 	handler http.Handler
@@ -96,7 +105,10 @@ func New(cfg Config) *Server {
 		ttl = 5 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
-		limiter: cfg.Limiter}
+		limiter: cfg.Limiter, cursors: cfg.Cursors}
+	if s.cursors == nil {
+		s.cursors = interimCursors{}
+	}
 	s.access, _ = cfg.Logger.Handler().(accessLogger)
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -46,7 +47,14 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		mail.WritePage(w, mail.PageInvalid, "")
 		return
 	}
-	c, err := resolve(ctx, mail.HashToken(token))
+	// The source of a confirmation (docs/api-contract.md §10.1): the client's address as the
+	// limits judge it (§5) and its browser.
+	ip := limits.ClientIP(r, s.cfg.TrustedProxies)
+	ipText := ""
+	if ip.IsValid() {
+		ipText = ip.String()
+	}
+	c, err := resolve(model.WithSource(ctx, model.LinkSource(ipText, r.UserAgent())), mail.HashToken(token))
 	switch {
 	case err == nil && c.Confirmed:
 		// Already done (a repeated POST, or the link opened again): say so, no form.

@@ -34,6 +34,7 @@ const (
 	MsgInvalidKey      = "Invalid API key."
 	MsgAccessDisabled  = "API access is not enabled."
 	MsgNotFound        = "Subscriber not found."
+	MsgWebhookNotFound = "Webhook not found."
 	MsgRouteNotFound   = "The requested resource was not found."
 	MsgMethod          = "The method is not allowed for this resource."
 	MsgTooLarge        = "The request body must not be larger than 1 MiB."
@@ -177,6 +178,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return e
 	case errors.Is(err, model.ErrNotFound):
 		return newError(http.StatusNotFound, MsgNotFound)
+	case errors.Is(err, model.ErrWebhookNotFound):
+		return newError(http.StatusNotFound, MsgWebhookNotFound)
 	case errors.Is(err, model.ErrUnavailable):
 		log.WarnContext(ctx, "database unavailable", "error", err)
 		return unavailable()

@@ -107,16 +107,26 @@ var documented = map[string][]int{
 	"get-subscriber":          {200, 401, 403, 404, 429, 500, 503},
 	"update-subscriber":       {200, 400, 401, 403, 404, 413, 415, 422, 429, 500, 503},
 	"unsubscribe-subscriber":  {200, 401, 403, 404, 429, 500, 503},
+	"list-subscriber-events":  {200, 400, 401, 403, 404, 429, 500, 503},
+	"create-webhook":          {201, 400, 401, 403, 413, 415, 422, 429, 500, 503},
+	"list-webhooks":           {200, 401, 403, 429, 500, 503},
+	"get-webhook":             {200, 401, 403, 404, 429, 500, 503},
+	"delete-webhook":          {200, 401, 403, 404, 429, 500, 503},
 }
 
 // operations maps "METHOD path" in the document to its operation id.
 var operations = map[string]string{
-	"POST /api/v1/subscribers":        "create-subscriber",
-	"POST /api/v1/subscribers/bulk":   "bulk-create-subscribers",
-	"GET /api/v1/subscribers":         "list-subscribers",
-	"GET /api/v1/subscribers/{id}":    "get-subscriber",
-	"PUT /api/v1/subscribers/{id}":    "update-subscriber",
-	"DELETE /api/v1/subscribers/{id}": "unsubscribe-subscriber",
+	"POST /api/v1/subscribers":            "create-subscriber",
+	"POST /api/v1/subscribers/bulk":       "bulk-create-subscribers",
+	"GET /api/v1/subscribers":             "list-subscribers",
+	"GET /api/v1/subscribers/{id}":        "get-subscriber",
+	"PUT /api/v1/subscribers/{id}":        "update-subscriber",
+	"DELETE /api/v1/subscribers/{id}":     "unsubscribe-subscriber",
+	"GET /api/v1/subscribers/{id}/events": "list-subscriber-events",
+	"POST /api/v1/webhooks":               "create-webhook",
+	"GET /api/v1/webhooks":                "list-webhooks",
+	"GET /api/v1/webhooks/{id}":           "get-webhook",
+	"DELETE /api/v1/webhooks/{id}":        "delete-webhook",
 }
 
 func TestOpenAPIResponses(t *testing.T) {

@@ -232,6 +232,9 @@ func (s *Server) register() {
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
 
+	s.registerEvents(common)
+	s.registerWebhooks(common, withBody)
+
 	// Huma documents 422 for every operation with parameters; the ones without a body never
 	// send it (a bad parameter is 400 or 404), so the document says only what is sent.
 	for _, p := range s.api.OpenAPI().Paths {
@@ -287,7 +290,7 @@ func (s *Server) create(ctx context.Context, p model.Principal, in *createInput)
 	if verr != nil {
 		return nil, verr
 	}
-	sub, err := s.cfg.Store.Create(ctx, p.NewsletterID, ns)
+	sub, err := s.cfg.Store.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +306,7 @@ func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInpu
 	if verr != nil {
 		return nil, verr
 	}
-	subs, err := s.cfg.Store.CreateMany(ctx, p.NewsletterID, items)
+	subs, err := s.cfg.Store.CreateMany(withSource(ctx, p), p.NewsletterID, items)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +361,7 @@ func (s *Server) update(ctx context.Context, p model.Principal, in *updateInput)
 	if verr != nil {
 		return nil, verr
 	}
-	sub, err := s.cfg.Store.Update(ctx, p.NewsletterID, id, patch)
+	sub, err := s.cfg.Store.Update(withSource(ctx, p), p.NewsletterID, id, patch)
 	if err != nil {
 		return nil, err
 	}
@@ -370,11 +373,17 @@ func (s *Server) unsubscribe(ctx context.Context, p model.Principal, in *idInput
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.cfg.Store.Unsubscribe(ctx, p.NewsletterID, id)
+	sub, err := s.cfg.Store.Unsubscribe(withSource(ctx, p), p.NewsletterID, id)
 	if err != nil {
 		return nil, err
 	}
 	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
+}
+
+// withSource is ctx carrying the event source of a change made with p's key
+// (docs/api-contract.md §10.1): the key's display prefix, never the key.
+func withSource(ctx context.Context, p model.Principal) context.Context {
+	return model.WithSource(ctx, model.APISource(p.KeyPrefix))
 }
 
 // parseID accepts only the canonical 36-character UUID form; anything else is not found.

@@ -24,6 +24,7 @@ import (
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/webhook"
 )
 
 var discardLog = slog.New(slog.DiscardHandler)
@@ -43,7 +44,8 @@ const testFrom = "Test News <news@example.org>"
 func newMailEnv(t *testing.T, opts ...func(*envOptions)) *mailEnv {
 	t.Helper()
 	e := newEnv(t, opts...)
-	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts})
+	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
+		Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true}})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

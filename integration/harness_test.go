@@ -20,6 +20,7 @@ import (
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/internal/testredis"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/webhook"
 )
 
 var pg *testdb.Server
@@ -65,6 +66,7 @@ type envOptions struct {
 	statementTimeout time.Duration
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
+	guardPrivate     bool           // refuse private webhook URLs (WEBHOOK_ALLOW_PRIVATE unset)
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -89,6 +91,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		KeyCacheTTL:    o.keyCacheTTL,
 		Limiter:        o.limiter,
 		TrustedProxies: o.trusted,
+		Events:         repo.NewEvents(db),
+		Webhooks:       repo.NewWebhooks(db),
+		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 	})
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close)

@@ -74,6 +74,7 @@ type APIKey struct {
 // Principal is what a verified API key grants: the newsletter it acts for.
 type Principal struct {
 	KeyID        uuid.UUID
+	KeyPrefix    string // the key's display prefix, the source of the changes it makes
 	NewsletterID uuid.UUID
 	APIAccess    bool
 }

@@ -136,12 +136,13 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Principal, error) {
 	var row struct {
 		ID           uuid.UUID  `bun:"id"`
+		Prefix       string     `bun:"prefix"`
 		NewsletterID uuid.UUID  `bun:"newsletter_id"`
 		Hash         []byte     `bun:"hash"`
 		RevokedAt    *time.Time `bun:"revoked_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
-	err := a.db.NewRaw(`SELECT k.id, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+	err := a.db.NewRaw(`SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
 FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = ?`, hash).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
@@ -154,5 +155,5 @@ FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash 
 	if subtle.ConstantTimeCompare(row.Hash, hash) != 1 || row.RevokedAt != nil {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}
-	return model.Principal{KeyID: row.ID, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess}, nil
+	return model.Principal{KeyID: row.ID, KeyPrefix: row.Prefix, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess}, nil
 }

@@ -173,12 +173,42 @@ VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx
 
 // MarkSent records the email as handed to the SMTP server. It is recorded even when a change
 // cancelled the email while it was being sent: it did go out (its link is dead by then).
+//
+// In the same transaction it records the subscriber.confirmation_sent event
+// (docs/api-contract.md §10.1), once: a second MarkSent of the same email changes nothing.
 func (o *Outbox) MarkSent(ctx context.Context, id uuid.UUID) error {
 	now := o.now()
-	_, err := o.db.NewRaw(`UPDATE email_outbox
+	var delivering bool
+	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+		delivering = false
+		// Locks in the order every writer of a subscriber uses: subscriber, outbox.
+		var sub subscriberRow
+		err := tx.NewRaw("SELECT s.* FROM subscribers AS s JOIN email_outbox AS o ON o.subscriber_id = s.id WHERE o.id = ?"+
+			forUpdateOf(o.sqlite, "s"), id).Scan(ctx, &sub)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // the subscriber is gone, and its outbox rows with it
+		}
+		if err != nil {
+			return translate(err)
+		}
+		res, err := tx.NewRaw(`UPDATE email_outbox
 SET state = 'sent', attempts = attempts + 1, sent_at = ?0, updated_at = ?0, last_error = ''
 WHERE id = ?1 AND state IN ('pending', 'cancelled')`, now, id).Exec(ctx)
-	return translate(err)
+		if err != nil {
+			return translate(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // recorded already
+		}
+		delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
+			nil, model.EventSource{Kind: model.SourceEmail}, now)})
+		return err
+	})
+	if err != nil {
+		return translate(err)
+	}
+	deliveriesQueued(o.db, delivering)
+	return nil
 }
 
 // Retry counts a failed attempt and makes the email due again after delay.

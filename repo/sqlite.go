@@ -227,3 +227,32 @@ func forUpdate(sqlite bool) string {
 	}
 	return " FOR UPDATE"
 }
+
+// webhookWakers are wakers (as above) of the webhook workers, signalled after a commit that
+// queued webhook deliveries. PostgreSQL does it with a trigger (webhook_deliveries_notify).
+var webhookWakers sync.Map // *bun.DB → *waker
+
+func webhookWakerOf(db *bun.DB) *waker {
+	w, _ := webhookWakers.LoadOrStore(db, &waker{chans: map[chan struct{}]struct{}{}})
+	return w.(*waker)
+}
+
+// deliveriesQueued wakes the webhook workers of db (SQLite) after a commit that queued
+// deliveries.
+func deliveriesQueued(db *bun.DB, queued bool) {
+	if !queued || !isSQLite(db) {
+		return
+	}
+	if w, ok := webhookWakers.Load(db); ok {
+		w.(*waker).notify()
+	}
+}
+
+// forUpdateOf is forUpdate for the rows of one table of a join: " FOR UPDATE OF <table>" on
+// PostgreSQL, nothing on SQLite.
+func forUpdateOf(sqlite bool, table string) string {
+	if sqlite {
+		return ""
+	}
+	return " FOR UPDATE OF " + table
+}

@@ -92,6 +92,8 @@ func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time
 // transaction. An email already in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
 	row := s.newRow(nl, in, s.now())
+	src := model.SourceFrom(ctx)
+	var delivering bool
 	insert := func(ctx context.Context, db bun.IDB) error {
 		res, err := db.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
@@ -101,17 +103,24 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("%w", model.ErrEmailTaken)
 		}
+		// docs/api-contract.md §10.1: the event is part of the change.
+		delivering, err = recordEvents(ctx, db, []model.Event{
+			model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt)})
+		if err != nil {
+			return err
+		}
 		if in.Status == model.StatusPending {
 			return queueConfirmations(ctx, db, []subscriberRow{row})
 		}
 		return nil
 	}
-	if err := s.atomically(ctx, in.Status == model.StatusPending, insert); err != nil {
+	if err := s.atomically(ctx, true, insert); err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	if in.Status == model.StatusPending {
 		emailsQueued(s.db)
 	}
+	deliveriesQueued(s.db, delivering)
 	return row.toModel(), nil
 }
 
@@ -139,9 +148,9 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	// CONFLICT DO NOTHING RETURNING email_key", which names the colliding rows, cost it 15-20 %
 	// more per 100 rows (pgbench, 16 clients). So the plain insert goes first; only when it
 	// fails on a taken email (and rolls back) does the insert that names them run.
-	pending, err := s.insertMany(ctx, rows, false)
+	pending, delivering, err := s.insertMany(ctx, rows, false)
 	if errors.Is(err, model.ErrEmailTaken) {
-		pending, err = s.insertMany(ctx, rows, true)
+		pending, delivering, err = s.insertMany(ctx, rows, true)
 	}
 	if err != nil {
 		return nil, translate(err)
@@ -149,6 +158,7 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	if len(pending) > 0 {
 		emailsQueued(s.db)
 	}
+	deliveriesQueued(s.db, delivering)
 	out := make([]model.Subscriber, len(rows))
 	for i := range rows {
 		out[i] = rows[i].toModel()
@@ -156,11 +166,14 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	return out, nil
 }
 
-// insertMany inserts rows and queues the pending ones' confirmations in one transaction, and
-// returns the pending rows. A taken email fails it with model.ErrEmailTaken, or, when
+// insertMany inserts rows, records their events (in one statement) and queues the pending
+// ones' confirmations in one transaction, and returns the pending rows and whether webhook
+// deliveries were queued. A taken email fails it with model.ErrEmailTaken, or, when
 // nameConflicts is set, with a *model.EmailTakenError naming every row that collided.
-func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, nameConflicts bool) ([]subscriberRow, error) {
+func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, nameConflicts bool) ([]subscriberRow, bool, error) {
 	var pending []subscriberRow
+	var delivering bool
+	src := model.SourceFrom(ctx)
 	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		pending = nil
 		if !nameConflicts {
@@ -170,14 +183,20 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 		} else if err := insertNamingConflicts(ctx, tx, rows); err != nil {
 			return err
 		}
-		for _, r := range rows {
+		evs := make([]model.Event, len(rows))
+		for i, r := range rows {
 			if r.Status == string(model.StatusPending) {
 				pending = append(pending, r)
 			}
+			evs[i] = model.NewEvent(model.EventCreated, r.toModel(), nil, src, r.CreatedAt)
+		}
+		var err error
+		if delivering, err = recordEvents(ctx, tx, evs); err != nil {
+			return err
 		}
 		return queueConfirmations(ctx, tx, pending)
 	})
-	return pending, err
+	return pending, delivering, err
 }
 
 // insertNamingConflicts inserts rows, skipping those whose email is taken; if any was skipped
@@ -344,13 +363,11 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // Update applies a patch; what it does to confirmations is model.SubscriberPatch.ConfirmationEffect.
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
-	if p.Email == nil && p.Status == nil && p.Name != nil {
-		return s.rename(ctx, nl, id, *p.Name)
-	}
 	var row subscriberRow
-	var queued bool
+	var queued, delivering bool
+	src := model.SourceFrom(ctx)
 	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
-		queued = false
+		queued, delivering = false, false
 		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id)
 		if !s.sqlite { // SQLite's immediate transaction already holds the write lock
 			sel = sel.For("UPDATE")
@@ -362,7 +379,8 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		if err != nil {
 			return translate(err)
 		}
-		retire, queue := p.ConfirmationEffect(row.toModel())
+		before := row.toModel()
+		retire, queue := p.ConfirmationEffect(before)
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -372,10 +390,22 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		if p.Status != nil {
 			row.Status = string(*p.Status)
 		}
+		changed := model.Changes(before, row.toModel())
+		if len(changed) == 0 && !retire && !queue {
+			return nil // the values already there: nothing to write, no event (§10.1)
+		}
 		row.UpdatedAt = s.now()
 		if _, err := tx.NewUpdate().Model(&row).WherePK().
 			Column("email", "email_key", "first_name", "last_name", "status", "updated_at").Exec(ctx); err != nil {
 			return translate(err)
+		}
+		if len(changed) > 0 {
+			var err error
+			delivering, err = recordEvents(ctx, tx, []model.Event{
+				model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})
+			if err != nil {
+				return err
+			}
 		}
 		if retire {
 			if err := retireConfirmations(ctx, tx, row.ID, row.UpdatedAt); err != nil {
@@ -394,29 +424,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	if queued {
 		emailsQueued(s.db)
 	}
-	return row.toModel(), nil
-}
-
-// rename applies a patch of the name alone, the most common update. Such a patch leaves the
-// confirmation alone (model.SubscriberPatch.ConfirmationEffect), so it needs no read first:
-// on PostgreSQL it is one UPDATE ... RETURNING, atomic on its own, instead of BEGIN, SELECT
-// ... FOR UPDATE, UPDATE and COMMIT (four round trips, and four spans when traced).
-func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name string) (model.Subscriber, error) {
-	var row subscriberRow
-	first, last := model.SplitName(name)
-	update := func(ctx context.Context, db bun.IDB) error {
-		err := db.NewUpdate().Model(&row).
-			Set("first_name = ?", first).Set("last_name = ?", last).Set("updated_at = ?", s.now()).
-			Where("newsletter_id = ? AND id = ?", nl, id).
-			Returning("*").Scan(ctx)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrNotFound)
-		}
-		return translate(err)
-	}
-	if err := s.atomically(ctx, false, update); err != nil {
-		return model.Subscriber{}, translate(err)
-	}
+	deliveriesQueued(s.db, delivering)
 	return row.toModel(), nil
 }
 
@@ -424,23 +432,40 @@ func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name string)
 // retires its confirmation links. Unsubscribing again changes nothing and succeeds.
 func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
 	var row subscriberRow
+	var delivering bool
+	src := model.SourceFrom(ctx)
 	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+		delivering = false
 		now := s.now()
-		err := tx.NewUpdate().Model(&row).
-			Set("status = ?", model.StatusUnsubscribed).Set("updated_at = ?", now).
-			Where("newsletter_id = ? AND id = ?", nl, id).
-			Returning("*").Scan(ctx)
+		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id)
+		if !s.sqlite { // SQLite's immediate transaction already holds the write lock
+			sel = sel.For("UPDATE")
+		}
+		err := sel.Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}
 		if err != nil {
 			return translate(err)
 		}
+		if row.Status == string(model.StatusUnsubscribed) {
+			return nil // unsubscribed already: nothing changes, no event (§10.1)
+		}
+		before := row.Status
+		row.Status, row.UpdatedAt = string(model.StatusUnsubscribed), now
+		if _, err := tx.NewUpdate().Model(&row).WherePK().Column("status", "updated_at").Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
+			map[string]string{"status": before}, src, now)}); err != nil {
+			return err
+		}
 		return retireConfirmations(ctx, tx, row.ID, now)
 	})
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
+	deliveriesQueued(s.db, delivering)
 	return row.toModel(), nil
 }
 

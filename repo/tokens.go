@@ -72,13 +72,16 @@ func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirma
 	return model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Confirmed: replay}, nil
 }
 
-// Confirm makes the token's pending subscriber active, marks the token as the one that
+// Confirm makes the token's pending subscriber active, records the confirmed event with the
+// source ctx carries (model.WithSource: the link's client address and browser), marks the token as the one that
 // confirmed, retires the subscriber's other tokens and cancels its unsent confirmation emails,
 // in one transaction. Confirming again with the same token succeeds and changes nothing; any
 // other unusable token is model.ErrTokenInvalid.
 func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var out model.Confirmation
+	var delivering bool
 	err := runInTx(ctx, c.db, func(ctx context.Context, tx bun.Tx) error {
+		delivering = false
 		now := c.now()
 		var subscriberID uuid.UUID
 		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
@@ -108,9 +111,15 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 		case !confirm:
 			return fmt.Errorf("%w", model.ErrTokenInvalid)
 		}
-		if _, err := tx.NewRaw(`UPDATE subscribers SET status = 'active', updated_at = ? WHERE id = ?`,
-			now, subscriberID).Exec(ctx); err != nil {
+		var sub subscriberRow
+		if err := tx.NewRaw(`UPDATE subscribers SET status = 'active', updated_at = ? WHERE id = ? RETURNING *`,
+			now, subscriberID).Scan(ctx, &sub); err != nil {
 			return translate(err)
+		}
+		// The consent proof (docs/api-contract.md §10.1): when, and from which client.
+		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
+			map[string]string{"status": string(model.StatusPending)}, model.SourceFrom(ctx), now)}); err != nil {
+			return err
 		}
 		if _, err := tx.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = 'confirmed', updated_at = ?
 WHERE subscriber_id = ? AND state = 'pending'`, now, subscriberID).Exec(ctx); err != nil {
@@ -126,5 +135,6 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 	if err != nil {
 		return model.Confirmation{}, translate(err) // a failed commit is the driver's error
 	}
+	deliveriesQueued(c.db, delivering)
 	return out, nil
 }

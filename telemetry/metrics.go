@@ -32,6 +32,13 @@ const (
 	EmailCancelled = "cancelled" // the message was no longer needed (subscriber not pending)
 )
 
+// Label values of webhook_deliveries_total{outcome}.
+const (
+	WebhookDelivered = "delivered" // the receiver answered 2xx
+	WebhookRetry     = "retry"     // failed; due again after a back-off
+	WebhookFailed    = "failed"    // failed for good (the last attempt, or 410)
+)
+
 // Label values of rate_limit_decisions_total{scope} (the scope) and lockouts_total{scope}.
 const (
 	ScopeKey           = "key"            // the per-key rate-limit windows
@@ -64,6 +71,7 @@ const labelOther = "other"
 
 var (
 	emailOutcomes   = []string{EmailSent, EmailRetry, EmailFailed, EmailCancelled}
+	webhookOutcomes = []string{WebhookDelivered, WebhookRetry, WebhookFailed}
 	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout}
 	decisionResults = []string{DecisionAllowed, DecisionLimited, DecisionLocked}
 	authReasons     = []string{AuthMissing, AuthInvalid, AuthRevoked, AuthPlanDisabled}
@@ -101,6 +109,9 @@ type Metrics struct {
 	emailSends        *prometheus.CounterVec
 	emailSendDuration *prometheus.HistogramVec
 	outboxErrors      prometheus.Counter
+	webhookDeliveries *prometheus.CounterVec
+	webhookDuration   *prometheus.HistogramVec
+	webhookErrors     prometheus.Counter
 	decisions         *prometheus.CounterVec
 	authFailures      *prometheus.CounterVec
 	lockouts          *prometheus.CounterVec
@@ -146,6 +157,20 @@ func NewMetrics(version string) *Metrics {
 			Name: "email_outbox_collect_errors_total",
 			Help: "Scrapes at which the outbox depth and age could not be read from the database.",
 		}),
+		webhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhook_deliveries_total",
+			Help: "Webhook delivery attempts, by outcome (delivered, retry, failed).",
+		}, []string{"outcome"}),
+		webhookDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                        "webhook_delivery_duration_seconds",
+			Help:                        "Duration of one webhook delivery attempt (request and answer), by outcome.",
+			Buckets:                     emailBuckets,
+			NativeHistogramBucketFactor: 1.1,
+		}, []string{"outcome"}),
+		webhookErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhook_queue_collect_errors_total",
+			Help: "Scrapes at which the webhook queue depth and age could not be read from the database.",
+		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rate_limit_decisions_total",
 			Help: "Rate-limit and lockout decisions, by scope (key, bulk, client_lockout, key_lockout) and outcome (allowed, limited, locked).",
@@ -162,6 +187,9 @@ func NewMetrics(version string) *Metrics {
 	for _, o := range emailOutcomes {
 		m.emailSends.WithLabelValues(o)
 	}
+	for _, o := range webhookOutcomes {
+		m.webhookDeliveries.WithLabelValues(o)
+	}
 	for _, s := range decisionScopes {
 		for _, o := range decisionResults {
 			m.decisions.WithLabelValues(s, o)
@@ -174,7 +202,8 @@ func NewMetrics(version string) *Metrics {
 		m.lockouts.WithLabelValues(s)
 	}
 	reg.MustRegister(m.requestDuration, m.inFlight, m.subscribersCreated,
-		m.emailSends, m.emailSendDuration, m.outboxErrors, m.decisions, m.authFailures, m.lockouts,
+		m.emailSends, m.emailSendDuration, m.outboxErrors, m.decisions,
+		m.webhookDeliveries, m.webhookDuration, m.webhookErrors, m.authFailures, m.lockouts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
@@ -300,6 +329,33 @@ func (m *Metrics) RegisterOutboxGauges(stats OutboxStats) error {
 	}
 	if err := m.reg.Register(c); err != nil {
 		return fmt.Errorf("outbox gauges: %w", err)
+	}
+	return nil
+}
+
+// WebhookDelivery records one webhook delivery attempt with its outcome (WebhookDelivered,
+// WebhookRetry, WebhookFailed; anything else counts as "other") and duration; the attempt's
+// span in ctx becomes the duration's exemplar.
+func (m *Metrics) WebhookDelivery(ctx context.Context, outcome string, d time.Duration) {
+	outcome = bounded(outcome, webhookOutcomes)
+	m.webhookDeliveries.WithLabelValues(outcome).Inc()
+	observe(ctx, m.webhookDuration.WithLabelValues(outcome), d)
+}
+
+// RegisterWebhookGauges exports webhook_queue_depth and webhook_queue_oldest_due_age_seconds,
+// read through stats at each scrape, as RegisterOutboxGauges does for emails. It may be
+// called once.
+func (m *Metrics) RegisterWebhookGauges(stats OutboxStats) error {
+	c := &outboxCollector{
+		stats:  stats,
+		errors: m.webhookErrors,
+		depth: prometheus.NewDesc("webhook_queue_depth",
+			"Webhook deliveries waiting (due or scheduled for a retry).", nil, nil),
+		age: prometheus.NewDesc("webhook_queue_oldest_due_age_seconds",
+			"How long the oldest due webhook delivery has been waiting; 0 when none is due.", nil, nil),
+	}
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("webhook gauges: %w", err)
 	}
 	return nil
 }

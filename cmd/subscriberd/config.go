@@ -37,6 +37,8 @@ var settings = []setting{
 	{env: "AUTH_LOCKOUT", def: "10/10m:15m", usage: "auth failures/window:lock per client IP, or off"},
 	{env: "WRITE_LOCKOUT", def: "30/10m:10m", usage: "4xx writes/window:lock per key, or off"},
 	{env: "TRUSTED_PROXIES", usage: "CIDRs whose X-Forwarded-For is believed"},
+	{env: "WEBHOOK_TIMEOUT", def: "10s", usage: "bound on one webhook delivery attempt"},
+	{env: "WEBHOOK_ALLOW_PRIVATE", def: "false", usage: "allow webhook URLs on loopback and private networks (development, tests)"},
 	{env: "LOG_LEVEL", def: "info", usage: "debug, info, warn or error"},
 	{env: "LOG_FORMAT", def: "json", usage: "json or text"},
 }

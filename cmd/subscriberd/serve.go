@@ -50,6 +50,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	hooks, err := parseWebhooks(cfg)
+	if err != nil {
+		return err
+	}
 	// Log lines are batched (one write per request was a system call per request); the
 	// buffer is flushed last, after everything below has logged its shutdown.
 	logw := telemetry.NewLogBuffer(stderr)
@@ -97,15 +101,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Metrics:        metrics,
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
+		Events:         repo.NewEvents(db),
+		Webhooks:       repo.NewWebhooks(db),
+		WebhookGuard:   hooks.guard,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
 	// The worker outlives ctx: on SIGTERM it is stopped below, after its current email.
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	workerDone := startWorker(workerCtx, db, mailer, metrics, log)
+	webhooksDone := startWebhookWorker(workerCtx, db, hooks, metrics, log)
 	defer func() {
 		stopWorker()
 		<-workerDone
+		<-webhooksDone
 	}()
 
 	var draining atomic.Bool
@@ -157,6 +166,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	err = publicSrv.Shutdown(stopCtx)
 	adminSrv.Shutdown(stopCtx) //nolint:errcheck // admin has no long requests
 	<-workerDone
+	<-webhooksDone
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// EventStore reads subscribers' histories (docs/api-contract.md §10.2).
+type EventStore interface {
+	// History returns up to p.Limit events of the newsletter's subscriber after p.After,
+	// oldest first, and whether more follow; an unknown subscriber is model.ErrNotFound.
+	History(ctx context.Context, newsletterID, id uuid.UUID, p model.EventPage) ([]model.Event, bool, error)
+}
+
+// CursorCodec turns a position in a list into the opaque cursor of docs/api-contract.md §9.2
+// and back. scope names the list the cursor belongs to; a cursor of another scope, or one
+// that was tampered with, does not decode.
+type CursorCodec interface {
+	Encode(scope string, position []byte) string
+	Decode(scope, cursor string) ([]byte, error)
+}
+
+// rawEvent is one event as the history returns it and the webhooks deliver it: the JSON object
+// written when the change was made, sent as it was stored. Its schema is Event's.
+type rawEvent json.RawMessage
+
+// MarshalJSON implements json.Marshaler.
+func (e rawEvent) MarshalJSON() ([]byte, error) { return e, nil }
+
+// Schema implements huma.SchemaProvider.
+func (rawEvent) Schema(r huma.Registry) *huma.Schema {
+	return r.Schema(reflect.TypeFor[Event](), true, "Event")
+}
+
+// Event documents the event object of docs/api-contract.md §10.1 (the service sends the stored
+// object itself).
+type Event struct {
+	ID        string    `json:"id" format:"uuid" doc:"Identifier of the event (UUIDv7); the webhook-id of its deliveries."`
+	Type      string    `json:"type" enum:"subscriber.created,subscriber.updated,subscriber.confirmation_sent,subscriber.confirmed,subscriber.unsubscribed"`
+	Timestamp string    `json:"timestamp" format:"date-time" doc:"When the change was made." example:"2026-06-11T17:00:00+00:00"`
+	Data      EventData `json:"data"`
+}
+
+// EventData is the data of an event.
+type EventData struct {
+	Subscriber Subscriber        `json:"subscriber" doc:"The subscriber after the change."`
+	Previous   map[string]string `json:"previous" doc:"Each changed field (email, name, status) with its value before the change."`
+	Source     EventSource       `json:"source"`
+}
+
+// EventSource says who or what made a change.
+type EventSource struct {
+	Kind      string `json:"kind" enum:"api,email,confirmation_link"`
+	APIKey    string `json:"api_key,omitempty" doc:"kind api: the display prefix of the API key."`
+	IP        string `json:"ip,omitempty" doc:"kind confirmation_link: the client's address."`
+	UserAgent string `json:"user_agent,omitempty" doc:"kind confirmation_link: the browser's User-Agent, first 512 characters."`
+}
+
+// EventPagination describes a page of a history.
+type EventPagination struct {
+	Limit      int     `json:"limit" minimum:"1" maximum:"100"`
+	NextCursor *string `json:"next_cursor" doc:"Fetches the next page; null when no event follows."`
+}
+
+// EventsEnvelope is the success body of a history.
+type EventsEnvelope struct {
+	Success    bool            `json:"success" doc:"Always true."`
+	Data       []rawEvent      `json:"data"`
+	Pagination EventPagination `json:"pagination"`
+}
+
+type eventLimitParam string
+
+func (eventLimitParam) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(1.0), Maximum: ptr(float64(model.MaxEventLimit)),
+		Default: model.DefaultEventLimit}
+}
+
+type (
+	historyInput struct {
+		ID     string          `path:"id" format:"uuid" doc:"The subscriber's id."`
+		Limit  eventLimitParam `query:"limit" doc:"Events per page, 1 to 100."`
+		Cursor string          `query:"cursor" doc:"The next_cursor of the previous page."`
+	}
+	historyOutput struct {
+		Body EventsEnvelope
+	}
+)
+
+// registerEvents adds the history operation.
+func (s *Server) registerEvents(common []int) {
+	huma.Register(s.api, s.operation(http.MethodGet, BasePath+"/subscribers/{id}/events", "list-subscriber-events",
+		"List a subscriber's events",
+		"The subscriber's history, oldest first: created, updated, confirmation_sent, confirmed, unsubscribed, "+
+			"each with its source. Page with `next_cursor`.",
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.history))
+}
+
+// historyScope is the cursor scope of a subscriber's history: a cursor of another
+// subscriber's history, or of a list, does not decode in it.
+func historyScope(nl, id uuid.UUID) string { return "events:" + nl.String() + ":" + id.String() }
+
+func (s *Server) history(ctx context.Context, p model.Principal, in *historyInput) (*historyOutput, error) {
+	id, err := parseID(in.ID)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := model.ParseEventLimit(string(in.Limit))
+	if err != nil {
+		return nil, err
+	}
+	page := model.EventPage{Limit: limit}
+	scope := historyScope(p.NewsletterID, id)
+	if in.Cursor != "" {
+		pos, err := s.cursors.Decode(scope, in.Cursor)
+		if err == nil {
+			page.After, err = uuid.FromBytes(pos)
+		}
+		if err != nil {
+			return nil, &model.QueryError{Message: model.MsgCursorInvalid}
+		}
+	}
+	events, more, err := s.cfg.Events.History(ctx, p.NewsletterID, id, page)
+	if err != nil {
+		return nil, err
+	}
+	out := &historyOutput{Body: EventsEnvelope{Success: true, Data: make([]rawEvent, len(events)),
+		Pagination: EventPagination{Limit: limit}}}
+	for i, e := range events {
+		out.Body.Data[i] = rawEvent(e.Payload)
+	}
+	if more {
+		last := events[len(events)-1].ID
+		c := s.cursors.Encode(scope, last[:])
+		out.Body.Pagination.NextCursor = &c
+	}
+	return out, nil
+}
+
+// errCursor is a cursor that does not decode.
+var errCursor = fmt.Errorf("invalid cursor")

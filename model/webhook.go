@@ -1,0 +1,204 @@
+package model
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Webhook endpoint statuses.
+const (
+	WebhookEnabled  = "enabled"
+	WebhookDisabled = "disabled"
+)
+
+// Limits of webhook endpoints (docs/api-contract.md §10.3).
+const (
+	MaxWebhooks      = 20
+	MaxWebhookURLLen = 2048
+)
+
+// Messages of the webhook endpoint rules (docs/api-contract.md §10.3).
+const (
+	msgURL            = "The %s field must be a valid URL."
+	msgURLScheme      = "The %s field must be an http or https URL."
+	msgURLCredentials = "The %s field must not contain a user name or password."
+	msgArray          = "The %s field must be an array."
+	// MsgWebhookPublicURL refuses a URL on a loopback, private, link-local or unspecified address.
+	MsgWebhookPublicURL = "The url must be a public http or https address."
+	// MsgWebhookLimit refuses a newsletter's 21st endpoint.
+	MsgWebhookLimit = "A newsletter can have at most 20 webhook endpoints."
+)
+
+// Webhook is a newsletter's webhook endpoint. Secret is "whsec_" and the base64 of 32 random
+// bytes; it is shown once, when the endpoint is made.
+type Webhook struct {
+	ID           uuid.UUID
+	NewsletterID uuid.UUID
+	URL          string
+	Events       []EventType
+	Secret       string
+	Status       string
+	CreatedAt    time.Time
+}
+
+// NewWebhook is a validated request to create an endpoint.
+type NewWebhook struct {
+	URL    string
+	Events []EventType
+}
+
+// ParseWebhook validates a create body (decoded JSON): url required, an absolute http or https
+// URL of at most MaxWebhookURLLen characters without user or password; events optional
+// (absent = every type), each a known type, no repeats; nothing else.
+func ParseWebhook(obj map[string]any) (NewWebhook, *ValidationError) {
+	var verr *ValidationError
+	var out NewWebhook
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if k != "url" && k != "events" {
+			verr = verr.Add(k, fmt.Sprintf(msgProhibited, k))
+		}
+	}
+	switch raw, ok := obj["url"]; {
+	case !ok || raw == nil:
+		verr = verr.Add("url", fmt.Sprintf(msgRequired, "url"))
+	default:
+		s, isStr := raw.(string)
+		if !isStr {
+			verr = verr.Add("url", fmt.Sprintf(msgString, "url"))
+			break
+		}
+		s = strings.TrimSpace(s)
+		if msg := checkWebhookURL(s); msg != "" {
+			verr = verr.Add("url", msg)
+			break
+		}
+		out.URL = s
+	}
+	raw, ok := obj["events"]
+	if !ok || raw == nil {
+		out.Events = append([]EventType(nil), EventTypes...)
+		return out, verr
+	}
+	list, isList := raw.([]any)
+	if !isList {
+		return out, verr.Add("events", fmt.Sprintf(msgArray, "events"))
+	}
+	seen := map[EventType]bool{}
+	for i, item := range list {
+		attr := "events." + strconv.Itoa(i)
+		s, _ := item.(string)
+		t, known := ParseEventType(s)
+		switch {
+		case !known:
+			verr = verr.Add(attr, fmt.Sprintf(msgSelected, attr))
+		case seen[t]:
+			verr = verr.Add(attr, fmt.Sprintf(msgDistinct, attr))
+		default:
+			seen[t] = true
+			out.Events = append(out.Events, t)
+		}
+	}
+	if out.Events == nil {
+		out.Events = []EventType{}
+	}
+	return out, verr
+}
+
+// checkWebhookURL says what is wrong with s as a webhook URL, or "".
+func checkWebhookURL(s string) string {
+	if utf8.RuneCountInString(s) > MaxWebhookURLLen {
+		return fmt.Sprintf(msgMax, "url", MaxWebhookURLLen)
+	}
+	u, err := url.Parse(s)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" || u.Hostname() == "" {
+		return fmt.Sprintf(msgURL, "url")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Sprintf(msgURLScheme, "url")
+	}
+	if u.User != nil {
+		return fmt.Sprintf(msgURLCredentials, "url")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf(msgURL, "url")
+		}
+	}
+	return ""
+}
+
+// PublicAddr reports whether a is an address a webhook may be delivered to: not loopback,
+// private (RFC 1918, RFC 4193), link-local, unspecified or multicast. IPv4-mapped IPv6
+// addresses are judged as the IPv4 address they carry.
+func PublicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsValid() && !a.IsLoopback() && !a.IsPrivate() && !a.IsLinkLocalUnicast() &&
+		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() && !a.IsMulticast() &&
+		!a.IsUnspecified()
+}
+
+// WebhookBackoff is the delay after each failed delivery attempt (docs/api-contract.md §10.4),
+// before jitter: after the last, the delivery fails.
+var WebhookBackoff = []time.Duration{
+	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour,
+}
+
+// WebhookFailingLimit is how long an endpoint's deliveries may all fail before it is disabled.
+const WebhookFailingLimit = 5 * 24 * time.Hour
+
+// WebhookSecretPrefix starts every webhook signing secret (the Standard Webhooks convention).
+const WebhookSecretPrefix = "whsec_"
+
+// NewWebhookSecret makes a signing secret: WebhookSecretPrefix and the standard base64 of 32
+// random bytes.
+func NewWebhookSecret() string {
+	var b [32]byte
+	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
+	return WebhookSecretPrefix + base64.StdEncoding.EncodeToString(b[:])
+}
+
+// Delivery is one event due for delivery to one endpoint.
+type Delivery struct {
+	EventID     uuid.UUID
+	Type        EventType
+	Payload     []byte // the event object, sent as the body
+	Attempts    int    // attempts already made
+	Traceparent string // W3C trace context of the request that caused the event; may be ""
+}
+
+// DeliveryBatch is what one claim hands a worker for one endpoint: its due deliveries, oldest
+// due first. The endpoint is leased to the worker until it records the outcome.
+type DeliveryBatch struct {
+	EndpointID uuid.UUID
+	URL        string
+	Secret     string
+	Deliveries []Delivery
+}
+
+// Outcomes of a delivery attempt, as recorded and counted in webhook_deliveries_total.
+const (
+	DeliveryDelivered = "delivered" // a 2xx answer
+	DeliveryRetry     = "retry"     // failed; due again after a back-off
+	DeliveryFailed    = "failed"    // failed for good: the last attempt, or the endpoint was disabled
+	DeliveryReleased  = "released"  // not attempted (shutdown, lease ending, endpoint failing): due again, uncounted
+)
+
+// DeliveryResult is the outcome of one delivery of a batch.
+type DeliveryResult struct {
+	EventID uuid.UUID
+	Outcome string        // DeliveryDelivered, DeliveryRetry, DeliveryFailed or DeliveryReleased
+	Delay   time.Duration // DeliveryRetry, DeliveryReleased: due again after this
+	Status  int           // the receiver's HTTP status; 0 when there was no answer
+	Error   string        // what went wrong, for inspection; never the secret
+}

@@ -1,0 +1,128 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// eventRow is one row of the append-only event log.
+type eventRow struct {
+	bun.BaseModel `bun:"table:subscriber_events"`
+
+	ID           uuid.UUID `bun:"id,pk,type:uuid"`
+	NewsletterID uuid.UUID `bun:"newsletter_id,type:uuid"`
+	SubscriberID uuid.UUID `bun:"subscriber_id,type:uuid"`
+	Type         string    `bun:"type"`
+	Payload      string    `bun:"payload"`
+	Traceparent  string    `bun:"traceparent"`
+	CreatedAt    time.Time `bun:"created_at"`
+}
+
+// queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
+// created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
+// events column is a JSON array of type names).
+const queueDeliveriesSQL = `INSERT INTO webhook_deliveries
+    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
+SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
+FROM ev JOIN webhook_endpoints AS w
+    ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
+    AND ` + eventMatchPostgres
+
+const (
+	eventMatchPostgres = `strpos(w.events, '"' || ev.type || '"') > 0`
+	eventMatchSQLite   = `instr(w.events, '"' || ev.type || '"') > 0`
+)
+
+// recordEvents appends evs to the event log and queues their webhook deliveries, in the
+// caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
+// that deliveries link to the request that caused them. On PostgreSQL both are one statement.
+// It reports whether any delivery was queued (known only on SQLite, where the caller wakes the
+// workers after commit; PostgreSQL wakes them with a trigger).
+func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+	if len(evs) == 0 {
+		return false, nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	tp := carrier.Get("traceparent")
+	rows := make([]eventRow, len(evs))
+	for i, e := range evs {
+		rows[i] = eventRow{ID: e.ID, NewsletterID: e.NewsletterID, SubscriberID: e.SubscriberID,
+			Type: string(e.Type), Payload: string(e.Payload), Traceparent: tp, CreatedAt: e.Timestamp}
+	}
+	if !isSQLite(db) {
+		ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
+		_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
+		return false, translate(err)
+	}
+	if _, err := db.NewInsert().Model(&rows).Exec(ctx); err != nil {
+		return false, translate(err)
+	}
+	ids := make([]uuid.UUID, len(evs))
+	for i, e := range evs {
+		ids[i] = e.ID
+	}
+	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
+		`INSERT INTO webhook_deliveries
+    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
+SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
+FROM ev JOIN webhook_endpoints AS w
+    ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled' AND `+eventMatchSQLite, bun.List(ids)).Exec(ctx)
+	if err != nil {
+		return false, translate(err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// Events reads subscribers' histories.
+type Events struct {
+	store
+}
+
+// NewEvents returns the event log on db.
+func NewEvents(db *bun.DB) *Events {
+	return &Events{store: newStore(db)}
+}
+
+// History returns up to p.Limit events of the newsletter's subscriber id after the event
+// p.After, oldest first, and whether more follow. An unknown subscriber, or another
+// newsletter's, is model.ErrNotFound.
+func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPage) ([]model.Event, bool, error) {
+	var exists bool
+	if err := e.db.NewRaw("SELECT EXISTS (SELECT 1 FROM subscribers WHERE newsletter_id = ? AND id = ?)", nl, id).
+		Scan(ctx, &exists); err != nil {
+		return nil, false, translate(err)
+	}
+	if !exists {
+		return nil, false, fmt.Errorf("%w", model.ErrNotFound)
+	}
+	var rows []eventRow
+	q := e.db.NewSelect().Model(&rows).Column("id", "type", "payload", "created_at").
+		Where("subscriber_id = ?", id).OrderExpr("id").Limit(p.Limit + 1)
+	if p.After != uuid.Nil {
+		q = q.Where("id > ?", p.After)
+	}
+	if err := q.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, false, translate(err)
+	}
+	more := len(rows) > p.Limit
+	if more {
+		rows = rows[:p.Limit]
+	}
+	out := make([]model.Event, len(rows))
+	for i, r := range rows {
+		out[i] = model.Event{ID: r.ID, NewsletterID: nl, SubscriberID: id, Type: model.EventType(r.Type),
+			Timestamp: r.CreatedAt.UTC(), Payload: []byte(r.Payload)}
+	}
+	return out, more, nil
+}

@@ -1,0 +1,373 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// WebhookNotifyChannel is the PostgreSQL channel notified when webhook deliveries are queued
+// (see the webhook_deliveries_notify migration).
+const WebhookNotifyChannel = "webhook_deliveries"
+
+type webhookRow struct {
+	bun.BaseModel `bun:"table:webhook_endpoints"`
+
+	ID            uuid.UUID  `bun:"id,pk,type:uuid"`
+	NewsletterID  uuid.UUID  `bun:"newsletter_id,type:uuid"`
+	URL           string     `bun:"url"`
+	Events        string     `bun:"events"`
+	Secret        string     `bun:"secret"`
+	Status        string     `bun:"status"`
+	BusyUntil     time.Time  `bun:"busy_until"`
+	LastClaimedAt time.Time  `bun:"last_claimed_at"`
+	FailingSince  *time.Time `bun:"failing_since"`
+	CreatedAt     time.Time  `bun:"created_at"`
+	UpdatedAt     time.Time  `bun:"updated_at"`
+}
+
+func (r *webhookRow) toModel() model.Webhook {
+	var events []model.EventType
+	json.Unmarshal([]byte(r.Events), &events) //nolint:errcheck // written by Create, always a JSON array
+	if events == nil {
+		events = []model.EventType{}
+	}
+	return model.Webhook{ID: r.ID, NewsletterID: r.NewsletterID, URL: r.URL, Events: events, Secret: r.Secret,
+		Status: r.Status, CreatedAt: r.CreatedAt.UTC()}
+}
+
+// Webhooks stores newsletters' webhook endpoints (docs/api-contract.md §10.3).
+type Webhooks struct {
+	store
+}
+
+// NewWebhooks returns the endpoint store on db.
+func NewWebhooks(db *bun.DB) *Webhooks {
+	return &Webhooks{store: newStore(db)}
+}
+
+// Create stores a new enabled endpoint with a new secret. A newsletter that has
+// model.MaxWebhooks endpoints already gets a *model.ValidationError (key "body"); the count is
+// judged under the newsletter's row lock, so concurrent creates cannot pass it together.
+func (w *Webhooks) Create(ctx context.Context, nl uuid.UUID, in model.NewWebhook) (model.Webhook, error) {
+	events, err := json.Marshal(in.Events)
+	if err != nil {
+		return model.Webhook{}, err
+	}
+	now := w.now()
+	row := webhookRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: nl, URL: in.URL, Events: string(events),
+		Secret: model.NewWebhookSecret(), Status: model.WebhookEnabled, BusyUntil: now, LastClaimedAt: now,
+		CreatedAt: now, UpdatedAt: now}
+	err = runInTx(ctx, w.db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewRaw("SELECT 1 FROM newsletters WHERE id = ?"+forUpdate(w.sqlite), nl).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		var n int
+		if err := tx.NewRaw("SELECT count(*) FROM webhook_endpoints WHERE newsletter_id = ?", nl).Scan(ctx, &n); err != nil {
+			return translate(err)
+		}
+		if n >= model.MaxWebhooks {
+			return (*model.ValidationError)(nil).Add("body", model.MsgWebhookLimit)
+		}
+		_, err := tx.NewInsert().Model(&row).Exec(ctx)
+		return translate(err)
+	})
+	if err != nil {
+		return model.Webhook{}, err
+	}
+	return row.toModel(), nil
+}
+
+// List returns the newsletter's endpoints, oldest first.
+func (w *Webhooks) List(ctx context.Context, nl uuid.UUID) ([]model.Webhook, error) {
+	var rows []webhookRow
+	if err := w.db.NewSelect().Model(&rows).Where("newsletter_id = ?", nl).OrderExpr("created_at, id").
+		Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.Webhook, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toModel()
+	}
+	return out, nil
+}
+
+// Get returns one endpoint of the newsletter, or model.ErrWebhookNotFound.
+func (w *Webhooks) Get(ctx context.Context, nl, id uuid.UUID) (model.Webhook, error) {
+	var row webhookRow
+	err := w.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Webhook{}, fmt.Errorf("%w", model.ErrWebhookNotFound)
+	}
+	if err != nil {
+		return model.Webhook{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// Delete removes an endpoint of the newsletter and its undelivered events, and returns it as it
+// was; an unknown one is model.ErrWebhookNotFound.
+func (w *Webhooks) Delete(ctx context.Context, nl, id uuid.UUID) (model.Webhook, error) {
+	var row webhookRow
+	err := w.db.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Webhook{}, fmt.Errorf("%w", model.ErrWebhookNotFound)
+	}
+	if err != nil {
+		return model.Webhook{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// Deliveries is the webhook outbox as the webhook workers use it (docs/api-contract.md
+// §10.4). A claim leases endpoints, not rows: one worker at a time delivers to an endpoint,
+// so a slow receiver holds one worker, and endpoints are claimed in round-robin order (the
+// one claimed longest ago first), so one endpoint's backlog cannot starve the others.
+type Deliveries struct {
+	store
+}
+
+// NewDeliveries returns the webhook outbox on db.
+func NewDeliveries(db *bun.DB) *Deliveries {
+	return &Deliveries{store: newStore(db)}
+}
+
+type claimRow struct {
+	EndpointID  uuid.UUID `bun:"endpoint_id,type:uuid"`
+	URL         string    `bun:"url"`
+	Secret      string    `bun:"secret"`
+	EventID     uuid.UUID `bun:"event_id,type:uuid"`
+	Attempts    int       `bun:"attempts"`
+	Type        string    `bun:"type"`
+	Payload     string    `bun:"payload"`
+	Traceparent string    `bun:"traceparent"`
+}
+
+// dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a
+// due delivery.
+const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND EXISTS (
+    SELECT 1 FROM webhook_deliveries AS d
+    WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.next_attempt_at <= ?0)`
+
+// Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
+// ago first, and returns up to perEndpoint due deliveries of each, oldest due first. Endpoints
+// other transactions hold are skipped, not waited for (FOR UPDATE SKIP LOCKED; on SQLite the
+// immediate transaction excludes every other claim).
+func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error) {
+	now := d.now()
+	var rows []claimRow
+	var err error
+	if d.sqlite {
+		rows, err = d.claimSQLite(ctx, now, endpoints, perEndpoint, lease)
+	} else {
+		err = d.db.NewRaw(`
+WITH ep AS (
+    SELECT w.id FROM webhook_endpoints AS w
+    WHERE `+dueEndpoint+`
+    ORDER BY w.last_claimed_at
+    LIMIT ?1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0
+    FROM ep WHERE w.id = ep.id
+    RETURNING w.id, w.url, w.secret, w.last_claimed_at
+)
+SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+FROM claimed AS c
+CROSS JOIN LATERAL (
+    SELECT event_id, attempts, next_attempt_at FROM webhook_deliveries
+    WHERE endpoint_id = c.id AND state = 'pending' AND next_attempt_at <= ?0
+    ORDER BY next_attempt_at
+    LIMIT ?2
+) AS d
+JOIN subscriber_events AS e ON e.id = d.event_id
+ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).Scan(ctx, &rows)
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	var out []model.DeliveryBatch
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].EndpointID != r.EndpointID {
+			out = append(out, model.DeliveryBatch{EndpointID: r.EndpointID, URL: r.URL, Secret: r.Secret})
+		}
+		b := &out[len(out)-1]
+		b.Deliveries = append(b.Deliveries, model.Delivery{EventID: r.EventID, Type: model.EventType(r.Type),
+			Payload: []byte(r.Payload), Attempts: r.Attempts, Traceparent: r.Traceparent})
+	}
+	return out, nil
+}
+
+// claimSQLite is Claim on SQLite, in one immediate transaction.
+func (d *Deliveries) claimSQLite(ctx context.Context, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
+	var rows []claimRow
+	err := runInTx(ctx, d.db, func(ctx context.Context, tx bun.Tx) error {
+		rows = nil
+		var ids []uuid.UUID
+		if err := tx.NewRaw(`SELECT w.id FROM webhook_endpoints AS w WHERE `+dueEndpoint+`
+ORDER BY w.last_claimed_at LIMIT ?1`, now, endpoints).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if _, err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?, last_claimed_at = ? WHERE id IN (?)`,
+			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+FROM (
+    SELECT endpoint_id, event_id, attempts, next_attempt_at,
+        row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS n
+    FROM webhook_deliveries
+    WHERE endpoint_id IN (?0) AND state = 'pending' AND next_attempt_at <= ?1
+) AS d
+JOIN webhook_endpoints AS w ON w.id = d.endpoint_id
+JOIN subscriber_events AS e ON e.id = d.event_id
+WHERE d.n <= ?2
+ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return translate(err)
+		}
+		return nil
+	})
+	return rows, err
+}
+
+// Finish records the outcomes of a batch delivered to endpoint and ends the endpoint's lease,
+// in one transaction. gone (the receiver answered 410) disables the endpoint; so does a
+// failure when every delivery to it has failed for model.WebhookFailingLimit. A disabled
+// endpoint's pending deliveries fail with it. Finish reports whether it disabled the endpoint.
+// Outcomes for an endpoint deleted meanwhile change nothing.
+func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []model.DeliveryResult, gone bool) (bool, error) {
+	now := d.now()
+	var disabled bool
+	err := runInTx(ctx, d.db, func(ctx context.Context, tx bun.Tx) error {
+		disabled = false
+		var failingSince *time.Time
+		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+forUpdate(d.sqlite), endpoint).
+			Scan(ctx, &failingSince)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // deleted: its deliveries went with it
+		}
+		if err != nil {
+			return translate(err)
+		}
+		var delivered []uuid.UUID
+		var failures int
+		for _, r := range results {
+			switch r.Outcome {
+			case model.DeliveryDelivered:
+				delivered = append(delivered, r.EventID)
+				continue
+			case model.DeliveryReleased:
+				_, err = tx.NewRaw(`UPDATE webhook_deliveries SET next_attempt_at = ?, updated_at = ?
+WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`, now.Add(r.Delay), now, endpoint, r.EventID).Exec(ctx)
+			case model.DeliveryRetry:
+				failures++
+				_, err = tx.NewRaw(`UPDATE webhook_deliveries
+SET attempts = attempts + 1, next_attempt_at = ?, last_error = ?, last_status = ?, updated_at = ?
+WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`,
+					now.Add(r.Delay), r.Error, r.Status, now, endpoint, r.EventID).Exec(ctx)
+			default: // failed
+				failures++
+				_, err = tx.NewRaw(`UPDATE webhook_deliveries
+SET state = 'failed', attempts = attempts + 1, last_error = ?, last_status = ?, updated_at = ?
+WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`, r.Error, r.Status, now, endpoint, r.EventID).Exec(ctx)
+			}
+			if err != nil {
+				return translate(err)
+			}
+		}
+		if len(delivered) > 0 {
+			if _, err := tx.NewRaw(`DELETE FROM webhook_deliveries WHERE endpoint_id = ? AND event_id IN (?)`,
+				endpoint, bun.List(delivered)).Exec(ctx); err != nil {
+				return translate(err)
+			}
+		}
+		switch {
+		case len(delivered) > 0:
+			failingSince = nil
+		case failures > 0 && failingSince == nil:
+			failingSince = &now
+		}
+		disabled = gone || (failures > 0 && len(delivered) == 0 && failingSince != nil &&
+			!now.Before(failingSince.Add(model.WebhookFailingLimit)))
+		status := model.WebhookEnabled
+		if disabled {
+			status = model.WebhookDisabled
+		}
+		if _, err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?0, failing_since = ?1, status = ?2, updated_at = ?0
+WHERE id = ?3`, now, failingSince, status, endpoint).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if !disabled {
+			return nil
+		}
+		_, err = tx.NewRaw(`UPDATE webhook_deliveries SET state = 'failed', last_error = 'endpoint disabled', updated_at = ?
+WHERE endpoint_id = ? AND state = 'pending'`, now, endpoint).Exec(ctx)
+		return translate(err)
+	})
+	if err != nil {
+		return false, translate(err)
+	}
+	return disabled, nil
+}
+
+// Stats reads, for metrics, how many deliveries wait (due or scheduled for a retry) and how
+// long the longest-waiting due one has been due (0 when none is).
+func (d *Deliveries) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
+	now := d.now()
+	var st struct {
+		Pending int64      `bun:"pending"`
+		Oldest  *time.Time `bun:"oldest"`
+	}
+	err = d.db.NewRaw(`SELECT count(*) AS pending,
+    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?) AS oldest
+FROM webhook_deliveries WHERE state = 'pending'`, now).Scan(ctx, &st)
+	if err != nil {
+		return 0, 0, translate(err)
+	}
+	if st.Oldest != nil {
+		oldestDue = max(now.Sub(*st.Oldest), 0)
+	}
+	return st.Pending, oldestDue, nil
+}
+
+// Listen signals on the returned channel whenever deliveries are queued (PostgreSQL
+// LISTEN/NOTIFY on a connection of its own; on SQLite, a signal from this process after each
+// commit that queued some), until ctx ends. Signals coalesce.
+func (d *Deliveries) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
+	if d.sqlite {
+		return webhookWakerOf(d.db).listen(ctx)
+	}
+	wake := make(chan struct{}, 1)
+	ln := pgdriver.NewListener(d.db)
+	if err := ln.Listen(ctx, WebhookNotifyChannel); err != nil {
+		log.WarnContext(ctx, "listening for queued webhooks failed; polling meanwhile", slog.Any("error", err))
+	}
+	notes := ln.Channel()
+	go func() {
+		<-ctx.Done()
+		ln.Close() //nolint:errcheck // closing on shutdown
+	}()
+	go func() {
+		for range notes {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return wake
+}

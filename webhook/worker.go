@@ -1,0 +1,391 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Queue is the storage the worker needs: the webhook outbox. Several workers, in one process or
+// many, may use one queue at once.
+type Queue interface {
+	// Claim leases up to endpoints endpoints with due deliveries for lease (one worker at a
+	// time per endpoint, the one claimed longest ago first) and returns up to perEndpoint due
+	// deliveries of each, oldest due first.
+	Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error)
+	// Finish records a batch's outcomes and ends the endpoint's lease; gone (410) disables the
+	// endpoint, as do 5 days of failures. It reports whether the endpoint was disabled.
+	Finish(ctx context.Context, endpoint uuid.UUID, results []model.DeliveryResult, gone bool) (bool, error)
+}
+
+// Recorder receives the worker's metrics: one call per attempt with its outcome
+// (model.DeliveryDelivered, DeliveryRetry, DeliveryFailed) and duration; ctx holds the attempt's
+// span, for exemplars.
+type Recorder interface {
+	WebhookDelivery(ctx context.Context, outcome string, d time.Duration)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) WebhookDelivery(context.Context, string, time.Duration) {}
+
+// Config tunes a [Worker]. Zero values take the defaults named on each field.
+type Config struct {
+	Workers      int           // endpoints delivered to at once; default 8
+	PerEndpoint  int           // deliveries claimed per endpoint at once; default 50
+	Timeout      time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
+	Lease        time.Duration // how long a claimed endpoint is hidden from other workers; default 2m
+	PollInterval time.Duration // look for due deliveries this often without a wake-up; default 1s
+	// MaxAnswerBytes is how much of a receiver's answer is read (and discarded); default 64 KiB.
+	MaxAnswerBytes int64
+	// Guard is the SSRF rule applied to every address dialled.
+	Guard Guard
+	// Backoff is the delay after each failed attempt before jitter; default
+	// model.WebhookBackoff. After the last, a delivery fails.
+	Backoff []time.Duration
+
+	// Wake, when not nil, is signalled when deliveries are queued.
+	Wake <-chan struct{}
+	// Recorder receives metrics; nil records nothing.
+	Recorder Recorder
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// TracerProvider defaults to the global one.
+	TracerProvider trace.TracerProvider
+}
+
+func (c *Config) defaults() {
+	setDefault(&c.Workers, 8)
+	setDefault(&c.PerEndpoint, 50)
+	setDefault(&c.Timeout, 10*time.Second)
+	setDefault(&c.Lease, 2*time.Minute)
+	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.MaxAnswerBytes, 64<<10)
+	if c.Lease < 3*c.Timeout {
+		c.Lease = 3 * c.Timeout
+	}
+	if len(c.Backoff) == 0 {
+		c.Backoff = model.WebhookBackoff
+	}
+	if c.Recorder == nil {
+		c.Recorder = nopRecorder{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// UserAgent is the User-Agent of every delivery.
+const UserAgent = "subscriberd-webhooks/1"
+
+// Worker delivers the webhook outbox until its context ends.
+type Worker struct {
+	queue  Queue
+	cfg    Config
+	client *http.Client
+	log    *slog.Logger
+	tracer trace.Tracer
+}
+
+// NewWorker returns a worker that claims deliveries from q.
+func NewWorker(q Queue, cfg Config) *Worker {
+	cfg.defaults()
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Control: cfg.Guard.control}
+	transport := &http.Transport{
+		Proxy:                  nil, // a proxy would dial for us, past the guard
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    2,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    cfg.Timeout,
+		ResponseHeaderTimeout:  cfg.Timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &Worker{
+		queue: q, cfg: cfg,
+		client: &http.Client{Transport: transport,
+			// Redirects are not followed (docs/api-contract.md §10.4): a 3xx is a failed attempt.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		log:    cfg.Logger.With(slog.String("component", "webhook_worker")),
+		tracer: cfg.TracerProvider.Tracer("github.com/subscriberd/subscriberd/webhook"),
+	}
+}
+
+// Run delivers due webhooks until ctx ends, then returns nil once the attempts in hand are
+// finished and the rest of their batches handed back.
+func (w *Worker) Run(ctx context.Context) error {
+	done := make(chan struct{}, w.cfg.Workers)
+	busy := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for ; busy > 0; busy-- {
+				<-done
+			}
+			return nil
+		case <-w.cfg.Wake:
+		case <-timer.C:
+		case <-done:
+			busy--
+		}
+		if free := w.cfg.Workers - busy; free > 0 {
+			batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
+			if err != nil && ctx.Err() == nil {
+				w.log.WarnContext(ctx, "claiming due webhooks failed", slog.String("error", err.Error()))
+			}
+			for _, b := range batches {
+				busy++
+				go func() {
+					w.deliverBatch(ctx, b)
+					done <- struct{}{}
+				}()
+			}
+		}
+		timer.Reset(w.cfg.PollInterval)
+	}
+}
+
+// RunOnce claims one round of endpoints, delivers their batches in parallel and waits for them;
+// it reports how many deliveries it attempted or released.
+func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	batches, err := w.queue.Claim(ctx, w.cfg.Workers, w.cfg.PerEndpoint, w.cfg.Lease)
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan struct{})
+	n := 0
+	for _, b := range batches {
+		n += len(b.Deliveries)
+		go func() {
+			w.deliverBatch(ctx, b)
+			done <- struct{}{}
+		}()
+	}
+	for range batches {
+		<-done
+	}
+	return n, nil
+}
+
+// deliverBatch delivers one endpoint's batch in order and records the outcomes. After a failed
+// attempt the rest of the batch is handed back for a few seconds, so a receiver that is down
+// costs one attempt at a time; so is whatever the lease cannot cover, and, on shutdown,
+// whatever was not started.
+func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
+	deadline := time.Now().Add(w.cfg.Lease - 2*w.cfg.Timeout)
+	results := make([]model.DeliveryResult, 0, len(b.Deliveries))
+	gone := false
+	for i, d := range b.Deliveries {
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			results = release(results, b.Deliveries[i:], 0)
+			break
+		}
+		r := w.attempt(ctx, b, d)
+		results = append(results, r)
+		if r.Outcome != model.DeliveryDelivered {
+			gone = r.Status == http.StatusGone
+			results = release(results, b.Deliveries[i+1:], jitter(w.cfg.Backoff[0]))
+			break
+		}
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	disabled, err := w.queue.Finish(fctx, b.EndpointID, results, gone)
+	log := w.log.With(slog.String("endpoint_id", b.EndpointID.String()))
+	switch {
+	case err != nil:
+		// Not lost: the lease ends and the deliveries come back (some may go out twice).
+		log.WarnContext(ctx, "recording webhook outcomes failed", slog.String("error", err.Error()))
+	case disabled:
+		log.WarnContext(ctx, "webhook endpoint disabled", slog.Bool("gone", gone))
+	}
+}
+
+func release(results []model.DeliveryResult, rest []model.Delivery, delay time.Duration) []model.DeliveryResult {
+	for _, d := range rest {
+		results = append(results, model.DeliveryResult{EventID: d.EventID, Outcome: model.DeliveryReleased, Delay: delay})
+	}
+	return results
+}
+
+// attempt posts one event to the endpoint, in a span linked to the request that caused it.
+func (w *Worker) attempt(parent context.Context, b model.DeliveryBatch, d model.Delivery) model.DeliveryResult {
+	start := time.Now()
+	attempt := d.Attempts + 1
+	// The attempt runs to its end on shutdown, bounded by the timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), w.cfg.Timeout)
+	defer cancel()
+	opts := []trace.SpanStartOption{
+		trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("subscriberd.webhook.endpoint_id", b.EndpointID.String()),
+			attribute.String("subscriberd.webhook.event_id", d.EventID.String()),
+			attribute.String("subscriberd.webhook.event_type", string(d.Type)),
+			attribute.Int("subscriberd.webhook.attempt", attempt),
+		),
+	}
+	if sc := parseTraceparent(d.Traceparent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := w.tracer.Start(ctx, "webhook.deliver", opts...)
+	r := w.post(ctx, b, d)
+	r.EventID = d.EventID
+	if r.Outcome != model.DeliveryDelivered {
+		switch {
+		case r.Status == http.StatusGone:
+			r.Outcome = model.DeliveryFailed
+		case attempt > len(w.cfg.Backoff):
+			r.Outcome = model.DeliveryFailed
+		default:
+			r.Outcome = model.DeliveryRetry
+			if r.Delay <= 0 { // no Retry-After
+				r.Delay = jitter(w.cfg.Backoff[attempt-1])
+			}
+		}
+	}
+	span.SetAttributes(attribute.String("subscriberd.webhook.outcome", r.Outcome))
+	if r.Status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", r.Status))
+	}
+	if r.Outcome != model.DeliveryDelivered {
+		span.SetStatus(codes.Error, r.Outcome)
+		if r.Status == 0 {
+			span.SetAttributes(attribute.String("error.type", errorType(ctx)))
+		}
+	}
+	span.End()
+	w.cfg.Recorder.WebhookDelivery(ctx, r.Outcome, time.Since(start))
+	return r
+}
+
+// post sends the signed request and reads at most MaxAnswerBytes of the answer. The result
+// has Outcome DeliveryDelivered for a 2xx, else the status (0 without an answer), the
+// error, and the Retry-After delay the receiver asked for (0 when none).
+func (w *Worker) post(ctx context.Context, b model.DeliveryBatch, d model.Delivery) model.DeliveryResult {
+	id := d.EventID.String()
+	ts := time.Now().Unix()
+	sig, err := Sign(b.Secret, id, ts, d.Payload)
+	if err != nil {
+		return model.DeliveryResult{Error: err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL, bytes.NewReader(d.Payload))
+	if err != nil {
+		return model.DeliveryResult{Error: "invalid url"}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	res, err := w.client.Do(req)
+	if err != nil {
+		return model.DeliveryResult{Error: describe(err)}
+	}
+	// The status is the answer: the body is read only so far, then dropped (a body cut short
+	// after a 2xx changes nothing).
+	io.Copy(io.Discard, io.LimitReader(res.Body, w.cfg.MaxAnswerBytes)) //nolint:errcheck // see above
+	res.Body.Close()
+	out := model.DeliveryResult{Status: res.StatusCode}
+	switch {
+	case res.StatusCode >= 200 && res.StatusCode < 300:
+		out.Outcome = model.DeliveryDelivered
+	default:
+		out.Error = "HTTP " + strconv.Itoa(res.StatusCode)
+		out.Delay = retryAfter(res.Header.Get("Retry-After"), time.Now())
+	}
+	return out
+}
+
+// maxRetryAfter bounds the delay a receiver may ask for, to the longest back-off step.
+const maxRetryAfter = 10 * time.Hour
+
+// retryAfter reads a Retry-After value (seconds or an HTTP date) as a delay of at least a
+// second and at most maxRetryAfter; 0 when there is none or it cannot be read.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0
+		}
+		d = time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	} else {
+		return 0
+	}
+	return min(max(d, time.Second), maxRetryAfter)
+}
+
+// jitter spreads d by ±10 %, so that deliveries that failed together do not all come back
+// together.
+func jitter(d time.Duration) time.Duration {
+	spread := d / 10
+	return d - spread + rand.N(2*spread+1)
+}
+
+// describe is a failed request's error for the outbox and logs, without the URL the client
+// quotes (a receiver may put a token of its own in it).
+func describe(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, ErrPrivateAddress) {
+		return ErrPrivateAddress.Error()
+	}
+	s := err.Error()
+	if len(s) > 500 {
+		s = s[:500]
+	}
+	return s
+}
+
+// errorType is the class of an attempt without an answer, for the span's error.type.
+func errorType(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "transport"
+}
+
+// parseTraceparent reads a W3C traceparent header value; an invalid or empty one gives an
+// invalid span context.
+func parseTraceparent(s string) trace.SpanContext {
+	if s == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": s})
+	return trace.SpanContextFromContext(ctx)
+}
