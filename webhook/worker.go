@@ -365,6 +365,10 @@ func describe(err error) string {
 	if errors.Is(err, ErrPrivateAddress) {
 		return ErrPrivateAddress.Error()
 	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "timeout: no answer in time"
+	}
 	s := err.Error()
 	if len(s) > 500 {
 		s = s[:500]
