@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		"MAIL_FROM":       "Serve Test <serve@example.net>",
 		"PUBLIC_BASE_URL": "https://news.example.net/",
 	}
+	cli(t, env, "migrate")
 	nl := cli(t, env, "newsletter", "create", "--name", "Serve Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 
@@ -89,11 +91,13 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	}
 }
 
-// TestServeWithoutSMTPWarnsAndLogsEmails checks the development mode: no SMTP_URL, a warning
-// at start, and the email in the log at info without its link.
+// TestServeWithoutSMTPWarnsAndLogsEmails checks serve without SMTP_URL: a warning at start, the
+// email in the log at info with its link but not the full address, counted as logged, not sent;
+// and a warning that PUBLIC_BASE_URL (the default, localhost:8080) is not where the API listens.
 func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	cli(t, env, "migrate")
 	nl := cli(t, env, "newsletter", "create", "--name", "Dev Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 	s := startServe(t, env)
@@ -101,21 +105,49 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"SMTP_URL is not set`) {
 		t.Errorf("no warning about SMTP_URL at start:\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"PUBLIC_BASE_URL and LISTEN_ADDR disagree on the port`) {
+		t.Errorf("no warning that PUBLIC_BASE_URL's port is not LISTEN_ADDR's:\n%s", logs.String())
+	}
 	req, _ := http.NewRequest("POST", s.api+"/api/v1/subscribers", strings.NewReader(`{"email":"dev@example.com","status":"pending"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	waitUntil(t, "the logged email", func() bool {
-		return strings.Contains(logs.String(), `"msg":"email not sent: SMTP_URL is not set"`)
+		return strings.Contains(logs.String(), `"msg":"email logged"`)
 	})
-	s.stop(t)
-	if out := logs.String(); strings.Contains(out, "/confirm/") || strings.Contains(out, "dev@example.com") ||
-		!strings.Contains(out, "Confirm your subscription to Dev Weekly") {
-		t.Errorf("at info the log must show the email without its link or full address:\n%s", out)
+	metrics := get(t, s.admin+"/metrics")
+	for _, want := range []string{`email_sends_total{outcome="logged"} 1`, `email_sends_total{outcome="sent"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
+	s.stop(t)
+	out := logs.String()
+	if !regexp.MustCompile(`"msg":"email logged, not sent: SMTP_URL is not set".*"link":"http://localhost:8080/confirm/[A-Za-z0-9_-]{43,}"`).MatchString(out) {
+		t.Errorf("at info the log must show the email's link:\n%s", out)
+	}
+	if strings.Contains(out, "dev@example.com") || !strings.Contains(out, "Confirm your subscription to Dev Weekly") {
+		t.Errorf("at info the log must show the email's subject without the full address:\n%s", out)
+	}
+}
+
+// get returns the body of a GET that must answer 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
+	}
+	return string(b)
 }
 
 // waitUntil polls cond until it holds, failing after a generous bound.
