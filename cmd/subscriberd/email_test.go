@@ -3,11 +3,13 @@ package main
 import (
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 )
 
@@ -158,4 +160,67 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
 	}
+}
+
+// TestDevShowsEmailsAndTheirLinks runs dev as a newcomer would, without SMTP and on another
+// port: the banner says lockouts are off, the confirmation link is printed on stdout pointing at
+// the port dev listens on, opening it (GET, then the form's POST) confirms, the email counts as
+// logged, and wrong keys never lock the developer out.
+func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATA_DIR": filepath.Join(t.TempDir(), "data"), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	stdout := &logbuf.Buffer{}
+	s := startRun(t, env, stdout, "dev")
+	var key string
+	waitUntil(t, "the banner", func() bool {
+		m := regexp.MustCompile(`(?m)^  (sk_\w+)$`).FindStringSubmatch(stdout.String())
+		if m != nil && strings.Contains(stdout.String(), "Emails: ") {
+			key = m[1]
+		}
+		return key != ""
+	})
+	for _, want := range []string{
+		"Lockouts: AUTH_LOCKOUT=off, WRITE_LOCKOUT=off",
+		"Emails: not sent (SMTP_URL is unset); each confirmation link is printed here.",
+		"API reference: " + s.api + "/api/v1/docs",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the banner lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	for range 12 { // AUTH_LOCKOUT's default would lock after 10
+		if status, _ := call(t, "GET", s.api+"/api/v1/subscribers", "sk_wrong", ""); status != http.StatusUnauthorized {
+			t.Fatalf("a wrong key got %d, want 401 every time (lockouts off)", status)
+		}
+	}
+	if status, body := call(t, "POST", s.api+"/api/v1/subscribers", key, `{"email":"new@example.com","status":"pending"}`); status != http.StatusCreated {
+		t.Fatalf("create = %d %v", status, body)
+	}
+	var link string
+	waitUntil(t, "the link on stdout", func() bool {
+		m := regexp.MustCompile(`Email to new@example.com \(not sent: SMTP_URL is unset\)\. Confirm with:\n  (\S+)\n`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			link = m[1]
+		}
+		return link != ""
+	})
+	if !strings.HasPrefix(link, s.api+"/confirm/") {
+		t.Errorf("link %s does not point at the API dev listens on (%s)", link, s.api)
+	}
+	if page := get(t, link); !strings.Contains(page, `method="post"`) && !strings.Contains(page, `method="POST"`) {
+		t.Errorf("GET %s is not the confirmation form:\n%s", link, page)
+	}
+	res, err := http.Post(link, "application/x-www-form-urlencoded", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "subscribed") {
+		t.Errorf("POST %s = %d:\n%s", link, res.StatusCode, body)
+	}
+	if m := get(t, s.admin+"/metrics"); !strings.Contains(m, `email_sends_total{outcome="logged"} 1`) || !strings.Contains(m, `email_sends_total{outcome="sent"} 0`) {
+		t.Error(`metrics: want email_sends_total{outcome="logged"} 1 and sent 0`)
+	}
+	s.stop(t)
 }
