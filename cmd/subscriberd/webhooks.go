@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -20,17 +18,10 @@ type webhookSettings struct {
 	guard   webhook.Guard
 }
 
-// parseWebhooks checks WEBHOOK_TIMEOUT and WEBHOOK_ALLOW_PRIVATE; each error names its variable.
-func parseWebhooks(cfg config) (webhookSettings, error) {
-	d, err := time.ParseDuration(cfg["WEBHOOK_TIMEOUT"])
-	if err != nil || d <= 0 || d > 5*time.Minute {
-		return webhookSettings{}, fmt.Errorf("WEBHOOK_TIMEOUT: %q is not a duration between 0 and 5m (e.g. 10s)", cfg["WEBHOOK_TIMEOUT"])
-	}
-	allow, err := strconv.ParseBool(cfg["WEBHOOK_ALLOW_PRIVATE"])
-	if err != nil {
-		return webhookSettings{}, fmt.Errorf("WEBHOOK_ALLOW_PRIVATE: %q is not true or false", cfg["WEBHOOK_ALLOW_PRIVATE"])
-	}
-	return webhookSettings{timeout: d, guard: webhook.Guard{AllowPrivate: allow}}, nil
+// webhooksFrom is the webhook delivery configuration of cfg (WEBHOOK_TIMEOUT,
+// WEBHOOK_ALLOW_PRIVATE), validated when cfg was loaded.
+func webhooksFrom(cfg *Config) webhookSettings {
+	return webhookSettings{timeout: cfg.WebhookTimeout, guard: webhook.Guard{AllowPrivate: cfg.WebhookAllowPrivate}}
 }
 
 // startWebhookWorker runs the webhook workers until ctx ends; the returned channel closes once
