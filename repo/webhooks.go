@@ -119,7 +119,10 @@ func (w *Webhooks) Get(ctx context.Context, nl, id uuid.UUID) (model.Webhook, er
 // was; an unknown one is model.ErrWebhookNotFound.
 func (w *Webhooks) Delete(ctx context.Context, nl, id uuid.UUID) (model.Webhook, error) {
 	var row webhookRow
-	err := w.db.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+	// In a transaction of its own, so that an idempotent request's transaction can take it in.
+	err := runInTx(ctx, w.db, func(ctx context.Context, tx bun.Tx) error {
+		return tx.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Webhook{}, fmt.Errorf("%w", model.ErrWebhookNotFound)
 	}

@@ -1,0 +1,117 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// TestSignVerifiesWithReferenceLibrary: our signature is the one the Standard Webhooks
+// reference library computes and accepts.
+func TestSignVerifiesWithReferenceLibrary(t *testing.T) {
+	secret := model.NewWebhookSecret()
+	body := []byte(`{"id":"01900000-0000-7000-8000-000000000001","type":"subscriber.created"}`)
+	id, ts := "01900000-0000-7000-8000-000000000001", time.Now().Unix()
+	sig, err := Sign(secret, id, ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Sign(id, time.Unix(ts, 0), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig != want {
+		t.Errorf("Sign = %q, reference %q", sig, want)
+	}
+	h := http.Header{}
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	h.Set("webhook-signature", sig)
+	if err := ref.Verify(body, h); err != nil {
+		t.Errorf("reference library refuses our signature: %v", err)
+	}
+	if err := ref.Verify(append(body, ' '), h); err == nil {
+		t.Error("reference library accepts a changed body")
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"x", 0},
+		{"-5", 0},
+		{"0", time.Second},
+		{"120", 2 * time.Minute},
+		{"999999999", maxRetryAfter},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Hour).Format(http.TimeFormat), time.Second},
+	} {
+		if got := retryAfter(c.in, now); got != c.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestJitterStaysNear(t *testing.T) {
+	for _, d := range model.WebhookBackoff {
+		for range 100 {
+			if got := jitter(d); got < d*9/10 || got > d*11/10 {
+				t.Fatalf("jitter(%v) = %v", d, got)
+			}
+		}
+	}
+}
+
+func TestGuard(t *testing.T) {
+	ctx := context.Background()
+	g := Guard{}
+	for _, c := range []struct {
+		url    string
+		public bool
+	}{
+		{"https://93.184.215.14/x", true},
+		{"https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/", true},
+		{"http://127.0.0.1:8080/", false},
+		{"http://LOCALHOST/", false},
+		{"http://app.localhost/", false},
+		{"http://10.0.0.8/", false},
+		{"http://172.31.255.255/", false},
+		{"http://192.168.1.1/", false},
+		{"http://169.254.169.254/", false},
+		{"http://0.0.0.0/", false},
+		{"http://[::]/", false},
+		{"http://[::1]/", false},
+		{"http://[fc00::1]/", false},
+		{"http://[fe80::1%25eth0]/", false},
+		{"http://[::ffff:10.0.0.1]/", false},
+		{"http://224.0.0.1/", false},
+	} {
+		err := g.CheckURL(ctx, c.url)
+		if (err == nil) != c.public {
+			t.Errorf("CheckURL(%s) = %v, want public %v", c.url, err, c.public)
+		}
+		if err := (Guard{AllowPrivate: true}).CheckURL(ctx, c.url); err != nil {
+			t.Errorf("AllowPrivate: CheckURL(%s) = %v", c.url, err)
+		}
+	}
+	if err := g.control("tcp4", "127.0.0.1:80", nil); err == nil {
+		t.Error("control dials loopback")
+	}
+	if err := g.control("tcp4", "93.184.215.14:443", nil); err != nil {
+		t.Errorf("control refuses a public address: %v", err)
+	}
+}
