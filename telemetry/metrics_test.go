@@ -312,6 +312,8 @@ func TestMetricNames(t *testing.T) {
 		"go_sql_in_use_connections", "go_sql_max_open_connections", "go_sql_wait_duration_seconds_total",
 		"go_goroutines", "go_gc_duration_seconds", "go_gc_duration_seconds_count", "process_cpu_seconds_total",
 		"process_resident_memory_bytes", "go_build_info", "subscriberd_build_info",
+		"webhook_deliveries_total", "webhook_delivery_duration_seconds_bucket", "webhook_queue_depth",
+		"webhook_queue_oldest_due_age_seconds", "webhook_queue_collect_errors_total",
 	} {
 		if _, ok := slices.BinarySearch(names, want); !ok {
 			t.Errorf("MetricNames lacks %s", want)

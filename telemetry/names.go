@@ -46,6 +46,8 @@ func touchAll(m *Metrics) {
 	m.EmailSend(EmailSent, time.Millisecond)
 	m.BackendUp(true)
 	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
+	m.WebhookDelivery(context.Background(), WebhookDelivered, time.Millisecond)
+	_ = m.RegisterWebhookGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
 	_ = m.RegisterDB(sql.OpenDB(nopConnector{}))
 }
 
