@@ -18,6 +18,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/telemetry"
 	"github.com/subscriberd/subscriberd/webhook"
 )
 
@@ -683,16 +684,24 @@ func TestWebhookSecretStaysSecret(t *testing.T) {
 	e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com"}).want(t, http.StatusCreated, "")
 	cfg := testHookConfig()
 	cfg.Logger = log
+	metrics := telemetry.NewMetrics("test")
+	cfg.Recorder = metrics
 	e.deliverAll(e.hookWorker(cfg))
+	scrape := httptest.NewRecorder()
+	metrics.Handler().ServeHTTP(scrape, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(scrape.Body.String(), `webhook_deliveries_total{outcome="retry"} 3`) {
+		t.Errorf("metrics do not count the attempts:\n%s", scrape.Body.String())
+	}
 	secret := rc.secret
 	mu.Lock()
 	defer mu.Unlock()
 	key := strings.TrimPrefix(secret, "whsec_")
 	for name, text := range map[string]string{
-		"logs":   logs.String(),
-		"get":    string(e.do("GET", "/webhooks/"+hook, nil).raw),
-		"list":   string(e.do("GET", "/webhooks", nil).raw),
-		"errors": fmt.Sprint(e.count("SELECT count(*) FROM webhook_deliveries WHERE last_error LIKE ?", "%"+key[:10]+"%")),
+		"logs":    logs.String(),
+		"metrics": scrape.Body.String(),
+		"get":     string(e.do("GET", "/webhooks/"+hook, nil).raw),
+		"list":    string(e.do("GET", "/webhooks", nil).raw),
+		"errors":  fmt.Sprint(e.count("SELECT count(*) FROM webhook_deliveries WHERE last_error LIKE ?", "%"+key[:10]+"%")),
 	} {
 		if strings.Contains(text, key) {
 			t.Errorf("the secret is in the %s", name)

@@ -1,0 +1,123 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// memQueue is a Queue of one batch, recording what Finish was told.
+type memQueue struct {
+	mu       sync.Mutex
+	batches  []model.DeliveryBatch
+	finished [][]model.DeliveryResult
+	gone     bool
+}
+
+func (q *memQueue) Claim(context.Context, int, int, time.Duration) ([]model.DeliveryBatch, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.batches
+	q.batches = nil
+	return b, nil
+}
+
+func (q *memQueue) Finish(_ context.Context, _ uuid.UUID, r []model.DeliveryResult, gone bool) (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.finished = append(q.finished, r)
+	q.gone = q.gone || gone
+	return gone, nil
+}
+
+type recorder struct {
+	mu       sync.Mutex
+	outcomes []string
+}
+
+func (r *recorder) WebhookDelivery(_ context.Context, outcome string, _ time.Duration) {
+	r.mu.Lock()
+	r.outcomes = append(r.outcomes, outcome)
+	r.mu.Unlock()
+}
+
+// TestAttemptSpanLinksTheCausingRequest: each attempt is a span of its own, linked to the
+// request's trace, with the outcome and without the secret; the log has no secret either.
+func TestAttemptSpanLinksTheCausingRequest(t *testing.T) {
+	statuses := []int{500, 204, 204, 410}
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		code := statuses[0]
+		statuses = statuses[1:]
+		mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	defer srv.Close()
+	secret := model.NewWebhookSecret()
+	cause := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
+		TraceFlags: trace.FlagsSampled})
+	tp := fmt.Sprintf("00-%s-%s-01", cause.TraceID(), cause.SpanID())
+	batch := func() model.DeliveryBatch {
+		return model.DeliveryBatch{EndpointID: uuid.New(), URL: srv.URL, Secret: secret, Deliveries: []model.Delivery{
+			{EventID: uuid.New(), Type: model.EventCreated, Payload: []byte(`{}`), Traceparent: tp},
+			{EventID: uuid.New(), Type: model.EventUpdated, Payload: []byte(`{}`), Traceparent: tp}}}
+	}
+	sr := tracetest.NewSpanRecorder()
+	var logs bytes.Buffer
+	rec := &recorder{}
+	q := &memQueue{}
+	w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, Recorder: rec,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)),
+		Logger:         slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	for range 3 {
+		q.batches = []model.DeliveryBatch{batch()}
+		if _, err := w.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := sr.Ended()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want one per attempt (4)", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name() != "webhook.deliver" || len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID() != cause.TraceID() {
+			t.Errorf("span %s links %v", s.Name(), s.Links())
+		}
+		if s.Parent().IsValid() {
+			t.Errorf("span has a parent; want a new root linked to the request")
+		}
+		for _, a := range s.Attributes() {
+			if strings.Contains(a.Value.Emit(), strings.TrimPrefix(secret, "whsec_")) {
+				t.Errorf("span attribute %s holds the secret", a.Key)
+			}
+		}
+	}
+	if got := fmt.Sprint(rec.outcomes); got != "[retry delivered delivered failed]" {
+		t.Errorf("outcomes %s", got)
+	}
+	// The first batch: 500 → retry, the second delivery released (not attempted).
+	if r := q.finished[0]; r[0].Outcome != model.DeliveryRetry || r[1].Outcome != model.DeliveryReleased {
+		t.Errorf("first batch %+v", r)
+	}
+	if !q.gone {
+		t.Error("410 did not report the endpoint gone")
+	}
+	if strings.Contains(logs.String(), strings.TrimPrefix(secret, "whsec_")) {
+		t.Error("the log holds the secret")
+	}
+}
