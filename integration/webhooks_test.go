@@ -637,7 +637,7 @@ func TestWebhookTwoInstancesDeliverOnce(t *testing.T) {
 		defer db.Close()
 		q := repo.NewDeliveries(db)
 		cfg := testHookConfig()
-		cfg.PerEndpoint, cfg.Workers, cfg.PollInterval, cfg.Wake = 7, 2, 10*time.Millisecond, q.Listen(ctx, discardLog)
+		cfg.PerEndpoint, cfg.Workers, cfg.PollInterval, cfg.Wake = 7, 2, 10*time.Millisecond, q.Listen(ctx)
 		w := webhook.NewWorker(q, cfg)
 		wg.Go(func() { w.Run(ctx) }) //nolint:errcheck
 	}

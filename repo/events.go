@@ -46,7 +46,7 @@ const (
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
 // that deliveries link to the request that caused them. On PostgreSQL both are one statement.
 // It reports whether any delivery was queued (known only on SQLite, where the caller wakes the
-// workers after commit; PostgreSQL wakes them with a trigger).
+// workers after commit; on PostgreSQL they poll).
 func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
 	if len(evs) == 0 {
 		return false, nil

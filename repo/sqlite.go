@@ -289,3 +289,13 @@ func forUpdateOf(sqlite bool, table string) string {
 	}
 	return " FOR UPDATE OF " + table
 }
+
+// forNoKeyUpdate is the lock of a row about to be updated without changing its key: " FOR NO
+// KEY UPDATE" on PostgreSQL, which does not wait for (or block) the key-share locks of rows
+// that reference it being inserted; nothing on SQLite.
+func forNoKeyUpdate(sqlite bool) string {
+	if sqlite {
+		return ""
+	}
+	return " FOR NO KEY UPDATE"
+}

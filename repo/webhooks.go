@@ -6,19 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/subscriberd/subscriberd/model"
 )
-
-// WebhookNotifyChannel is the PostgreSQL channel notified when webhook deliveries are queued
-// (see the webhook_deliveries_notify migration).
-const WebhookNotifyChannel = "webhook_deliveries"
 
 type webhookRow struct {
 	bun.BaseModel `bun:"table:webhook_endpoints"`
@@ -121,7 +115,12 @@ func (w *Webhooks) Delete(ctx context.Context, nl, id uuid.UUID) (model.Webhook,
 	var row webhookRow
 	// In a transaction of its own, so that an idempotent request's transaction can take it in.
 	err := runInTx(ctx, w.db, func(ctx context.Context, tx bun.Tx) error {
-		return tx.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+		if err := tx.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx); err != nil {
+			return err
+		}
+		// No foreign key cascades (see the migration): the undelivered events go here.
+		_, err := tx.NewRaw("DELETE FROM webhook_deliveries WHERE endpoint_id = ?", id).Exec(ctx)
+		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Webhook{}, fmt.Errorf("%w", model.ErrWebhookNotFound)
@@ -164,8 +163,10 @@ const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND EXISTS (
 
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
 // ago first, and returns up to perEndpoint due deliveries of each, oldest due first. Endpoints
-// other transactions hold are skipped, not waited for (FOR UPDATE SKIP LOCKED; on SQLite the
-// immediate transaction excludes every other claim).
+// other claims hold are skipped, not waited for (FOR NO KEY UPDATE SKIP LOCKED: not FOR
+// UPDATE, which the key-share lock of every write queueing a delivery for the endpoint would
+// make skip it whenever writes are busy; on SQLite the immediate transaction excludes every
+// other claim).
 func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error) {
 	now := d.now()
 	var rows []claimRow
@@ -179,7 +180,7 @@ WITH ep AS (
     WHERE `+dueEndpoint+`
     ORDER BY w.last_claimed_at
     LIMIT ?1
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0
     FROM ep WHERE w.id = ep.id
@@ -258,7 +259,7 @@ func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []m
 	err := runInTx(ctx, d.db, func(ctx context.Context, tx bun.Tx) error {
 		disabled = false
 		var failingSince *time.Time
-		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+forUpdate(d.sqlite), endpoint).
+		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+forNoKeyUpdate(d.sqlite), endpoint).
 			Scan(ctx, &failingSince)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // deleted: its deliveries went with it
@@ -347,30 +348,12 @@ FROM webhook_deliveries WHERE state = 'pending'`, now).Scan(ctx, &st)
 	return st.Pending, oldestDue, nil
 }
 
-// Listen signals on the returned channel whenever deliveries are queued (PostgreSQL
-// LISTEN/NOTIFY on a connection of its own; on SQLite, a signal from this process after each
-// commit that queued some), until ctx ends. Signals coalesce.
-func (d *Deliveries) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
+// Listen signals on the returned channel when this process queued deliveries (SQLite, whose
+// writers are all in this process), until ctx ends; on PostgreSQL it returns nil and the
+// workers poll: a NOTIFY from every write would serialise their commits.
+func (d *Deliveries) Listen(ctx context.Context) <-chan struct{} {
 	if d.sqlite {
 		return webhookWakerOf(d.db).listen(ctx)
 	}
-	wake := make(chan struct{}, 1)
-	ln := pgdriver.NewListener(d.db)
-	if err := ln.Listen(ctx, WebhookNotifyChannel); err != nil {
-		log.WarnContext(ctx, "listening for queued webhooks failed; polling meanwhile", slog.Any("error", err))
-	}
-	notes := ln.Channel()
-	go func() {
-		<-ctx.Done()
-		ln.Close() //nolint:errcheck // closing on shutdown
-	}()
-	go func() {
-		for range notes {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return wake
+	return nil
 }

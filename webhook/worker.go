@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,11 +50,14 @@ func (nopRecorder) WebhookDelivery(context.Context, string, time.Duration) {}
 
 // Config tunes a [Worker]. Zero values take the defaults named on each field.
 type Config struct {
-	Workers      int           // endpoints delivered to at once; default 8
-	PerEndpoint  int           // deliveries claimed per endpoint at once; default 50
-	Timeout      time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
-	Lease        time.Duration // how long a claimed endpoint is hidden from other workers; default 2m
-	PollInterval time.Duration // look for due deliveries this often without a wake-up; default 1s
+	Workers     int // endpoints delivered to at once; default 8
+	PerEndpoint int // deliveries claimed per endpoint at once; default 100
+	// PerEndpointParallel is how many of an endpoint's deliveries are in flight at once;
+	// default 4. One worker serves an endpoint, so this bounds what one receiver gets.
+	PerEndpointParallel int
+	Timeout             time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
+	Lease               time.Duration // how long a claimed endpoint is hidden from other workers; default 2m
+	PollInterval        time.Duration // look for due deliveries this often without a wake-up; default 1s
 	// MaxAnswerBytes is how much of a receiver's answer is read (and discarded); default 64 KiB.
 	MaxAnswerBytes int64
 	// Guard is the SSRF rule applied to every address dialled.
@@ -73,10 +78,11 @@ type Config struct {
 
 func (c *Config) defaults() {
 	setDefault(&c.Workers, 8)
-	setDefault(&c.PerEndpoint, 50)
+	setDefault(&c.PerEndpoint, 100)
+	setDefault(&c.PerEndpointParallel, 4)
 	setDefault(&c.Timeout, 10*time.Second)
 	setDefault(&c.Lease, 2*time.Minute)
-	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.PollInterval, 500*time.Millisecond)
 	setDefault(&c.MaxAnswerBytes, 64<<10)
 	if c.Lease < 3*c.Timeout {
 		c.Lease = 3 * c.Timeout
@@ -122,7 +128,7 @@ func NewWorker(q Queue, cfg Config) *Worker {
 		DialContext:            dialer.DialContext,
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           100,
-		MaxIdleConnsPerHost:    2,
+		MaxIdleConnsPerHost:    cfg.PerEndpointParallel,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    cfg.Timeout,
 		ResponseHeaderTimeout:  cfg.Timeout,
@@ -196,27 +202,43 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// deliverBatch delivers one endpoint's batch in order and records the outcomes. After a failed
-// attempt the rest of the batch is handed back for a few seconds, so a receiver that is down
-// costs one attempt at a time; so is whatever the lease cannot cover, and, on shutdown,
-// whatever was not started.
+// deliverBatch delivers one endpoint's batch, up to PerEndpointParallel at a time, and records
+// the outcomes. After a failed attempt no more are started and the rest of the batch is handed
+// back for a few seconds, so a receiver that is down costs one attempt at a time; so is
+// whatever the lease cannot cover, and, on shutdown, whatever was not started.
 func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 	deadline := time.Now().Add(w.cfg.Lease - 2*w.cfg.Timeout)
-	results := make([]model.DeliveryResult, 0, len(b.Deliveries))
-	gone := false
-	for i, d := range b.Deliveries {
-		if ctx.Err() != nil || !time.Now().Before(deadline) {
-			results = release(results, b.Deliveries[i:], 0)
+	results := make([]model.DeliveryResult, len(b.Deliveries))
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, w.cfg.PerEndpointParallel)
+	started := 0
+	for _, d := range b.Deliveries {
+		sem <- struct{}{}
+		if ctx.Err() != nil || failed.Load() || !time.Now().Before(deadline) {
+			<-sem
 			break
 		}
-		r := w.attempt(ctx, b, d)
-		results = append(results, r)
-		if r.Outcome != model.DeliveryDelivered {
-			gone = r.Status == http.StatusGone
-			results = release(results, b.Deliveries[i+1:], jitter(w.cfg.Backoff[0]))
-			break
-		}
+		i := started
+		started++
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = w.attempt(ctx, b, d)
+			if results[i].Outcome != model.DeliveryDelivered {
+				failed.Store(true)
+			}
+		})
 	}
+	wg.Wait()
+	gone := false
+	for _, r := range results[:started] {
+		gone = gone || r.Status == http.StatusGone
+	}
+	var delay time.Duration
+	if failed.Load() {
+		delay = jitter(w.cfg.Backoff[0])
+	}
+	results = release(results[:started], b.Deliveries[started:], delay)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	disabled, err := w.queue.Finish(fctx, b.EndpointID, results, gone)

@@ -81,7 +81,7 @@ func TestAttemptSpanLinksTheCausingRequest(t *testing.T) {
 	var logs bytes.Buffer
 	rec := &recorder{}
 	q := &memQueue{}
-	w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, Recorder: rec,
+	w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, Recorder: rec, PerEndpointParallel: 1,
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)),
 		Logger:         slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for range 3 {

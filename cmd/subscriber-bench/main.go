@@ -71,6 +71,11 @@ type config struct {
 	telemetrySlice                  time.Duration
 	telemetryDuration               time.Duration
 	otlpSink                        string
+
+	// webhooks measures the write scenarios again with one webhook endpoint delivering to a
+	// receiver on webhookReceiver, and the delivery throughput (webhooks.go).
+	webhooks        bool
+	webhookReceiver string
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -98,6 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.drain, "drain-timeout", 2*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them, so that its work does not slow the next scenario (needs -database-url)")
 	fs.DurationVar(&c.stall, "stall", 3*time.Second, "a scenario with no completion for this long has stalled")
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
+	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again with one webhook endpoint subscribed to every event, and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
+	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
 	fs.BoolVar(&c.noBaseline, "no-baseline", false, "skip the baseline even with a database URL")
@@ -402,6 +409,11 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 				b.runService(ctx, p.service, n, cfg.warmup/2, cfg.checkDuration, "check", 0)
 			}
 			b.rss(fmt.Sprintf("%s, %d clients", group, n), true)
+		}
+	}
+	if cfg.webhooks {
+		if err := b.runWebhooks(ctx); err != nil {
+			return b.rep, err
 		}
 	}
 	b.rep.compare()

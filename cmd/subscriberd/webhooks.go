@@ -37,7 +37,7 @@ func startWebhookWorker(ctx context.Context, db *bun.DB, s webhookSettings, metr
 	w := webhook.NewWorker(queue, webhook.Config{
 		Timeout:  s.timeout,
 		Guard:    s.guard,
-		Wake:     queue.Listen(ctx, log),
+		Wake:     queue.Listen(ctx),
 		Recorder: metrics,
 		Logger:   log,
 	})

@@ -4,7 +4,7 @@
 -- to the request that caused the event. Ids are UUIDv7, so id order is time order.
 CREATE TABLE subscriber_events (
     id            uuid PRIMARY KEY,
-    newsletter_id uuid        NOT NULL REFERENCES newsletters (id) ON DELETE CASCADE,
+    newsletter_id uuid        NOT NULL,
     subscriber_id uuid        NOT NULL REFERENCES subscribers (id) ON DELETE CASCADE,
     type          text        NOT NULL,
     payload       text        NOT NULL,
@@ -44,8 +44,12 @@ CREATE INDEX webhook_endpoints_newsletter_idx ON webhook_endpoints (newsletter_i
 
 -- The webhook outbox (docs/api-contract.md §10.4): one row per event and endpoint, queued in
 -- the event's transaction, deleted once delivered; failed ones stay for inspection.
+-- endpoint_id has no foreign key: its check would take a share lock on the endpoint's row in
+-- every write, which the worker's updates of that row then wait for; deleting an endpoint
+-- deletes its deliveries itself. The workers poll for due rows (no NOTIFY: a notifying
+-- transaction's commit is serialised with every other's).
 CREATE TABLE webhook_deliveries (
-    endpoint_id     uuid        NOT NULL REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
+    endpoint_id     uuid        NOT NULL,
     event_id        uuid        NOT NULL REFERENCES subscriber_events (id) ON DELETE CASCADE,
     state           text        NOT NULL CHECK (state IN ('pending', 'failed')),
     attempts        integer     NOT NULL,
@@ -68,23 +72,3 @@ CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) 
 --bun:split
 
 CREATE INDEX webhook_deliveries_event_idx ON webhook_deliveries (event_id);
-
---bun:split
-
--- Wakes the webhook workers (LISTEN webhook_deliveries) when deliveries are queued, once per
--- statement that queued any; workers poll as well.
-CREATE FUNCTION webhook_deliveries_notify() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM new_rows) THEN
-        PERFORM pg_notify('webhook_deliveries', '');
-    END IF;
-    RETURN NULL;
-END
-$$;
-
---bun:split
-
-CREATE TRIGGER webhook_deliveries_notify AFTER INSERT ON webhook_deliveries
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION webhook_deliveries_notify();

@@ -2,7 +2,7 @@
 -- PostgreSQL set (migrations/postgres/20261125000200_events_webhooks.tx.up.sql).
 CREATE TABLE subscriber_events (
     id            TEXT PRIMARY KEY,
-    newsletter_id TEXT      NOT NULL REFERENCES newsletters (id) ON DELETE CASCADE,
+    newsletter_id TEXT      NOT NULL,
     subscriber_id TEXT      NOT NULL REFERENCES subscribers (id) ON DELETE CASCADE,
     type          TEXT      NOT NULL,
     payload       TEXT      NOT NULL,
@@ -37,7 +37,7 @@ CREATE INDEX webhook_endpoints_newsletter_idx ON webhook_endpoints (newsletter_i
 --bun:split
 
 CREATE TABLE webhook_deliveries (
-    endpoint_id     TEXT      NOT NULL REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
+    endpoint_id     TEXT      NOT NULL,
     event_id        TEXT      NOT NULL REFERENCES subscriber_events (id) ON DELETE CASCADE,
     state           TEXT      NOT NULL CHECK (state IN ('pending', 'failed')),
     attempts        INTEGER   NOT NULL,

@@ -502,3 +502,37 @@ func (c *Client) Total(ctx context.Context) (int64, error) {
 	}
 	return env.Pagination.Total, nil
 }
+
+// CreateWebhook makes a webhook endpoint for url subscribed to every event type and returns
+// its id.
+func (c *Client) CreateWebhook(ctx context.Context, url string) (string, error) {
+	body, _ := json.Marshal(map[string]string{"url": url})
+	r := c.do(ctx, http.MethodPost, "/api/v1/webhooks", body, true)
+	if r.err != nil {
+		return "", r.err
+	}
+	if r.status != http.StatusCreated {
+		return "", fmt.Errorf("POST /webhooks: %d %s", r.status, r.body)
+	}
+	var env struct {
+		Data struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &env); err != nil || env.Data.ID == "" {
+		return "", fmt.Errorf("POST /webhooks: no id in %s", r.body)
+	}
+	return env.Data.ID, nil
+}
+
+// DeleteWebhook deletes the endpoint id (and drops its undelivered events).
+func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
+	r := c.do(ctx, http.MethodDelete, "/api/v1/webhooks/"+id, nil, false)
+	if r.err != nil {
+		return r.err
+	}
+	if r.status != http.StatusOK {
+		return fmt.Errorf("DELETE /webhooks/%s: %d", id, r.status)
+	}
+	return nil
+}
