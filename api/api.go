@@ -104,8 +104,9 @@ func New(cfg Config) *Server {
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
 	s.documentLimits()
-	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer.
-	s.handler = s.envelope(s.observe(s.recoverer(s.route(s.mux))))
+	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer;
+	// bound refuses oversized queries and bodies before anything parses them.
+	s.handler = s.envelope(s.observe(s.recoverer(s.bound(s.route(s.mux)))))
 	return s
 }
 

@@ -160,6 +160,10 @@ type accessLogger interface {
 // decision is the mux's own, made before authentication.
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.Path) {
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern != "" {
 			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
 				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
@@ -178,8 +182,6 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
 		default:
-			// The mux redirects unclean paths (//, /./) with an HTML body; an API answers in
-			// JSON, and such a path names no resource as given.
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 		}
 	})
