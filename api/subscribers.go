@@ -131,7 +131,9 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 				"email": {Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength),
 					Description: "One address local@domain; surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
 				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
-					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
+					// The format and bidi controls are written as themselves: Go's regexp
+					// (Huma's) and JSON Schema's ECMA-262 share no escape for them.
+					Pattern:     "^[^\\x00-\\x1f\\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]*$",
 					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
