@@ -55,6 +55,8 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		mail.WritePage(w, ok, c.NewsletterName)
 	case errors.Is(err, model.ErrTokenInvalid):
 		mail.WritePage(w, mail.PageInvalid, "")
+	case clientGone(ctx):
+		w.WriteHeader(StatusClientClosed) // nobody is left to read a page
 	default:
 		if errors.Is(err, model.ErrUnavailable) {
 			s.log.WarnContext(ctx, "database unavailable", "error", err)

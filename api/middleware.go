@@ -50,10 +50,21 @@ type statusWriter struct {
 	bytes  int
 }
 
+// WriteHeader sends the status once. A later call is not passed on (net/http would log
+// "superfluous response.WriteHeader call"), except that StatusClientClosed is remembered:
+// Huma sets it when the client went away while the body was being written.
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+	if code < 200 { // informational: any number may precede the status
+		w.ResponseWriter.WriteHeader(code)
+		return
 	}
+	if w.status != 0 {
+		if code == StatusClientClosed {
+			w.status = code
+		}
+		return
+	}
+	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -125,7 +136,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		end := time.Now()
 		d := end.Sub(start)
-		if sw.status == 0 {
+		switch {
+		case sw.status == 0 && clientGone(r.Context()):
+			sw.status = StatusClientClosed // nothing was answered: nobody was left to read it
+		case sw.status == 0:
 			sw.status = http.StatusOK
 		}
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
@@ -370,6 +384,10 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 	r.Header.Set("Content-Type", "application/json")
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	switch {
+	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
+		// The client hung up in the middle of its body.
+		s.writeErr(ctx, clientClosed())
+		return
 	case err != nil:
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
 		return
