@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -40,6 +41,15 @@ func (s *Server) HandleConfirmations(c Confirmer) {
 func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 	resolve func(context.Context, []byte) (model.Confirmation, error), ok mail.Page) {
 	ctx := r.Context()
+	// Every page costs a token lookup: a budget per client address (docs/limits.md) keeps a
+	// client from guessing tokens at the database's expense.
+	if s.limiter != nil {
+		if d := s.limiter.CheckConfirm(ctx, limits.ClientIP(r, s.cfg.TrustedProxies)); !d.Allowed {
+			w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
+			mail.WritePage(w, mail.PageRateLimited, "")
+			return
+		}
+	}
 	// The token is a secret: it goes into no log, error or span, only into its hash.
 	token := r.PathValue("token")
 	if !mail.WellFormedToken(token) {

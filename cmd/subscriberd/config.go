@@ -36,6 +36,7 @@ var settings = []setting{
 	{env: "BULK_RATE_LIMITS", def: "10/1m,100/1h,500/24h", usage: "extra windows for bulk create, or off"},
 	{env: "AUTH_LOCKOUT", def: "10/10m:15m", usage: "auth failures/window:lock per client IP, or off"},
 	{env: "WRITE_LOCKOUT", def: "30/10m:10m", usage: "4xx writes/window:lock per key, or off"},
+	{env: "CONFIRM_RATE_LIMITS", def: "30/1m", usage: "per-client-IP windows for the /confirm pages, or off"},
 	{env: "TRUSTED_PROXIES", usage: "CIDRs whose X-Forwarded-For is believed"},
 	{env: "LOG_LEVEL", def: "info", usage: "debug, info, warn or error"},
 	{env: "LOG_FORMAT", def: "json", usage: "json or text"},

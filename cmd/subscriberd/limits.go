@@ -21,7 +21,7 @@ type limitSettings struct {
 }
 
 // parseLimits reads RATE_LIMITS, BULK_RATE_LIMITS, AUTH_LOCKOUT, WRITE_LOCKOUT,
-// TRUSTED_PROXIES and REDIS_URL. Each error names its variable.
+// CONFIRM_RATE_LIMITS, TRUSTED_PROXIES and REDIS_URL. Each error names its variable.
 func parseLimits(cfg config) (limitSettings, error) {
 	var s limitSettings
 	var err error
@@ -35,6 +35,9 @@ func parseLimits(cfg config) (limitSettings, error) {
 		return s, err
 	}
 	if s.cfg.WriteLockout, err = limits.ParseLockout("WRITE_LOCKOUT", cfg["WRITE_LOCKOUT"]); err != nil {
+		return s, err
+	}
+	if s.cfg.Confirm, err = limits.ParseWindows("CONFIRM_RATE_LIMITS", cfg["CONFIRM_RATE_LIMITS"]); err != nil {
 		return s, err
 	}
 	if s.trusted, err = limits.ParseTrustedProxies(cfg["TRUSTED_PROXIES"]); err != nil {
