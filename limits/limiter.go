@@ -134,7 +134,7 @@ func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }
 func confirmLockKey(ip netip.Addr) string {
 	return "{" + ip.String() + "}:confirm_lock" // never set: no lockout applies to the pages
 }
-func keyLogKey(id string) string         { return "{" + id + "}:write_errors" }
+func keyLogKey(id string) string { return "{" + id + "}:write_errors" }
 func bucketKey(id, kind string, w Window) string {
 	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
 }
