@@ -131,10 +131,10 @@ func (l *Limiter) Config() Config { return l.cfg }
 func clientLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:client_lock" }
 func clientLogKey(ip netip.Addr) string  { return "{" + ip.String() + "}:auth_failures" }
 func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }
-func confirmLockKey(ip netip.Addr) string {
-	return "{" + ip.String() + "}:confirm_lock" // never set: no lockout applies to the pages
-}
-func keyLogKey(id string) string { return "{" + id + "}:write_errors" }
+func keyLogKey(id string) string         { return "{" + id + "}:write_errors" }
+
+// confirmLockKey is never set: no lockout applies to the confirmation pages.
+func confirmLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:confirm_lock" }
 func bucketKey(id, kind string, w Window) string {
 	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
 }
