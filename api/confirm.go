@@ -57,6 +57,9 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	c, err := resolve(ctx, mail.HashToken(token))
+	if err == nil || errors.Is(err, model.ErrTokenInvalid) {
+		s.dbOutage.OK(ctx) // the database answered
+	}
 	switch {
 	case err == nil && c.Confirmed:
 		// Already done (a repeated POST, or the link opened again): say so, no form.
@@ -69,7 +72,7 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		w.WriteHeader(StatusClientClosed) // nobody is left to read a page
 	default:
 		if errors.Is(err, model.ErrUnavailable) {
-			s.log.WarnContext(ctx, "database unavailable", "error", err)
+			s.dbOutage.Failed(ctx, err)
 		} else if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "confirmation failed", "error", err)
 		}

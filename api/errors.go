@@ -202,11 +202,20 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		log.DebugContext(ctx, "client closed the request", "error", err)
 		return clientClosed()
 	case errors.Is(err, model.ErrUnavailable):
-		log.WarnContext(ctx, "database unavailable", "error", err)
+		// Logged by the caller's outage log (Server.mapError): once, not once a request.
 		return unavailable()
 	}
 	log.ErrorContext(ctx, "unexpected error", "error", err)
 	return newError(http.StatusInternalServerError, MsgInternal)
+}
+
+// mapError is mapError with the database's outages logged by s.dbOutage, so that an outage
+// is a few lines in the log (docs/operating.md) rather than one per failed request.
+func (s *Server) mapError(ctx context.Context, err error) error {
+	if errors.Is(err, model.ErrUnavailable) && !clientGone(ctx) {
+		s.dbOutage.Failed(ctx, err)
+	}
+	return mapError(ctx, s.log, err)
 }
 
 // writeError writes e outside Huma (routing, panics).

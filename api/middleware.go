@@ -350,8 +350,9 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	case errors.Is(err, model.ErrKeyNotFound):
 		return model.Principal{}, nil, unauthorized()
 	case err != nil:
-		return model.Principal{}, nil, mapError(ctx, s.log, err)
+		return model.Principal{}, nil, s.mapError(ctx, err)
 	}
+	s.dbOutage.OK(ctx)
 	event := verifiedEvent(p)
 	s.keys.put(hash, p, event)
 	return p, event, nil
@@ -425,7 +426,7 @@ func malformed(body []byte, want string) string {
 func (s *Server) writeErr(ctx huma.Context, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
-		e = mapError(ctx.Context(), s.log, err).(*Error)
+		e = s.mapError(ctx.Context(), err).(*Error)
 	}
 	for k, vs := range e.headers {
 		for _, v := range vs {

@@ -278,8 +278,9 @@ func handle[I, O any](s *Server, fn func(context.Context, model.Principal, *I) (
 	return func(ctx context.Context, in *I) (*O, error) {
 		out, err := fn(ctx, principalFrom(ctx), in)
 		if err != nil {
-			return nil, mapError(ctx, s.log, err)
+			return nil, s.mapError(ctx, err)
 		}
+		s.dbOutage.OK(ctx)
 		return out, nil
 	}
 }

@@ -6,7 +6,8 @@
 // usually behind a Failover that decides in process while Redis is unreachable. The Limiter
 // turns a backend's answer into a Decision that carries what HTTP needs (Retry-After and
 // RateLimit-* values) and records each decision as a metric and a span, never with the key
-// or the client address. The package imports no other project package.
+// or the client address. The package imports no other project package but internal/outage,
+// which logs a Redis outage as every outage is logged.
 package limits
 
 import (
