@@ -22,7 +22,7 @@ const (
 var (
 	msgQueryTooLong   = "The query string must not be longer than " + strconv.Itoa(MaxQueryBytes) + " bytes."
 	msgQueryTooMany   = "The query string must not have more than " + strconv.Itoa(MaxQueryParams) + " parameters."
-	errBodyTooLargeAt = newError(http.StatusRequestEntityTooLarge, MsgTooLarge)
+	errBodyTooLarge = newError(http.StatusRequestEntityTooLarge, MsgTooLarge)
 )
 
 // bound refuses, before anything parses them, a query string over MaxQueryBytes or
@@ -38,7 +38,7 @@ func (s *Server) bound(next http.Handler) http.Handler {
 		}
 		if r.ContentLength > MaxBodyBytes {
 			w.Header().Set("Connection", "close")
-			writeError(w, errBodyTooLargeAt)
+			writeError(w, errBodyTooLarge)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -225,14 +225,14 @@ func (s *Server) register() {
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
 	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
-		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.get))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
 	huma.Register(s.api, s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)), handle(s, s.update))
 	huma.Register(s.api, s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
-		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never
 	// send it (a bad parameter is 400 or 404), so the document says only what is sent.
