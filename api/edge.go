@@ -20,8 +20,8 @@ const (
 )
 
 var (
-	msgQueryTooLong   = "The query string must not be longer than " + strconv.Itoa(MaxQueryBytes) + " bytes."
-	msgQueryTooMany   = "The query string must not have more than " + strconv.Itoa(MaxQueryParams) + " parameters."
+	msgQueryTooLong = "The query string must not be longer than " + strconv.Itoa(MaxQueryBytes) + " bytes."
+	msgQueryTooMany = "The query string must not have more than " + strconv.Itoa(MaxQueryParams) + " parameters."
 	errBodyTooLarge = newError(http.StatusRequestEntityTooLarge, MsgTooLarge)
 )
 
