@@ -65,6 +65,7 @@ type envOptions struct {
 	statementTimeout time.Duration
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
+	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -82,6 +83,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	if o.queryHook != nil {
+		db.AddQueryHook(o.queryHook)
+	}
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
