@@ -213,3 +213,20 @@ func TestContentionEmailSwaps(t *testing.T) {
 		t.Errorf("%d statements failed on a unique violation, want 0", n)
 	}
 }
+
+// A client's duplicate is answered 422 email_already_subscribed without any statement failing
+// on the unique key: PostgreSQL logs a failed statement with its values, here an address.
+func TestDuplicatesRaiseNoDatabaseError(t *testing.T) {
+	t.Parallel()
+	hook := &conflictHook{}
+	e := newEnv(t, withHook(hook))
+	e.do("POST", "/subscribers", map[string]any{"email": "taken@x.io"}).want(t, http.StatusCreated, "")
+	other := e.do("POST", "/subscribers", map[string]any{"email": "other@x.io"}).want(t, http.StatusCreated, "").data(t)["id"].(string)
+	e.do("POST", "/subscribers", map[string]any{"email": "Taken@X.io"}).want(t, http.StatusUnprocessableEntity, "email_already_subscribed")
+	e.do("POST", "/subscribers", map[string]any{"email": "TAKEN@x.io", "status": "pending"}).want(t, http.StatusUnprocessableEntity, "email_already_subscribed")
+	e.do("POST", "/subscribers/bulk", bulkOf([]string{"new@x.io", "taken@x.io"})).want(t, http.StatusUnprocessableEntity, "validation_error")
+	e.do("PUT", "/subscribers/"+other, map[string]any{"email": "taken@X.IO"}).want(t, http.StatusUnprocessableEntity, "email_already_subscribed")
+	if n := hook.unique.Load(); n != 0 {
+		t.Errorf("%d statements failed on a unique violation, want 0", n)
+	}
+}
