@@ -25,6 +25,9 @@ import (
 var pg *testdb.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerProcessEnv) != "" {
+		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
+	}
 	code := testdb.Main(m, &pg)
 	testredis.Stop()
 	os.Exit(code)
