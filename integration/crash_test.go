@@ -134,4 +134,3 @@ func TestCrashedWorkerEmailsGoOutAfterRestart(t *testing.T) {
 		t.Errorf("service after the crash: %d", r.status)
 	}
 }
-
