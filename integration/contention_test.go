@@ -21,11 +21,15 @@ import (
 
 // send is env.do for goroutines: it reports instead of failing the test.
 func (e *env) send(method, path string, body any) (int, []byte, error) {
-	js, err := json.Marshal(body)
-	if err != nil {
-		return 0, nil, err
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(js)
 	}
-	req, err := http.NewRequest(method, e.base+path, bytes.NewReader(js))
+	req, err := http.NewRequest(method, e.base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
