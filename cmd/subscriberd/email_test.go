@@ -188,6 +188,9 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 			t.Errorf("the banner lacks %q:\n%s", want, stdout.String())
 		}
 	}
+	if want := `"PUBLIC_BASE_URL":"` + s.api + `"`; !strings.Contains(s.logs.String(), want) {
+		t.Errorf("the logged configuration lacks %s", want)
+	}
 	for range 12 { // AUTH_LOCKOUT's default would lock after 10
 		if status, _ := call(t, "GET", s.api+"/api/v1/subscribers", "sk_wrong", ""); status != http.StatusUnauthorized {
 			t.Fatalf("a wrong key got %d, want 401 every time (lockouts off)", status)
