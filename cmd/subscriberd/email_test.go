@@ -86,6 +86,9 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	}
 
 	s.stop(t)
+	if strings.Contains(logs.String(), "disagree on the port") {
+		t.Error("a public PUBLIC_BASE_URL without a port (behind a proxy) drew the port warning")
+	}
 	for _, secret := range []string{msg.Token(), "reader@example.com"} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("logs contain %q", secret)
