@@ -139,29 +139,14 @@ func (o *Outbox) IssueToken(ctx context.Context, e model.OutboxEmail, hash []byt
 	now := o.now()
 	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
 		// Locks in the order every writer of a subscriber uses: subscriber, outbox, tokens.
-		var status, state string
-		err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
-		}
-		if err != nil {
-			return translate(err)
-		}
-		err = tx.NewRaw("SELECT state FROM email_outbox WHERE id = ?", e.ID).Scan(ctx, &state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("email gone: %w", model.ErrEmailObsolete)
-		}
-		if err != nil {
-			return translate(err)
-		}
-		if status != string(model.StatusPending) || state != StatePending {
-			return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
+		if err := o.stillWanted(ctx, tx, e); err != nil {
+			return err
 		}
 		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET retired_at = ?
 WHERE subscriber_id = ? AND retired_at IS NULL`, now, e.SubscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		_, err = tx.NewRaw(`INSERT INTO confirmation_tokens (hash, subscriber_id, outbox_id, created_at, expires_at)
+		_, err := tx.NewRaw(`INSERT INTO confirmation_tokens (hash, subscriber_id, outbox_id, created_at, expires_at)
 VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx)
 		return translate(err)
 	})
@@ -171,44 +156,95 @@ VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx
 	return err
 }
 
-// MarkSent records the email as handed to the SMTP server. It is recorded even when a change
-// cancelled the email while it was being sent: it did go out (its link is dead by then).
-//
-// In the same transaction it records the subscriber.confirmation_sent event
-// (docs/api-contract.md §10.1), once: a second MarkSent of the same email changes nothing.
-func (o *Outbox) MarkSent(ctx context.Context, id uuid.UUID) error {
-	now := o.now()
-	var delivering bool
+// CommitSend is the step that commits to sending e: in one transaction it locks e's
+// subscriber (FOR UPDATE, the first lock of every writer of a subscriber), checks that the
+// subscriber and e are still pending, calls accept — the SMTP server's acceptance of the
+// message, the end of its DATA — and records e as sent. An unsubscribe, a change or a
+// confirmation that races the send therefore commits either before this step (e is found no
+// longer wanted: model.ErrEmailObsolete, accept is not called, nothing is sent) or after the
+// server accepted the email, never in between. The subscriber's row is held only while the
+// server answers the end of DATA, bounded by the SMTP timeout; on SQLite the transaction holds
+// the database's write lock as long. An error from accept is returned as is and nothing is
+// recorded. accept is called at most once, even when the transaction runs again after a
+// deadlock. The same transaction records the subscriber.confirmation_sent event
+// (docs/api-contract.md §10.1).
+func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, accept func() error) error {
+	var called, delivering bool
+	var acceptErr error
+	once := func() error {
+		if !called {
+			called, acceptErr = true, accept()
+		}
+		return acceptErr
+	}
 	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
-		delivering = false
-		// Locks in the order every writer of a subscriber uses: subscriber, outbox.
+		if err := o.stillWanted(ctx, tx, e); err != nil {
+			return err
+		}
+		// The confirmation_sent event (docs/api-contract.md §10.1), with the subscriber as it is
+		// (its row is held since stillWanted). It is written before the server is asked, so
+		// that after the server accepts only the outbox update and the commit remain, as
+		// without it; a refusal rolls it back.
+		now := o.now()
 		var sub subscriberRow
-		err := tx.NewRaw("SELECT s.* FROM subscribers AS s JOIN email_outbox AS o ON o.subscriber_id = s.id WHERE o.id = ?"+
-			forUpdateOf(o.sqlite, "s"), id).Scan(ctx, &sub)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // the subscriber is gone, and its outbox rows with it
-		}
-		if err != nil {
+		if err := tx.NewSelect().Model(&sub).Where("id = ?", e.SubscriberID).Scan(ctx); err != nil {
 			return translate(err)
 		}
-		res, err := tx.NewRaw(`UPDATE email_outbox
+		var err error
+		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
+			nil, model.EventSource{Kind: model.SourceEmail}, now)}); err != nil {
+			return err
+		}
+		if err := once(); err != nil {
+			return err
+		}
+		_, err = tx.NewRaw(`UPDATE email_outbox
 SET state = 'sent', attempts = attempts + 1, sent_at = ?0, updated_at = ?0, last_error = ''
-WHERE id = ?1 AND state IN ('pending', 'cancelled')`, now, id).Exec(ctx)
-		if err != nil {
-			return translate(err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // recorded already
-		}
-		delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
-			nil, model.EventSource{Kind: model.SourceEmail}, now)})
-		return err
+WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
+		return translate(err)
 	})
+	if err != nil && !errors.Is(err, model.ErrEmailObsolete) && (!called || acceptErr == nil) {
+		return translate(err)
+	}
+	if err == nil {
+		deliveriesQueued(o.db, delivering)
+	}
+	return err
+}
+
+// stillWanted locks e's subscriber and fails with model.ErrEmailObsolete unless the subscriber
+// and e are both still pending.
+func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail) error {
+	var status, state string
+	err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
+	}
 	if err != nil {
 		return translate(err)
 	}
-	deliveriesQueued(o.db, delivering)
+	err = tx.NewRaw("SELECT state FROM email_outbox WHERE id = ?", e.ID).Scan(ctx, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("email gone: %w", model.ErrEmailObsolete)
+	}
+	if err != nil {
+		return translate(err)
+	}
+	if status != string(model.StatusPending) || state != StatePending {
+		return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
+	}
 	return nil
+}
+
+// Extend renews the lease of claimed emails the worker still holds (its heartbeat): their
+// next attempt moves to now+lease. Emails no longer pending are left alone.
+func (o *Outbox) Extend(ctx context.Context, ids []uuid.UUID, lease time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0
+WHERE id IN (?1) AND state = 'pending'`, o.now().Add(lease), bun.List(ids)).Exec(ctx)
+	return translate(err)
 }
 
 // Retry counts a failed attempt and makes the email due again after delay.
@@ -246,8 +282,14 @@ WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
 
-// Stats reads, for metrics, how many emails wait to be sent (due or scheduled for a retry) and
-// how long the longest-waiting due one has been due (0 when none is).
+// Stats reads, for metrics, how many emails wait to be sent (due, in a worker's hands, or
+// scheduled for a retry) and how long the longest-waiting stalled one has waited since it was
+// queued (0 when none is). An email is stalled when it is due and nobody holds it (never
+// claimed, or claimed by a worker whose lease ran out: it crashed) or when an attempt at it
+// failed and it waits for a retry (the SMTP server is down or refusing). Only an email in a
+// live worker's hands, never tried yet, is not: that worker keeps its lease alive while it
+// sends. So the age grows in both a worker crash and an SMTP outage, and the stall alert
+// (deploy/prometheus/rules.yml) fires in both.
 func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
 	now := o.now()
 	var st struct {
@@ -255,13 +297,13 @@ func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Durat
 		Oldest  *time.Time `bun:"oldest"`
 	}
 	err = o.db.NewRaw(`SELECT count(*) AS pending,
-    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?) AS oldest
+    min(created_at) FILTER (WHERE next_attempt_at <= ? OR attempts > 0) AS oldest
 FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
 	if err != nil {
 		return 0, 0, translate(err)
 	}
 	if st.Oldest != nil {
-		oldestDue = now.Sub(*st.Oldest)
+		oldestDue = max(now.Sub(*st.Oldest), 0)
 	}
 	return st.Pending, oldestDue, nil
 }
