@@ -182,6 +182,20 @@ func (l *configLoader) load(defaults map[string]string) (*Config, error) {
 	return c, nil
 }
 
+// override sets a setting after loading (dev's PUBLIC_BASE_URL), parsed like the others.
+func (c *Config) override(name, raw string) error {
+	for _, s := range c.settings() {
+		if s.env == name {
+			if err := s.parse(name, raw); err != nil {
+				return err
+			}
+			c.raw[name] = raw
+			return nil
+		}
+	}
+	return fmt.Errorf("no setting %s", name)
+}
+
 // Explicit reports whether the variable was given by a flag or the environment.
 func (c *Config) Explicit(name string) bool { return c.explicit[name] }
 
