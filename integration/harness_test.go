@@ -53,6 +53,7 @@ type env struct {
 	dsn      string
 	db       *bun.DB
 	accounts *repo.Accounts
+	idem     *repo.Idempotency
 	srv      *httptest.Server
 	base     string // …/api/v1
 	nl       uuid.UUID
@@ -65,6 +66,7 @@ type envOptions struct {
 	statementTimeout time.Duration
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
+	idempotencyTTL   time.Duration  // 0: 24 h
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -83,12 +85,23 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
+	ttl := o.idempotencyTTL
+	if ttl == 0 {
+		ttl = 24 * time.Hour
+	}
+	e.idem = repo.NewIdempotency(db, ttl)
+	cursorKey, err := repo.Secret(context.Background(), db, "cursor")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
 		KeyCacheTTL:    o.keyCacheTTL,
 		Limiter:        o.limiter,
 		TrustedProxies: o.trusted,
+		Idempotency:    e.idem,
+		CursorKey:      cursorKey,
 	})
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close)

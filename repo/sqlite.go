@@ -150,7 +150,13 @@ func isBusy(err error) bool {
 // runInTx runs fn in a transaction. On PostgreSQL it is db.RunInTx. On SQLite a transaction
 // that found the database busy even after the busy timeout runs again, a few times, before the
 // error (model.ErrUnavailable once translated) reaches the caller.
+//
+// Inside Idempotency.Run (an idempotent request, docs/api-contract.md §8) fn joins the
+// request's transaction instead, so that the change commits with its stored response.
 func runInTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
+	if tx, ok := joinTx(ctx, db); ok {
+		return fn(ctx, tx)
+	}
 	if !isSQLite(db) {
 		return db.RunInTx(ctx, nil, fn)
 	}

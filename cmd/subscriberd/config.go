@@ -39,6 +39,7 @@ var settings = []setting{
 	{env: "TRUSTED_PROXIES", usage: "CIDRs whose X-Forwarded-For is believed"},
 	{env: "LOG_LEVEL", def: "info", usage: "debug, info, warn or error"},
 	{env: "LOG_FORMAT", def: "json", usage: "json or text"},
+	{env: "IDEMPOTENCY_TTL", def: "24h", usage: "how long a stored Idempotency-Key response is replayed"},
 }
 
 // config is the resolved settings by variable name.

@@ -50,6 +50,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	idemTTL, err := parseIdempotencyTTL(cfg["IDEMPOTENCY_TTL"])
+	if err != nil {
+		return err
+	}
 	// Log lines are batched (one write per request was a system call per request); the
 	// buffer is flushed last, after everything below has logged its shutdown.
 	logw := telemetry.NewLogBuffer(stderr)
@@ -90,7 +94,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics)
 	defer closeLimiter()
 	accounts := repo.NewAccounts(db)
+	// Cursors are signed with a key kept in the database, so that every instance, and the
+	// next start, accepts the cursors of the others (docs/api-contract.md §9.2).
+	cursorKey, err := repo.Secret(ctx, db, "cursor")
+	if err != nil {
+		return dbErr(cfg, err)
+	}
+	idem := repo.NewIdempotency(db, idemTTL)
 	public := api.New(api.Config{
+		Idempotency:    idem,
+		CursorKey:      cursorKey,
 		Store:          repo.NewSubscribers(db),
 		Auth:           accounts,
 		Logger:         log,
@@ -106,6 +119,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer func() {
 		stopWorker()
 		<-workerDone
+	}()
+	// Expired Idempotency-Key records are purged in small batches, apart from the writes.
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		idem.PurgeLoop(workerCtx, time.Minute, func(err error) { log.Warn("purging idempotency keys", "error", err) })
+	}()
+	defer func() {
+		stopWorker()
+		<-purgeDone
 	}()
 
 	var draining atomic.Bool
@@ -162,6 +185,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// parseIdempotencyTTL reads IDEMPOTENCY_TTL: a Go duration of at least one second.
+func parseIdempotencyTTL(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("IDEMPOTENCY_TTL: %q is not a duration of at least 1s (for example 24h)", v)
+	}
+	return d, nil
 }
 
 func validateServe(cfg config) error {

@@ -1,0 +1,223 @@
+package repo
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// Idempotency keeps the stored responses of idempotent writes (docs/api-contract.md §8).
+//
+// How a write becomes idempotent: the API calls Run with the request's key and fingerprint
+// and a function that performs the request. Run opens one transaction, takes the key's lock,
+// and hands the function a context that carries the transaction; every repo method that
+// opens its unit of work with runInTx (or Subscribers.atomically) joins it, so the change and
+// the response record commit together or not at all. A new store method needs nothing more
+// than to use runInTx for its writes.
+type Idempotency struct {
+	store
+	ttl time.Duration
+}
+
+// NewIdempotency returns the store of idempotent responses on db; a response is replayed for
+// ttl after it was stored.
+func NewIdempotency(db *bun.DB, ttl time.Duration) *Idempotency {
+	return &Idempotency{store: newStore(db), ttl: ttl}
+}
+
+type idempotencyRow struct {
+	bun.BaseModel `bun:"table:idempotency_keys"`
+
+	NewsletterID uuid.UUID `bun:"newsletter_id,pk,type:uuid"`
+	Key          string    `bun:"key,pk"`
+	Fingerprint  []byte    `bun:"fingerprint"`
+	Status       int       `bun:"status"`
+	Location     string    `bun:"location"`
+	Body         []byte    `bun:"body"`
+	CreatedAt    time.Time `bun:"created_at"`
+	ExpiresAt    time.Time `bun:"expires_at"`
+}
+
+func (r *idempotencyRow) toModel() model.StoredResponse {
+	return model.StoredResponse{Fingerprint: r.Fingerprint, Status: r.Status, Location: r.Location, Body: r.Body}
+}
+
+// Lookup returns the unexpired response stored under key in the newsletter, if any. It takes
+// no lock: a replay costs one indexed read.
+func (s *Idempotency) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+	return s.lookup(ctx, s.db, nl, key)
+}
+
+func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+	var row idempotencyRow
+	err := db.NewSelect().Model(&row).Column("fingerprint", "status", "location", "body").
+		Where("newsletter_id = ? AND key = ? AND expires_at > ?", nl, key, s.now()).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.StoredResponse{}, false, nil
+	}
+	if err != nil {
+		return model.StoredResponse{}, false, translate(err)
+	}
+	return row.toModel(), true, nil
+}
+
+// Run performs an idempotent request: in one transaction it takes the lock of (nl, key),
+// looks the key up again, and, when nothing is stored, calls fn with a context that carries
+// the transaction. When fn returns a response (a 2xx) it is stored under the key before the
+// commit; when fn returns nil the transaction rolls back and nothing is stored (a failed
+// request changed nothing). An error from fn rolls back and is returned.
+//
+// The result says what happened: Ran (fn ran; its response, if any, is committed), or
+// Stored (another request with the key finished meanwhile: replay or compare it). When
+// another request with the key is still running, Run returns model.ErrIdempotencyInUse
+// without calling fn. The lock is PostgreSQL's transaction-scoped advisory lock, which a crash
+// or a dropped connection releases at once; on SQLite the immediate write transaction already
+// serialises every writer, so a second request waits and then finds the first one's response.
+func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
+	var res model.IdempotencyResult
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res = model.IdempotencyResult{}
+		if !s.sqlite {
+			var locked bool
+			if err := tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", advisoryKey(nl, key)).Scan(ctx, &locked); err != nil {
+				return translate(err)
+			}
+			if !locked {
+				return fmt.Errorf("%w", model.ErrIdempotencyInUse)
+			}
+		}
+		stored, found, err := s.lookup(ctx, tx, nl, key)
+		if err != nil {
+			return err
+		}
+		if found {
+			res.Stored = &stored
+			return errRollback
+		}
+		resp, err := fn(withTx(ctx, s.db, tx))
+		res.Ran = true
+		if err != nil {
+			return err
+		}
+		if resp == nil {
+			return errRollback
+		}
+		now := s.now()
+		row := idempotencyRow{NewsletterID: nl, Key: key, Fingerprint: fp, Status: resp.Status,
+			Location: resp.Location, Body: resp.Body, CreatedAt: now, ExpiresAt: now.Add(s.ttl)}
+		// An expired record not purged yet is replaced.
+		_, err = tx.NewInsert().Model(&row).
+			On("CONFLICT (newsletter_id, key) DO UPDATE").
+			Set("fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, location = EXCLUDED.location").
+			Set("body = EXCLUDED.body, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at").
+			Exec(ctx)
+		return translate(err)
+	})
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	if err != nil {
+		return model.IdempotencyResult{}, translate(err)
+	}
+	return res, nil
+}
+
+// errRollback ends a transaction of Run without an error for the caller.
+var errRollback = errors.New("rollback")
+
+// advisoryKey is the 64-bit advisory lock id of (nl, key). Two keys sharing one (a chance of
+// 2⁻⁶⁴) only make one of them wait or answer 409 once.
+func advisoryKey(nl uuid.UUID, key string) int64 {
+	h := sha256.New()
+	h.Write(nl[:])
+	h.Write([]byte(key))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8])) //nolint:gosec // a hash, any bits will do
+}
+
+// Purge deletes up to limit expired records and returns how many it deleted. Each call is one
+// short statement, so purging never holds up writes for long; call it until it returns less
+// than limit.
+func (s *Idempotency) Purge(ctx context.Context, limit int) (int, error) {
+	res, err := s.db.NewRaw(`DELETE FROM idempotency_keys WHERE (newsletter_id, key) IN (
+    SELECT newsletter_id, key FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`, s.now(), limit).Exec(ctx)
+	if err != nil {
+		return 0, translate(err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// PurgeLoop purges expired records every interval until ctx ends, in batches of 1,000.
+// Errors are passed to logErr and the loop goes on.
+func (s *Idempotency) PurgeLoop(ctx context.Context, interval time.Duration, logErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for {
+			n, err := s.Purge(ctx, 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					logErr(err)
+				}
+				break
+			}
+			if n < 1000 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// txKey is the context key of the transaction of an idempotent request.
+type txKey struct{}
+
+type joinedTx struct {
+	db *bun.DB
+	tx bun.Tx
+}
+
+func withTx(ctx context.Context, db *bun.DB, tx bun.Tx) context.Context {
+	return context.WithValue(ctx, txKey{}, joinedTx{db: db, tx: tx})
+}
+
+// joinTx returns the transaction on db that ctx carries (see Idempotency.Run), if any.
+func joinTx(ctx context.Context, db *bun.DB) (bun.Tx, bool) {
+	j, ok := ctx.Value(txKey{}).(joinedTx)
+	if !ok || j.db != db {
+		return bun.Tx{}, false
+	}
+	return j.tx, true
+}
+
+// Secret returns the secret called name that every instance on this database shares, making
+// it (32 random bytes) when it does not exist yet. The first instance to ask makes it; the
+// others, and later starts, read the same value.
+func Secret(ctx context.Context, db *bun.DB, name string) ([]byte, error) {
+	value := make([]byte, 32)
+	rand.Read(value) //nolint:errcheck // never fails
+	if _, err := db.NewRaw("INSERT INTO service_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+		name, value, time.Now().UTC()).Exec(ctx); err != nil {
+		return nil, translate(err)
+	}
+	var stored []byte
+	if err := db.NewRaw("SELECT value FROM service_secrets WHERE name = ?", name).Scan(ctx, &stored); err != nil {
+		return nil, translate(err)
+	}
+	return stored, nil
+}
