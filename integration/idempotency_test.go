@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
@@ -420,4 +422,46 @@ func TestIdempotencyAndLimits(t *testing.T) {
 		t.Fatalf("RateLimit-Remaining = %q after 3 requests of 3; want 0", r.header.Get("RateLimit-Remaining"))
 	}
 	want429(t, e.do("POST", "/subscribers", map[string]any{"email": "a@example.com"}, idem("k")), 60)
+}
+
+// TestTraceIdempotency: a replay is visible on its request's span (an "idempotency" event and
+// app.idempotency.replayed) and counted, as is a reused key.
+func TestTraceIdempotency(t *testing.T) {
+	o := newObserved(t)
+	body := map[string]any{"email": "ann@example.com"}
+	_, tr := o.traced("POST", "/subscribers", body, idem("k"))
+	if ev := idempotencyEvent(serverSpan(t, tr)); ev != "ran" {
+		t.Fatalf("first request's idempotency outcome = %q; want ran", ev)
+	}
+	r, tr := o.traced("POST", "/subscribers", body, idem("k"))
+	r.want(t, http.StatusCreated, "")
+	srv := serverSpan(t, tr)
+	if ev := idempotencyEvent(srv); ev != "replayed" {
+		t.Fatalf("replay's idempotency outcome = %q; want replayed", ev)
+	}
+	if v, ok := attrMap(srv)["app.idempotency.replayed"]; !ok || !v.AsBool() {
+		t.Fatalf("replay's server span lacks app.idempotency.replayed=true")
+	}
+	checkDBSpans(t, tr, "SELECT idempotency_keys")
+	o.do("POST", "/subscribers", map[string]any{"email": "bob@example.com"}, idem("k")).want(t, http.StatusUnprocessableEntity, "idempotency_key_reused")
+	for outcome, want := range map[string]float64{"replayed": 1, "reused": 1, "in_use": 0} {
+		if got := counterSum(t, o.metrics, "idempotency_requests_total", "outcome", outcome); got != want {
+			t.Errorf("idempotency_requests_total{outcome=%q} = %v; want %v", outcome, got, want)
+		}
+	}
+}
+
+// idempotencyEvent is the outcome of the span's "idempotency" event, or "".
+func idempotencyEvent(s sdktrace.ReadOnlySpan) string {
+	for _, ev := range s.Events() {
+		if ev.Name != "idempotency" {
+			continue
+		}
+		for _, kv := range ev.Attributes {
+			if kv.Key == "app.idempotency.outcome" {
+				return kv.Value.AsString()
+			}
+		}
+	}
+	return ""
 }
