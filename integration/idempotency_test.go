@@ -16,6 +16,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
@@ -464,4 +465,27 @@ func idempotencyEvent(s sdktrace.ReadOnlySpan) string {
 		}
 	}
 	return ""
+}
+
+// TestIdempotencyRunLosesTheRace: a request that finished between another's look-up and its
+// lock (simulated by calling Run without the look-up) makes the latecomer's change roll back,
+// and the latecomer gets the stored response.
+func TestIdempotencyRunLosesTheRace(t *testing.T) {
+	e := newEnv(t)
+	first := e.do("POST", "/subscribers", map[string]any{"email": "a@example.com"}, idem("k")).want(t, http.StatusCreated, "")
+	subs := repo.NewSubscribers(e.db)
+	for _, email := range []string{"b@example.com", "a@example.com"} { // a change that succeeds, one that fails
+		res, err := e.idem.Run(context.Background(), e.nl, "k", []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
+			if _, err := subs.Create(ctx, e.nl, model.NewSubscriber{Email: email, Status: model.StatusActive}); err != nil {
+				return nil, nil // the handler answered a 4xx
+			}
+			return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: []byte("late")}, nil
+		})
+		if err != nil || res.Stored == nil || !bytes.Equal(res.Stored.Body, first.raw) {
+			t.Fatalf("%s: Run = %+v, %v; want the first response stored", email, res, err)
+		}
+	}
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 1 {
+		t.Fatalf("%d subscribers; want the first request's only", n)
+	}
 }

@@ -71,24 +71,39 @@ func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key 
 	return row.toModel(), true, nil
 }
 
-// Run performs an idempotent request: in one transaction it takes the lock of (nl, key),
-// looks the key up again, and, when nothing is stored, calls fn with a context that carries
-// the transaction. When fn returns a response (a 2xx) it is stored under the key before the
-// commit; when fn returns nil the transaction rolls back and nothing is stored (a failed
-// request changed nothing). An error from fn rolls back and is returned.
+// Run performs an idempotent request: in one transaction it takes the lock of (nl, key) and
+// calls fn with a context that carries the transaction. When fn returns a response (a 2xx) it
+// is stored under the key before the commit; when fn returns nil the transaction rolls back
+// and nothing is stored (a failed request changed nothing). An error from fn rolls back and
+// is returned.
 //
-// The result says what happened: Ran (fn ran; its response, if any, is committed), or
-// Stored (another request with the key finished meanwhile: replay or compare it). When
-// another request with the key is still running, Run returns model.ErrIdempotencyInUse
-// without calling fn. The lock is PostgreSQL's transaction-scoped advisory lock, which a crash
-// or a dropped connection releases at once; on SQLite the immediate write transaction already
-// serialises every writer, so a second request waits and then finds the first one's response.
+// The result says what happened: Ran (fn ran; its response, if any, is committed), or Stored
+// (another request with the key finished first: replay or compare its response; whatever fn
+// did was rolled back). When another request with the key is still running, Run returns
+// model.ErrIdempotencyInUse without calling fn.
+//
+// The lock is PostgreSQL's transaction-scoped advisory lock, which a crash or a dropped
+// connection releases at once: no marker is ever left behind. The caller has looked the key
+// up (Lookup) just before; a request that finished between that look and the lock is caught
+// by the record's insert, which refuses to replace a live record and so rolls this one's
+// change back. On SQLite the immediate write transaction serialises every writer, so a
+// second request waits for the first and then finds its record at once.
 func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
 	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
 	var res model.IdempotencyResult
+	var lost bool // a request with the key finished first; look its record up
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		res = model.IdempotencyResult{}
-		if !s.sqlite {
+		res, lost = model.IdempotencyResult{}, false
+		if s.sqlite {
+			stored, found, err := s.lookup(ctx, tx, nl, key)
+			if err != nil {
+				return err
+			}
+			if found {
+				res.Stored = &stored
+				return errRollback
+			}
+		} else {
 			var locked bool
 			if err := tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", advisoryKey(nl, key)).Scan(ctx, &locked); err != nil {
 				return translate(err)
@@ -97,33 +112,38 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 				return fmt.Errorf("%w", model.ErrIdempotencyInUse)
 			}
 		}
-		stored, found, err := s.lookup(ctx, tx, nl, key)
-		if err != nil {
-			return err
-		}
-		if found {
-			res.Stored = &stored
-			return errRollback
-		}
 		resp, err := fn(withTx(ctx, s.db, tx))
 		res.Ran = true
-		if err != nil {
+		if err != nil || resp == nil {
+			lost = !s.sqlite // the failure may come from the change of a request that finished first
+			if err == nil {
+				err = errRollback
+			}
 			return err
 		}
-		if resp == nil {
+		now := s.now()
+		// An expired record not purged yet is replaced; a live one is not (0 rows).
+		r, err := tx.NewRaw(`INSERT INTO idempotency_keys AS k
+    (newsletter_id, key, fingerprint, status, location, body, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (newsletter_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+    location = excluded.location, body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
+WHERE k.expires_at <= excluded.created_at`,
+			nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl)).Exec(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			lost = true
 			return errRollback
 		}
-		now := s.now()
-		row := idempotencyRow{NewsletterID: nl, Key: key, Fingerprint: fp, Status: resp.Status,
-			Location: resp.Location, Body: resp.Body, CreatedAt: now, ExpiresAt: now.Add(s.ttl)}
-		// An expired record not purged yet is replaced.
-		_, err = tx.NewInsert().Model(&row).
-			On("CONFLICT (newsletter_id, key) DO UPDATE").
-			Set("fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, location = EXCLUDED.location").
-			Set("body = EXCLUDED.body, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at").
-			Exec(ctx)
-		return translate(err)
+		return nil
 	})
+	if lost {
+		if stored, found, lerr := s.lookup(ctx, s.db, nl, key); lerr == nil && found {
+			return model.IdempotencyResult{Stored: &stored}, nil
+		}
+	}
 	if errors.Is(err, errRollback) {
 		err = nil
 	}
