@@ -370,3 +370,40 @@ func or(a, b string) string {
 	}
 	return b
 }
+
+// TestOpenAPIIdempotency: every write declares the Idempotency-Key header (docs/api-contract.md
+// §8), its 409 with Retry-After and the replay header; reads do not take the header.
+func TestOpenAPIIdempotency(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	for key, id := range operations {
+		method, path, _ := strings.Cut(key, " ")
+		op := at(t, doc, "paths", path, strings.ToLower(method))
+		var has bool
+		params, _ := at(t, op, "parameters").([]any)
+		for _, p := range params {
+			if p.(map[string]any)["name"] == "Idempotency-Key" {
+				has = true
+				if p.(map[string]any)["in"] != "header" || p.(map[string]any)["required"] == true {
+					t.Errorf("%s: Idempotency-Key = %v; want an optional header", id, p)
+				}
+			}
+		}
+		if write := method != "GET"; has != write {
+			t.Errorf("%s declares Idempotency-Key = %v; want %v", id, has, write)
+			continue
+		}
+		if !has {
+			continue
+		}
+		if at(t, op, "responses", "409", "headers", "Retry-After") == nil {
+			t.Errorf("%s: 409 without Retry-After", id)
+		}
+		success := "200"
+		if method == "POST" {
+			success = "201"
+		}
+		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {
+			t.Errorf("%s: %s without Idempotent-Replayed", id, success)
+		}
+	}
+}
