@@ -25,6 +25,9 @@ import (
 var pg *testdb.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerProcessEnv) != "" {
+		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
+	}
 	code := testdb.Main(m, &pg)
 	testredis.Stop()
 	os.Exit(code)
@@ -67,6 +70,7 @@ type envOptions struct {
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
 	idempotencyTTL   time.Duration  // 0: 24 h
+	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -84,6 +88,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	if o.queryHook != nil {
+		db.AddQueryHook(o.queryHook)
+	}
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
 	ttl := o.idempotencyTTL
 	if ttl == 0 {

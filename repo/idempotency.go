@@ -92,7 +92,9 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
 	var res model.IdempotencyResult
 	var lost bool // a request with the key finished first; look its record up
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	// A deadlock or a busy SQLite database runs the whole request again (see retry): fn
+	// answers nothing to the client from inside.
+	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		res, lost = model.IdempotencyResult{}, false
 		if s.sqlite {
 			stored, found, err := s.lookup(ctx, tx, nl, key)
