@@ -114,8 +114,12 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 				return fmt.Errorf("%w", model.ErrIdempotencyInUse)
 			}
 		}
-		resp, err := fn(withTx(ctx, s.db, tx))
+		var conflict error
+		resp, err := fn(withTx(ctx, s.db, tx, &conflict))
 		res.Ran = true
+		if conflict != nil { // whatever the handler answered, the request runs again
+			return conflict
+		}
 		if err != nil || resp == nil {
 			lost = !s.sqlite // the failure may come from the change of a request that finished first
 			if err == nil {
@@ -212,10 +216,13 @@ type txKey struct{}
 type joinedTx struct {
 	db *bun.DB
 	tx bun.Tx
+	// conflict is the first retryable error (a deadlock, a busy SQLite database) a joined unit
+	// of work met: the handler answers it as an error, and Run runs the request again instead.
+	conflict *error
 }
 
-func withTx(ctx context.Context, db *bun.DB, tx bun.Tx) context.Context {
-	return context.WithValue(ctx, txKey{}, joinedTx{db: db, tx: tx})
+func withTx(ctx context.Context, db *bun.DB, tx bun.Tx, conflict *error) context.Context {
+	return context.WithValue(ctx, txKey{}, joinedTx{db: db, tx: tx, conflict: conflict})
 }
 
 // joinTx returns the transaction on db that ctx carries (see Idempotency.Run), if any.
@@ -225,6 +232,19 @@ func joinTx(ctx context.Context, db *bun.DB) (bun.Tx, bool) {
 		return bun.Tx{}, false
 	}
 	return j.tx, true
+}
+
+// runJoined runs fn in the transaction ctx carries for db, noting a retryable error for Run.
+func runJoined(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) (bool, error) {
+	j, ok := ctx.Value(txKey{}).(joinedTx)
+	if !ok || j.db != db {
+		return false, nil
+	}
+	err := fn(ctx, j.tx)
+	if retryable(err) && *j.conflict == nil {
+		*j.conflict = err
+	}
+	return true, err
 }
 
 // Secret returns the secret called name that every instance on this database shares, making

@@ -121,8 +121,9 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 // transaction when needTx is set or on SQLite (where runInTx retries a busy database), else
 // straight on the database, for fn's single statement.
 func (s *Subscribers) atomically(ctx context.Context, needTx bool, fn func(context.Context, bun.IDB) error) error {
-	if tx, ok := joinTx(ctx, s.db); ok { // an idempotent request's transaction (Idempotency.Run)
-		return fn(ctx, tx)
+	// In an idempotent request, its transaction (Idempotency.Run).
+	if joined, err := runJoined(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) }); joined {
+		return err
 	}
 	if needTx || s.sqlite {
 		return runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })

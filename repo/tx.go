@@ -67,8 +67,8 @@ func retry(ctx context.Context, fn func(ctx context.Context) error) error {
 // request's transaction instead, so that the change commits with its stored response; Run
 // retries the whole request.
 func runInTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
-	if tx, ok := joinTx(ctx, db); ok {
-		return fn(ctx, tx)
+	if joined, err := runJoined(ctx, db, fn); joined {
+		return err
 	}
 	return retry(ctx, func(ctx context.Context) error { return db.RunInTx(ctx, nil, fn) })
 }
