@@ -3,13 +3,13 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
+	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -18,14 +18,6 @@ type EventStore interface {
 	// History returns up to p.Limit events of the newsletter's subscriber after p.After,
 	// oldest first, and whether more follow; an unknown subscriber is model.ErrNotFound.
 	History(ctx context.Context, newsletterID, id uuid.UUID, p model.EventPage) ([]model.Event, bool, error)
-}
-
-// CursorCodec turns a position in a list into the opaque cursor of docs/api-contract.md §9.2
-// and back. scope names the list the cursor belongs to; a cursor of another scope, or one
-// that was tampered with, does not decode.
-type CursorCodec interface {
-	Encode(scope string, position []byte) string
-	Decode(scope, cursor string) ([]byte, error)
 }
 
 // rawEvent is one event as the history returns it and the webhooks deliver it: the JSON object
@@ -104,9 +96,11 @@ func (s *Server) registerEvents(common []int) {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.history))
 }
 
-// historyScope is the cursor scope of a subscriber's history: a cursor of another
-// subscriber's history, or of a list, does not decode in it.
-func historyScope(nl, id uuid.UUID) string { return "events:" + nl.String() + ":" + id.String() }
+// historyBinding binds a cursor to a subscriber's history: a cursor of another subscriber's
+// history, or of a list, does not decode in it.
+func historyBinding(nl, id uuid.UUID) string {
+	return cursor.Binding("events", nl.String(), id.String())
+}
 
 func (s *Server) history(ctx context.Context, p model.Principal, in *historyInput) (*historyOutput, error) {
 	id, err := parseID(in.ID)
@@ -118,15 +112,13 @@ func (s *Server) history(ctx context.Context, p model.Principal, in *historyInpu
 		return nil, err
 	}
 	page := model.EventPage{Limit: limit}
-	scope := historyScope(p.NewsletterID, id)
+	binding := historyBinding(p.NewsletterID, id)
 	if in.Cursor != "" {
-		pos, err := s.cursors.Decode(scope, in.Cursor)
-		if err == nil {
-			page.After, err = uuid.FromBytes(pos)
-		}
+		pos, err := s.cursors.Decode(binding, in.Cursor)
 		if err != nil {
-			return nil, &model.QueryError{Message: model.MsgCursorInvalid}
+			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
 		}
+		page.After = pos.ID
 	}
 	events, more, err := s.cfg.Events.History(ctx, p.NewsletterID, id, page)
 	if err != nil {
@@ -138,12 +130,9 @@ func (s *Server) history(ctx context.Context, p model.Principal, in *historyInpu
 		out.Body.Data[i] = rawEvent(e.Payload)
 	}
 	if more {
-		last := events[len(events)-1].ID
-		c := s.cursors.Encode(scope, last[:])
+		last := events[len(events)-1]
+		c := s.cursors.Encode(binding, cursor.Position{Time: last.Timestamp, ID: last.ID})
 		out.Body.Pagination.NextCursor = &c
 	}
 	return out, nil
 }
-
-// errCursor is a cursor that does not decode.
-var errCursor = fmt.Errorf("invalid cursor")

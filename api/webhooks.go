@@ -118,7 +118,8 @@ type WebhookListEnvelope struct {
 	Data    []Webhook `json:"data"`
 }
 
-// registerWebhooks adds the four endpoint operations. Every one may answer 400: the edge
+// registerWebhooks adds the four endpoint operations; create and delete take Idempotency-Key
+// (docs/api-contract.md §8). Every one may answer 400: the edge
 // refuses a query over its bounds on every route.
 func (s *Server) registerWebhooks(common, withBody []int) {
 	const (
@@ -129,17 +130,17 @@ func (s *Server) registerWebhooks(common, withBody []int) {
 		op.Tags = []string{"Webhooks"}
 		return op
 	}
-	huma.Register(s.api, tag(s.operation(http.MethodPost, coll, "create-webhook", "Create a webhook endpoint",
+	huma.Register(s.api, idempotent(tag(s.operation(http.MethodPost, coll, "create-webhook", "Create a webhook endpoint",
 		"Events of the chosen types are POSTed to `url`, signed with the returned `secret` (Standard Webhooks). "+
 			"The secret is shown only in this answer. At most 20 endpoints per newsletter.",
-		http.StatusCreated, bodyObject, withBody)), handle(s, s.createWebhook))
+		http.StatusCreated, bodyObject, withBody))), handle(s, s.createWebhook))
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-webhooks", "List webhook endpoints",
 		"Oldest first, without secrets.", http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listWebhooks))
 	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-webhook", "Get a webhook endpoint", "",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getWebhook))
-	huma.Register(s.api, tag(s.operation(http.MethodDelete, item, "delete-webhook", "Delete a webhook endpoint",
+	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-webhook", "Delete a webhook endpoint",
 		"Its undelivered events are dropped. Answers the endpoint as it was.",
-		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.deleteWebhook))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)))), handle(s, s.deleteWebhook))
 }
 
 func (s *Server) createWebhook(ctx context.Context, p model.Principal, in *createWebhookInput) (*createdWebhookOutput, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -217,9 +218,9 @@ func TestEventsHistoryPaging(t *testing.T) {
 		{"limit 0", "/subscribers/" + id + "/events?limit=0", "", 400, "The limit parameter must be an integer between 1 and 100."},
 		{"limit 101", "/subscribers/" + id + "/events?limit=101", "", 400, "The limit parameter must be an integer between 1 and 100."},
 		{"limit x", "/subscribers/" + id + "/events?limit=x", "", 400, "The limit parameter must be an integer between 1 and 100."},
-		{"garbage cursor", "/subscribers/" + id + "/events?cursor=!!!", "", 400, model.MsgCursorInvalid},
-		{"tampered cursor", "/subscribers/" + id + "/events?cursor=" + cursors[0][:len(cursors[0])-2], "", 400, model.MsgCursorInvalid},
-		{"another subscriber's cursor", "/subscribers/" + other + "/events?cursor=" + url.QueryEscape(cursors[0]), "", 400, model.MsgCursorInvalid},
+		{"garbage cursor", "/subscribers/" + id + "/events?cursor=!!!", "", 400, api.MsgCursorInvalid},
+		{"tampered cursor", "/subscribers/" + id + "/events?cursor=" + cursors[0][:len(cursors[0])-2], "", 400, api.MsgCursorInvalid},
+		{"another subscriber's cursor", "/subscribers/" + other + "/events?cursor=" + url.QueryEscape(cursors[0]), "", 400, api.MsgCursorInvalid},
 		{"unknown id", "/subscribers/01900000-0000-7000-8000-000000000001/events", "", 404, "Subscriber not found."},
 		{"not a uuid", "/subscribers/x/events", "", 404, "Subscriber not found."},
 		{"another newsletter", "/subscribers/" + id + "/events", otherKey, 404, "Subscriber not found."},
@@ -252,5 +253,23 @@ func TestEventsNotWrittenOnFailure(t *testing.T) {
 	e.do("PUT", "/subscribers/"+a, map[string]any{"email": "bad"}).want(t, http.StatusUnprocessableEntity, "validation_error")
 	if n := e.count("SELECT count(*) FROM subscriber_events WHERE subscriber_id = ?", a); n != 1 {
 		t.Errorf("%d events, want 1", n)
+	}
+}
+
+// TestEventsNotOnReplay: an idempotent replay (docs/api-contract.md §8) records no event and
+// queues no delivery.
+func TestEventsNotOnReplay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.hook("https://hooks.example.com/in", nil, nil)
+	for range 2 {
+		e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com"}, "Idempotency-Key: k1").want(t, http.StatusCreated, "")
+		e.do("POST", "/subscribers/bulk", []any{map[string]any{"email": "b@example.com"}}, "Idempotency-Key: k2").want(t, http.StatusCreated, "")
+	}
+	if n := e.count("SELECT count(*) FROM subscriber_events"); n != 2 {
+		t.Errorf("%d events, want 2", n)
+	}
+	if n := e.count("SELECT count(*) FROM webhook_deliveries"); n != 2 {
+		t.Errorf("%d deliveries, want 2", n)
 	}
 }

@@ -719,3 +719,30 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestWebhookIdempotencyKey: POST /webhooks and DELETE /webhooks/{id} take Idempotency-Key
+// (docs/api-contract.md §8): a retry gets the first answer again, secret included, and makes no
+// second endpoint; a delete's retry answers 200 again, not 404.
+func TestWebhookIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	body := map[string]any{"url": "https://hooks.example.com/in"}
+	first := e.do("POST", "/webhooks", body, "Idempotency-Key: hook-1").want(t, http.StatusCreated, "")
+	again := e.do("POST", "/webhooks", body, "Idempotency-Key: hook-1").want(t, http.StatusCreated, "")
+	if !bytes.Equal(first.raw, again.raw) || again.header.Get("Idempotent-Replayed") != "true" ||
+		again.header.Get("Location") != first.header.Get("Location") {
+		t.Errorf("replay %s (%v), first %s", again.raw, again.header, first.raw)
+	}
+	if n := e.count("SELECT count(*) FROM webhook_endpoints"); n != 1 {
+		t.Errorf("%d endpoints", n)
+	}
+	e.do("POST", "/webhooks", map[string]any{"url": "https://hooks.example.com/other"}, "Idempotency-Key: hook-1").
+		want(t, http.StatusUnprocessableEntity, "idempotency_key_reused")
+	id := first.data(t)["id"].(string)
+	del := e.do("DELETE", "/webhooks/"+id, nil, "Idempotency-Key: del-1").want(t, http.StatusOK, "")
+	delAgain := e.do("DELETE", "/webhooks/"+id, nil, "Idempotency-Key: del-1").want(t, http.StatusOK, "")
+	if !bytes.Equal(del.raw, delAgain.raw) {
+		t.Errorf("delete replay %s, first %s", delAgain.raw, del.raw)
+	}
+	e.do("DELETE", "/webhooks/"+id, nil, "Idempotency-Key: del-2").want(t, http.StatusNotFound, "not_found")
+}

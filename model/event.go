@@ -193,10 +193,6 @@ const (
 	MaxEventLimit     = 100
 )
 
-// MsgCursorInvalid is the 400 of a malformed or tampered cursor, or one made for another
-// list (docs/api-contract.md §9.2).
-const MsgCursorInvalid = "The cursor is invalid."
-
 // ParseEventLimit validates the history's limit parameter; "" means the default. An invalid
 // value is a *QueryError (400).
 func ParseEventLimit(limit string) (int, error) {
