@@ -11,5 +11,6 @@
 //     [LogTransport] writes emails to the log when no SMTP server is configured.
 //   - [WritePage] renders the small HTML pages served at /confirm/<token>.
 //
-// The package imports only model from the project; storage and HTTP routing live elsewhere.
+// The package imports only model and outbox (the loop, jitter and trace link the webhook
+// worker shares) from the project; storage and HTTP routing live elsewhere.
 package mail

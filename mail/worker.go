@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Outbox is the storage the worker needs: the transactional outbox of confirmation emails and
@@ -151,26 +150,14 @@ func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
 // Run delivers due emails until ctx ends, then returns nil after finishing the email in hand
 // and handing the rest of its batch back to the outbox.
 func (w *Worker) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.cfg.Wake:
-		case <-timer.C:
+	outbox.Loop(ctx, w.cfg.Wake, w.cfg.PollInterval, func() bool {
+		n, err := w.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "claiming due emails failed", errAttr(err))
 		}
-		for {
-			n, err := w.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				w.log.WarnContext(ctx, "claiming due emails failed", errAttr(err))
-			}
-			if err != nil || n < w.cfg.BatchSize || ctx.Err() != nil {
-				break // a full batch means more may be due: go on at once
-			}
-		}
-		timer.Reset(w.cfg.PollInterval)
-	}
+		return err == nil && n >= w.cfg.BatchSize // a full batch means more may be due: go on at once
+	})
+	return nil
 }
 
 // RunOnce claims one batch of due emails and delivers it, and reports how many it claimed.
@@ -288,9 +275,7 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *hear
 			attribute.Int("subscriberd.email.attempt", attempt),
 		),
 	}
-	if sc := parseTraceparent(job.Traceparent); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
+	opts = append(opts, outbox.Link(job.Traceparent)...)
 	ctx, span := w.tracer.Start(ctx, "email.send", opts...)
 	log := w.log.With(slog.String("outbox_id", job.ID.String()), slog.Int("attempt", attempt))
 
@@ -435,18 +420,7 @@ func (w *Worker) Backoff(attempt int) time.Duration {
 	for i := 1; i < attempt && d < w.cfg.RetryMax; i++ {
 		d *= 2
 	}
-	d = min(d, w.cfg.RetryMax)
-	return d - rand.N(d/4+1)
-}
-
-// parseTraceparent reads a W3C traceparent header value; an invalid or empty one gives an
-// invalid span context.
-func parseTraceparent(s string) trace.SpanContext {
-	if s == "" {
-		return trace.SpanContext{}
-	}
-	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": s})
-	return trace.SpanContextFromContext(ctx)
+	return outbox.Jitter(min(d, w.cfg.RetryMax))
 }
 
 func truncate(s string, n int) string {

@@ -7,10 +7,12 @@
 //     round-robin order, at most Workers endpoints at once. It posts each event with [Sign]'s
 //     signature through a client that follows no redirect, bounds every attempt and the answer
 //     it reads, and dials only public addresses ([Guard]); then it records the outcome:
-//     delivered, retried with back-off and jitter (or after the receiver's Retry-After),
+//     delivered, retried after the back-off step less up to a quarter (or after the receiver's
+//     Retry-After),
 //     failed for good, and the endpoint disabled on 410 or after 5 days of failures.
 //   - [Guard] is the SSRF rule: it checks a URL when an endpoint is made and, through the
 //     dialer, the address actually dialled at every delivery.
 //
-// The package imports only model from the project; storage and HTTP routing live elsewhere.
+// The package imports only model and outbox (the loop, jitter and trace link it shares with
+// the email worker) from the project; storage and HTTP routing live elsewhere.
 package webhook

@@ -66,16 +66,6 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
-func TestJitterStaysNear(t *testing.T) {
-	for _, d := range model.WebhookBackoff {
-		for range 100 {
-			if got := jitter(d); got < d*9/10 || got > d*11/10 {
-				t.Fatalf("jitter(%v) = %v", d, got)
-			}
-		}
-	}
-}
-
 func TestGuard(t *testing.T) {
 	ctx := context.Background()
 	g := Guard{}

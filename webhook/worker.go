@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Queue is the storage the worker needs: the webhook outbox. Several workers, in one process or
@@ -145,39 +144,51 @@ func NewWorker(q Queue, cfg Config) *Worker {
 }
 
 // Run delivers due webhooks until ctx ends, then returns nil once the attempts in hand are
-// finished and the rest of their batches handed back.
+// finished and the rest of their batches handed back. A batch that ends frees its worker and
+// looks for due work at once.
 func (w *Worker) Run(ctx context.Context) error {
-	done := make(chan struct{}, w.cfg.Workers)
-	busy := 0
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
+	kick := make(chan struct{}, 1)
+	signal := func() {
 		select {
-		case <-ctx.Done():
-			for ; busy > 0; busy-- {
-				<-done
-			}
-			return nil
-		case <-w.cfg.Wake:
-		case <-timer.C:
-		case <-done:
-			busy--
+		case kick <- struct{}{}:
+		default:
 		}
-		if free := w.cfg.Workers - busy; free > 0 {
-			batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
-			if err != nil && ctx.Err() == nil {
-				w.log.WarnContext(ctx, "claiming due webhooks failed", slog.String("error", err.Error()))
-			}
-			for _, b := range batches {
-				busy++
-				go func() {
-					w.deliverBatch(ctx, b)
-					done <- struct{}{}
-				}()
-			}
-		}
-		timer.Reset(w.cfg.PollInterval)
 	}
+	if w.cfg.Wake != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-w.cfg.Wake:
+					signal()
+				}
+			}
+		}()
+	}
+	var busy atomic.Int64
+	var wg sync.WaitGroup
+	outbox.Loop(ctx, kick, w.cfg.PollInterval, func() bool {
+		free := w.cfg.Workers - int(busy.Load())
+		if free <= 0 {
+			return false // a batch ending kicks the loop
+		}
+		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "claiming due webhooks failed", slog.String("error", err.Error()))
+		}
+		for _, b := range batches {
+			busy.Add(1)
+			wg.Go(func() {
+				w.deliverBatch(ctx, b)
+				busy.Add(-1)
+				signal()
+			})
+		}
+		return false
+	})
+	wg.Wait()
+	return nil
 }
 
 // RunOnce claims one round of endpoints, delivers their batches in parallel and waits for them;
@@ -236,7 +247,7 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 	}
 	var delay time.Duration
 	if failed.Load() {
-		delay = jitter(w.cfg.Backoff[0])
+		delay = outbox.Jitter(w.cfg.Backoff[0])
 	}
 	results = release(results[:started], b.Deliveries[started:], delay)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -275,9 +286,7 @@ func (w *Worker) attempt(parent context.Context, b model.DeliveryBatch, d model.
 			attribute.Int("subscriberd.webhook.attempt", attempt),
 		),
 	}
-	if sc := parseTraceparent(d.Traceparent); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
+	opts = append(opts, outbox.Link(d.Traceparent)...)
 	ctx, span := w.tracer.Start(ctx, "webhook.deliver", opts...)
 	r := w.post(ctx, b, d)
 	r.EventID = d.EventID
@@ -290,7 +299,7 @@ func (w *Worker) attempt(parent context.Context, b model.DeliveryBatch, d model.
 		default:
 			r.Outcome = model.DeliveryRetry
 			if r.Delay <= 0 { // no Retry-After
-				r.Delay = jitter(w.cfg.Backoff[attempt-1])
+				r.Delay = outbox.Jitter(w.cfg.Backoff[attempt-1])
 			}
 		}
 	}
@@ -370,13 +379,6 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return min(max(d, time.Second), maxRetryAfter)
 }
 
-// jitter spreads d by ±10 %, so that deliveries that failed together do not all come back
-// together.
-func jitter(d time.Duration) time.Duration {
-	spread := d / 10
-	return d - spread + rand.N(2*spread+1)
-}
-
 // describe is a failed request's error for the outbox and logs, without the URL the client
 // quotes (a receiver may put a token of its own in it).
 func describe(err error) string {
@@ -404,14 +406,4 @@ func errorType(ctx context.Context) string {
 		return "timeout"
 	}
 	return "transport"
-}
-
-// parseTraceparent reads a W3C traceparent header value; an invalid or empty one gives an
-// invalid span context.
-func parseTraceparent(s string) trace.SpanContext {
-	if s == "" {
-		return trace.SpanContext{}
-	}
-	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": s})
-	return trace.SpanContextFromContext(ctx)
 }

@@ -1,0 +1,57 @@
+// Package outbox holds what the workers of subscriberd's transactional outboxes share — the
+// confirmation emails (package mail) and the webhook deliveries (package webhook): the loop
+// that looks for due work and stops with its context, the jitter of retry delays, and the link
+// from an attempt's span to the request that queued the row. Claiming, leasing and sending stay
+// with each worker. It imports no project package.
+package outbox
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Loop calls round at once, whenever wake is signalled and every interval, until ctx ends.
+// round reports whether more work may be due right away (a full batch); Loop then calls it
+// again at once instead of waiting. Loop returns when ctx ends; round is never interrupted.
+func Loop(ctx context.Context, wake <-chan struct{}, interval time.Duration, round func() (more bool)) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-timer.C:
+		}
+		for round() && ctx.Err() == nil {
+		}
+		timer.Reset(interval)
+	}
+}
+
+// Jitter is d less a random part of up to a quarter of it, so that rows that failed together
+// do not all come back together, and no retry comes later than its schedule says.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d - rand.N(d/4+1)
+}
+
+// Link is the span start option that links an attempt's span to the request that queued the
+// row, from the W3C traceparent stored with it; none for an empty or invalid one.
+func Link(traceparent string) []trace.SpanStartOption {
+	if traceparent == "" {
+		return nil
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc})}
+}

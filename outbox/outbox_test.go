@@ -1,0 +1,65 @@
+package outbox
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+func TestJitter(t *testing.T) {
+	for _, d := range []time.Duration{5 * time.Second, 10 * time.Hour, time.Nanosecond} {
+		for range 200 {
+			if got := Jitter(d); got > d || got < d*3/4 {
+				t.Fatalf("Jitter(%v) = %v, want within [%v, %v]", d, got, d*3/4, d)
+			}
+		}
+	}
+}
+
+func TestLink(t *testing.T) {
+	if opts := Link(""); opts != nil {
+		t.Errorf("empty traceparent links %v", opts)
+	}
+	if opts := Link("garbage"); opts != nil {
+		t.Errorf("invalid traceparent links %v", opts)
+	}
+	opts := Link("00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01")
+	cfg := trace.NewSpanStartConfig(opts...)
+	if len(cfg.Links()) != 1 || cfg.Links()[0].SpanContext.TraceID().String() != "0102030405060708090a0b0c0d0e0f10" {
+		t.Errorf("links %v", cfg.Links())
+	}
+}
+
+// TestLoop: at once, again at once while round says more, on wake, and on the interval; it
+// returns when ctx ends.
+func TestLoop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := make(chan struct{})
+	var calls atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		Loop(ctx, wake, time.Hour, func() bool { return calls.Add(1) < 3 })
+		close(done)
+	}()
+	waitCalls := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for calls.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d calls, want %d", calls.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitCalls(3) // the first round and two more at once
+	wake <- struct{}{}
+	waitCalls(4)
+	cancel()
+	<-done
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d calls after the stop", n)
+	}
+}
