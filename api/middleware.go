@@ -50,10 +50,21 @@ type statusWriter struct {
 	bytes  int
 }
 
+// WriteHeader sends the status once. A later call is not passed on (net/http would log
+// "superfluous response.WriteHeader call"), except that StatusClientClosed is remembered:
+// Huma sets it when the client went away while the body was being written.
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+	if code < 200 { // informational: any number may precede the status
+		w.ResponseWriter.WriteHeader(code)
+		return
 	}
+	if w.status != 0 {
+		if code == StatusClientClosed {
+			w.status = code
+		}
+		return
+	}
+	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -125,46 +136,38 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		end := time.Now()
 		d := end.Sub(start)
-		if sw.status == 0 {
+		switch {
+		case sw.status == 0 && clientGone(r.Context()):
+			sw.status = StatusClientClosed // nothing was answered: nobody was left to read it
+		case sw.status == 0:
 			sw.status = http.StatusOK
 		}
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
-		// The record goes straight to the handler: Logger methods call runtime.Callers for a
-		// source position the access line never shows, a fifth of its cost. A handler that
-		// writes the line itself (telemetry's, on a LogBuffer; found once, in New) is given the
-		// values instead.
-		if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
+		if s.log.Enabled(ctx, slog.LevelInfo) {
 			var reqID string // set by envelope; read without canonicalising the name
 			if v := w.Header()["X-Request-Id"]; len(v) > 0 {
 				reqID = v[0]
 			}
-			if s.access != nil && s.access.LogAccess(ctx, end, r.Method, info.route, sw.status, d, sw.bytes, reqID) {
-				return
-			}
-			rec := slog.NewRecord(end, slog.LevelInfo, "request", 0)
-			rec.AddAttrs(slog.String("method", r.Method), slog.String("route", info.route), slog.Int("status", sw.status),
-				slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.Int("bytes", sw.bytes),
-				slog.String("request_id", reqID))
-			h.Handle(ctx, rec) //nolint:errcheck // a log line that cannot be written is not the client's problem
+			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("route", info.route),
+				slog.Int("status", sw.status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+				slog.Int("bytes", sw.bytes), slog.String("request_id", reqID))
 		}
 	})
-}
-
-// accessLogger is a log handler that can write the access line from its values, as the
-// record observe makes would be written, without the record; false means it wrote nothing.
-type accessLogger interface {
-	LogAccess(ctx context.Context, t time.Time, method, route string, status int, d time.Duration, bytes int, requestID string) bool
 }
 
 // route answers requests that match no route with the envelope: 404, or 405 with Allow. The
 // decision is the mux's own, made before authentication.
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.Path) {
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern != "" {
 			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
 				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
 				_, info.route, _ = strings.Cut(pattern, " ")
-				nameSpan(r, pattern, info.route)
+				setRoute(w, info.route)
 			}
 			mux.ServeHTTP(w, r)
 			return
@@ -178,24 +181,29 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
 		default:
-			// The mux redirects unclean paths (//, /./) with an HTML body; an API answers in
-			// JSON, and such a path names no resource as given.
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 		}
 	})
 }
 
-// nameSpan names the request's server span "METHOD /route", as the HTTP semantic conventions
-// ask; the tracing handler outside (telemetry.NewHTTPHandler), which cannot see the route
-// because the middleware here hands the mux a copy of the request, takes http.route from
-// that name when the response is done. The mux pattern is that name already, except for a
-// HEAD request served by the GET operation.
-func nameSpan(r *http.Request, pattern, route string) {
-	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
-		if m, _, _ := strings.Cut(pattern, " "); m != r.Method {
-			pattern = r.Method + " " + route
+// routeSetter is the response writer of the server span outside (telemetry.NewHTTPHandler's):
+// told the route, it names the span "METHOD /route" and sets http.route, as the HTTP semantic
+// conventions ask. It cannot see the route itself, as the middleware here hands the mux a
+// copy of the request.
+type routeSetter interface{ SetRoute(route string) }
+
+// setRoute tells route to the first routeSetter among w and the writers it wraps.
+func setRoute(w http.ResponseWriter, route string) {
+	for {
+		if rs, ok := w.(routeSetter); ok {
+			rs.SetRoute(route)
+			return
 		}
-		span.SetName(pattern)
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 
@@ -334,8 +342,9 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	case errors.Is(err, model.ErrKeyNotFound):
 		return model.Principal{}, nil, unauthorized()
 	case err != nil:
-		return model.Principal{}, nil, mapError(ctx, s.log, err)
+		return model.Principal{}, nil, s.mapError(ctx, err)
 	}
+	s.dbOutage.OK(ctx)
 	event := verifiedEvent(p)
 	s.keys.put(hash, p, event)
 	return p, event, nil
@@ -368,6 +377,10 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 	r.Header.Set("Content-Type", "application/json")
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	switch {
+	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
+		// The client hung up in the middle of its body.
+		s.writeErr(ctx, clientClosed())
+		return
 	case err != nil:
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
 		return
@@ -405,7 +418,7 @@ func malformed(body []byte, want string) string {
 func (s *Server) writeErr(ctx huma.Context, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
-		e = mapError(ctx.Context(), s.log, err).(*Error)
+		e = s.mapError(ctx.Context(), err).(*Error)
 	}
 	for k, vs := range e.headers {
 		for _, v := range vs {
