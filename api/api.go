@@ -61,6 +61,9 @@ type Config struct {
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
+	// DisableDocs turns off the reference page at /api/v1/docs (DOCS_UI=off); the OpenAPI
+	// document is served regardless.
+	DisableDocs bool
 }
 
 var installErrorOnce sync.Once
@@ -104,6 +107,9 @@ func New(cfg Config) *Server {
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
 	s.documentLimits()
+	if !cfg.DisableDocs {
+		s.registerDocs()
+	}
 	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer.
 	s.handler = s.envelope(s.observe(s.recoverer(s.route(s.mux))))
 	return s
@@ -123,7 +129,7 @@ func humaConfig() huma.Config {
 	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
 	cfg.CreateHooks = nil
 	cfg.OpenAPIPath = BasePath + "/openapi"
-	cfg.DocsPath = BasePath + "/docs"
+	cfg.DocsPath = "" // served by registerDocs from the binary, not from a CDN
 	cfg.SchemasPath = BasePath + "/schemas"
 	cfg.Formats = map[string]huma.Format{
 		"application/json": huma.DefaultJSONFormat,

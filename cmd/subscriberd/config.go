@@ -39,6 +39,7 @@ var settings = []setting{
 	{env: "TRUSTED_PROXIES", usage: "CIDRs whose X-Forwarded-For is believed"},
 	{env: "LOG_LEVEL", def: "info", usage: "debug, info, warn or error"},
 	{env: "LOG_FORMAT", def: "json", usage: "json or text"},
+	{env: "DOCS_UI", def: "on", usage: "the reference page at /api/v1/docs: on or off (the OpenAPI document is always served)"},
 }
 
 // config is the resolved settings by variable name.

@@ -97,6 +97,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Metrics:        metrics,
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
+		DisableDocs:    cfg["DOCS_UI"] == "off",
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
@@ -172,6 +173,9 @@ func validateServe(cfg config) error {
 		if err := validateAddr(name, cfg[name]); err != nil {
 			return err
 		}
+	}
+	if v := cfg["DOCS_UI"]; v != "on" && v != "off" {
+		return fmt.Errorf("DOCS_UI: %q is not on or off", v)
 	}
 	return validateURL("PUBLIC_BASE_URL", cfg["PUBLIC_BASE_URL"], "http", "https")
 }
