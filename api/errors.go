@@ -40,6 +40,8 @@ const (
 	MsgMediaType       = "The request body must be sent as application/json."
 	MsgInvalidData     = "The given data was invalid."
 	MsgRateLimited     = "Too many requests. Please try again later."
+	MsgClientLocked    = "Too many failed authentication attempts from this address. Please try again later."
+	MsgKeyLocked       = "Too many rejected requests with this API key. Please try again later."
 	MsgInternal        = "An unexpected error occurred."
 	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
 	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503

@@ -45,7 +45,7 @@ func (s *Server) clientLockout(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	if d := s.limiter.CheckClient(ctx.Context(), s.clientIP(ctx)); !d.Allowed {
-		s.writeErr(ctx, tooManyRequests(d))
+		s.writeErr(ctx, tooManyRequests(d, MsgClientLocked))
 		return
 	}
 	next(ctx)
@@ -63,7 +63,11 @@ func (s *Server) limit(ctx huma.Context, next func(huma.Context)) {
 	keyID := principalFrom(ctx.Context()).KeyID.String()
 	d := s.limiter.CheckKey(ctx.Context(), keyID, ctx.Operation().OperationID == opBulk)
 	if !d.Allowed {
-		s.writeErr(ctx, tooManyRequests(d))
+		msg := MsgRateLimited
+		if d.Locked {
+			msg = MsgKeyLocked
+		}
+		s.writeErr(ctx, tooManyRequests(d, msg))
 		return
 	}
 	r, w := humago.Unwrap(ctx)
@@ -75,9 +79,10 @@ func (s *Server) limit(ctx huma.Context, next func(huma.Context)) {
 }
 
 // tooManyRequests is the contract's 429: errors.retry_after equals Retry-After, and the
-// RateLimit-* headers when a window applies.
-func tooManyRequests(d limits.Decision) *Error {
-	e := newError(http.StatusTooManyRequests, MsgRateLimited)
+// RateLimit-* headers when a window applies. msg says which of the three causes of
+// docs/api-contract.md §5 applies: a rate limit, the client's lockout or the key's.
+func tooManyRequests(d limits.Decision, msg string) *Error {
+	e := newError(http.StatusTooManyRequests, msg)
 	e.Errors = map[string]int{"retry_after": d.RetryAfter}
 	e.headers = http.Header{}
 	d.SetHeaders(e.headers)
