@@ -211,10 +211,12 @@ func (s *Server) register() {
 	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
 		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
 
-	huma.Register(s.api, s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+	create := s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody), handle(s, s.create))
+		http.StatusCreated, bodyObject, withBody)
+	create.Metadata[metaBulkPath] = coll + "/bulk"
+	huma.Register(s.api, create, handle(s, s.create))
 	huma.Register(s.api, s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
