@@ -106,7 +106,12 @@ func New(cfg Config) *Server {
 	// the body.
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()
+	s.documentErrors()
 	s.documentLimits()
+	// Paths in the document are absolute (/api/v1/...): the server is the origin that serves
+	// it, whatever name it is reached by, which keeps the docs page's requests same-origin.
+	s.api.OpenAPI().Servers = []*huma.Server{{URL: "/",
+		Description: "The service serving this document (paths include /api/v1)."}}
 	if !cfg.DisableDocs {
 		s.registerDocs()
 	}

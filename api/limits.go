@@ -83,7 +83,7 @@ func (s *Server) limit(ctx huma.Context, next func(huma.Context)) {
 // docs/api-contract.md §5 applies: a rate limit, the client's lockout or the key's.
 func tooManyRequests(d limits.Decision, msg string) *Error {
 	e := newError(http.StatusTooManyRequests, msg)
-	e.Errors = map[string]int{"retry_after": d.RetryAfter}
+	e.Errors = RetryAfter{RetryAfter: d.RetryAfter}
 	e.headers = http.Header{}
 	d.SetHeaders(e.headers)
 	return e

@@ -17,7 +17,7 @@ import (
 // Subscriber is the public shape of a subscriber.
 type Subscriber struct {
 	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)."`
-	Email     string `json:"email" format:"email" doc:"Email address, as given."`
+	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)."`
 	Name      string `json:"name" doc:"Full name; an empty string when none was given."`
 	Status    string `json:"status" enum:"active,pending,unsubscribed"`
 	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
@@ -128,8 +128,13 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 			AdditionalProperties: false,
 			Required:             required,
 			Properties: map[string]*huma.Schema{
-				"email": {Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength),
-					Description: "One address local@domain; surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
+				// idn-email, not email: JSON Schema's email is ASCII only, and generated clients
+				// and validators that check it refuse the Unicode addresses the API accepts.
+				"email": {Type: huma.TypeString, Format: "idn-email", MaxLength: ptr(model.MaxEmailLength),
+					Description: "One plain address local@domain, at most 254 characters: no display name, no spaces or quotes; " +
+						"a local part of at most 64 characters (letters of any script, digits, !#$%&'*+/=?^_`{|}~- and inner dots); " +
+						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
+						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
 				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
 					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
 					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
