@@ -135,9 +135,11 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 						"a local part of at most 64 characters (letters of any script, digits, !#$%&'*+/=?^_`{|}~- and inner dots); " +
 						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
 						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
-				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
+				// Not nullable, though null is accepted: a generator sends a nullable field it
+				// was not given as null, and on update null clears the name.
+				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
 					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
-					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
+					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it."},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
