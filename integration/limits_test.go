@@ -206,14 +206,14 @@ func TestWriteLockoutIgnores401403429(t *testing.T) {
 	one := []any{map[string]any{"email": "bulk@x.io"}}
 
 	// 403: the plan has API access off.
-	if _, err := e.accounts.UpdateNewsletter(ctx, e.nl, false, nil); err != nil {
+	if _, err := e.accounts.UpdateNewsletter(ctx, e.nl, new(false), nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
 		e.do("POST", "/subscribers", map[string]any{"email": "a@x.io"}).want(t, http.StatusForbidden, "api_access_disabled")
 		e.do("DELETE", "/subscribers/00000000-0000-0000-0000-000000000000", nil).want(t, http.StatusForbidden, "api_access_disabled")
 	}
-	if _, err := e.accounts.UpdateNewsletter(ctx, e.nl, true, nil); err != nil {
+	if _, err := e.accounts.UpdateNewsletter(ctx, e.nl, new(true), nil); err != nil {
 		t.Fatal(err)
 	}
 	// 429: the bulk window allows one an hour.

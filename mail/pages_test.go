@@ -93,26 +93,32 @@ func TestPageCSPAllowsExactlyTheInlineCode(t *testing.T) {
 	}
 }
 
-func TestLogTransportKeepsLinkAndAddressAtDebug(t *testing.T) {
+// TestLogTransportShowsLinkKeepsAddressAtDebug: without SMTP the log is the only place the
+// link exists, so it is logged at info; the full address and the text only at debug. Out, when
+// set, gets the address and link ready to click.
+func TestLogTransportShowsLinkKeepsAddressAtDebug(t *testing.T) {
 	m := composeTest(t)
 	for _, tc := range []struct {
-		level    slog.Level
-		wantLink bool
+		level       slog.Level
+		wantAddress bool
 	}{{slog.LevelInfo, false}, {slog.LevelDebug, true}} {
-		var buf bytes.Buffer
-		lt := LogTransport{Log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))}
+		var buf, out bytes.Buffer
+		lt := LogTransport{Log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level})), Out: &out}
 		if err := lt.Send(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}
-		out := buf.String()
-		if got := strings.Contains(out, "T0KEN"); got != tc.wantLink {
-			t.Errorf("level %v: token in log = %v, want %v:\n%s", tc.level, got, tc.wantLink, out)
+		logged := buf.String()
+		if !strings.Contains(logged, "link=https://news.example.com/confirm/T0KEN") {
+			t.Errorf("level %v: no link in the log:\n%s", tc.level, logged)
 		}
-		if !strings.Contains(out, m.ID) || !strings.Contains(out, "a***@example.com") {
-			t.Errorf("level %v: log lacks the message id or masked recipient:\n%s", tc.level, out)
+		if !strings.Contains(logged, m.ID) || !strings.Contains(logged, "a***@example.com") {
+			t.Errorf("level %v: log lacks the message id or masked recipient:\n%s", tc.level, logged)
 		}
-		if got := strings.Contains(out, "ann@example.com"); got != tc.wantLink {
-			t.Errorf("level %v: full address in log = %v, want %v", tc.level, got, tc.wantLink)
+		if got := strings.Contains(logged, "ann@example.com"); got != tc.wantAddress {
+			t.Errorf("level %v: full address in log = %v, want %v", tc.level, got, tc.wantAddress)
+		}
+		if want := "ann@example.com (not sent: SMTP_URL is unset). Confirm with:\n  https://news.example.com/confirm/T0KEN\n"; !strings.Contains(out.String(), want) {
+			t.Errorf("Out = %q, want it to contain %q", out.String(), want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -157,22 +158,35 @@ func classify(err error) error {
 	return err
 }
 
-// LogTransport writes emails to a logger instead of sending them: the transport when no
-// SMTP_URL is configured. At info it logs the Message-ID, the subject and the recipient with its
-// local part masked; the full recipient, the link (which holds the token) and the text only at
-// debug.
+// LogTransport writes emails to a logger instead of sending them: the honest transport when no
+// SMTP_URL is configured. At info it logs the Message-ID, the subject, the recipient with its
+// local part masked, and the confirmation link (nobody else will see it: the email is not sent);
+// the full recipient and the text only at debug. The worker counts its emails as
+// [OutcomeLogged], not sent.
 type LogTransport struct {
 	Log *slog.Logger
+	// Out, when not nil, also receives one line per email with the recipient and the link,
+	// ready to click (the dev command's stdout). Writes to it must be safe for concurrent use.
+	Out io.Writer
 }
+
+// OutcomeLogged is the outcome of an email a [LogTransport] wrote to the log instead of sending.
+const OutcomeLogged = "logged"
 
 // Send logs m.
 func (t LogTransport) Send(ctx context.Context, m *Message) error {
-	t.Log.InfoContext(ctx, "email not sent: SMTP_URL is not set",
-		slog.String("message_id", m.ID), slog.String("to", maskAddress(m.To.Address)), slog.String("subject", m.Subject))
+	t.Log.InfoContext(ctx, "email logged, not sent: SMTP_URL is not set", slog.String("message_id", m.ID),
+		slog.String("to", maskAddress(m.To.Address)), slog.String("subject", m.Subject), slog.String("link", m.Link))
 	t.Log.DebugContext(ctx, "email content", slog.String("message_id", m.ID), slog.String("to", m.To.Address),
-		slog.String("link", m.Link), slog.String("text", m.Text))
+		slog.String("text", m.Text))
+	if t.Out != nil {
+		fmt.Fprintf(t.Out, "Email to %s (not sent: SMTP_URL is unset). Confirm with:\n  %s\n", m.To.Address, m.Link)
+	}
 	return nil
 }
+
+// logsOnly marks a transport whose deliveries are [OutcomeLogged].
+func (LogTransport) logsOnly() {}
 
 // maskAddress keeps the first character of the local part and the domain: a***@example.com.
 func maskAddress(addr string) string {

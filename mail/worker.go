@@ -52,7 +52,7 @@ const (
 )
 
 // Recorder receives the worker's metrics: one call per attempt with its outcome
-// ([OutcomeSent], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and duration.
+// ([OutcomeSent], [OutcomeLogged], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and duration.
 type Recorder interface {
 	EmailSend(outcome string, d time.Duration)
 }
@@ -263,6 +263,10 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 			// The server has the email; when the lease ends it may go out once more, with the
 			// same Message-ID. That beats losing it.
 			log.ErrorContext(ctx, "email sent but not recorded as sent", errAttr(err))
+		}
+		if _, ok := w.transport.(interface{ logsOnly() }); ok {
+			log.InfoContext(ctx, "email logged", slog.String("message_id", msg.ID))
+			return OutcomeLogged, nil
 		}
 		log.InfoContext(ctx, "email sent", slog.String("message_id", msg.ID))
 		return OutcomeSent, nil

@@ -88,44 +88,78 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
-// the server's "postgres" maintenance database. It does nothing when the database exists. For
-// SQLite it creates the file's directory (SQLite creates the file itself).
-func EnsureDatabase(ctx context.Context, dsn string) error {
+// the server's "postgres" maintenance database, and reports whether it did. It does nothing
+// when the database exists. For SQLite it creates the file's directory and the file, readable
+// by its owner only.
+func EnsureDatabase(ctx context.Context, dsn string) (created bool, err error) {
 	if IsSQLite(dsn) {
-		return ensureSQLiteDir(dsn)
+		return ensureSQLiteFile(dsn)
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	name, maint, err := maintenanceDB(dsn)
+	if err != nil || name == "" {
+		return false, err
 	}
-	name := strings.TrimPrefix(u.Path, "/")
-	if name == "" || name == "postgres" {
-		return nil
-	}
-	maint := *u
-	maint.Path = "/postgres"
-	db, err := Open(maint.String(), Options{MaxConns: 1})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	var exists bool
-	if err := db.NewRaw("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)", name).Scan(ctx, &exists); err != nil {
-		return translate(err)
-	}
-	if exists {
-		return nil
+	defer maint.Close()
+	exists, err := pgDatabaseExists(ctx, maint, name)
+	if err != nil || exists {
+		return false, err
 	}
 	// UTF8 whatever the cluster's default, so any email or name can be stored.
 	create := `CREATE DATABASE "` + strings.ReplaceAll(name, `"`, `""`) + `" ENCODING 'UTF8' TEMPLATE template0`
-	if _, err := db.ExecContext(ctx, create); err != nil {
+	if _, err := maint.ExecContext(ctx, create); err != nil {
 		var pgErr pgdriver.Error
 		if errors.As(err, &pgErr) && pgErr.Field('C') == "42P04" { // created meanwhile
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("create database %q: %w", name, err)
+		return false, fmt.Errorf("create database %q: %w", name, err)
 	}
-	return nil
+	return true, nil
+}
+
+// DatabaseExists reports whether the database of dsn exists, without creating anything: for
+// SQLite whether the file exists, for PostgreSQL whether the server has the database.
+func DatabaseExists(ctx context.Context, dsn string) (bool, error) {
+	if IsSQLite(dsn) {
+		return sqliteFileExists(dsn)
+	}
+	name, maint, err := maintenanceDB(dsn)
+	if err != nil {
+		return false, err
+	}
+	if name == "" {
+		return true, nil // the maintenance database
+	}
+	defer maint.Close()
+	return pgDatabaseExists(ctx, maint, name)
+}
+
+// maintenanceDB opens the "postgres" database of the server of dsn and returns the name of the
+// database dsn names; name is "" (and nothing is opened) when dsn names the maintenance
+// database itself or none.
+func maintenanceDB(dsn string) (name string, maint *bun.DB, err error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	}
+	name = strings.TrimPrefix(u.Path, "/")
+	if name == "" || name == "postgres" {
+		return "", nil, nil
+	}
+	m := *u
+	m.Path = "/postgres"
+	maint, err = Open(m.String(), Options{MaxConns: 1})
+	if err != nil {
+		return "", nil, err
+	}
+	return name, maint, nil
+}
+
+func pgDatabaseExists(ctx context.Context, maint *bun.DB, name string) (bool, error) {
+	var exists bool
+	if err := maint.NewRaw("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)", name).Scan(ctx, &exists); err != nil {
+		return false, translate(err)
+	}
+	return exists, nil
 }
 
 func migrator(db *bun.DB) (*migrate.Migrator, error) {

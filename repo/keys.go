@@ -69,11 +69,14 @@ func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool,
 	return row.toModel(), true, nil
 }
 
-// UpdateNewsletter sets whether the newsletter's plan has API access and, when name is not
-// nil, renames it.
-func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess bool, name *string) (model.Newsletter, error) {
+// UpdateNewsletter sets, when apiAccess is not nil, whether the newsletter's plan has API
+// access and, when name is not nil, renames it.
+func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess *bool, name *string) (model.Newsletter, error) {
 	var row newsletterRow
-	q := a.db.NewUpdate().Model(&row).Set("api_access = ?", apiAccess).Set("updated_at = ?", time.Now().UTC())
+	q := a.db.NewUpdate().Model(&row).Set("updated_at = ?", time.Now().UTC())
+	if apiAccess != nil {
+		q = q.Set("api_access = ?", *apiAccess)
+	}
 	if name != nil {
 		q = q.Set("name = ?", *name)
 	}
@@ -85,6 +88,40 @@ func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess
 		return model.Newsletter{}, translate(err)
 	}
 	return row.toModel(), nil
+}
+
+// Newsletters returns every newsletter, oldest first.
+func (a *Accounts) Newsletters(ctx context.Context) ([]model.Newsletter, error) {
+	var rows []newsletterRow
+	if err := a.db.NewSelect().Model(&rows).OrderExpr("created_at, id").Scan(ctx); err != nil {
+		return nil, translate(err)
+	}
+	out := make([]model.Newsletter, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toModel()
+	}
+	return out, nil
+}
+
+// Keys returns the newsletter's API keys, revoked ones included, oldest first. An unknown
+// newsletter gives model.ErrNewsletterNotFound.
+func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.APIKey, error) {
+	if _, err := a.Newsletter(ctx, newsletterID); err != nil {
+		return nil, err
+	}
+	var rows []apiKeyRow
+	err := a.db.NewSelect().Model(&rows).Where("newsletter_id = ?", newsletterID).OrderExpr("created_at, id").Scan(ctx)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make([]model.APIKey, len(rows))
+	for i, r := range rows {
+		out[i] = model.APIKey{ID: r.ID, NewsletterID: r.NewsletterID, Prefix: r.Prefix, Label: r.Label, CreatedAt: r.CreatedAt.UTC()}
+		if r.RevokedAt != nil {
+			out[i].RevokedAt = new(r.RevokedAt.UTC())
+		}
+	}
+	return out, nil
 }
 
 // Newsletter returns one newsletter.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -78,6 +79,12 @@ func openSQLite(dsn string, opts Options) (*bun.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if path != ":memory:" {
+		// SQLite would create a missing file with the process's umask (often 0644).
+		if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			f.Close()
+		}
+	}
 	params := "_pragma=foreign_keys(1)&_pragma=busy_timeout(" + fmt.Sprint(sqliteBusyTimeout.Milliseconds()) + ")" +
 		"&_pragma=journal_mode(WAL)&_txlock=immediate"
 	sqldb, err := sql.Open("sqlite", path+"?"+params)
@@ -96,19 +103,45 @@ func openSQLite(dsn string, opts Options) (*bun.DB, error) {
 	return bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(newQueryHook(dsn, "sqlite")), nil
 }
 
-// ensureSQLiteDir creates the directory of the SQLite file of dsn.
-func ensureSQLiteDir(dsn string) error {
+// ensureSQLiteFile creates the directory of the SQLite file of dsn and the file itself, empty
+// (a valid database) and readable by its owner only: SQLite gives the -wal and -shm files it
+// makes beside it the same mode. It reports whether it created the file; an existing file
+// keeps its mode.
+func ensureSQLiteFile(dsn string) (created bool, err error) {
 	path, err := SQLitePath(dsn)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if path == ":memory:" {
-		return nil
+		return false, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return fmt.Errorf("create the SQLite directory: %w", err)
+		return false, fmt.Errorf("create the SQLite directory: %w", err)
 	}
-	return nil
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("create the SQLite file: %w", err)
+	}
+	return true, f.Close()
+}
+
+// sqliteFileExists reports whether the SQLite file of dsn exists.
+func sqliteFileExists(dsn string) (bool, error) {
+	path, err := SQLitePath(dsn)
+	if err != nil {
+		return false, err
+	}
+	if path == ":memory:" {
+		return true, nil
+	}
+	_, err = os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // isSQLite tells whether db is the SQLite store.

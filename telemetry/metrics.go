@@ -27,6 +27,7 @@ const DBName = "subscriberd"
 // Label values of email_sends_total{outcome}.
 const (
 	EmailSent      = "sent"      // the relay accepted the message
+	EmailLogged    = "logged"    // no SMTP_URL: the message was written to the log instead
 	EmailRetry     = "retry"     // a transient failure; the message is due again later
 	EmailFailed    = "failed"    // a permanent failure or the last attempt; the message is given up
 	EmailCancelled = "cancelled" // the message was no longer needed (subscriber not pending)
@@ -63,7 +64,7 @@ const (
 const labelOther = "other"
 
 var (
-	emailOutcomes   = []string{EmailSent, EmailRetry, EmailFailed, EmailCancelled}
+	emailOutcomes   = []string{EmailSent, EmailLogged, EmailRetry, EmailFailed, EmailCancelled}
 	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout}
 	decisionResults = []string{DecisionAllowed, DecisionLimited, DecisionLocked}
 	authReasons     = []string{AuthMissing, AuthInvalid, AuthRevoked, AuthPlanDisabled}
@@ -134,7 +135,7 @@ func NewMetrics(version string) *Metrics {
 		}, []string{"status", "operation"}),
 		emailSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "email_sends_total",
-			Help: "Confirmation email send attempts, by outcome (sent, retry, failed, cancelled).",
+			Help: "Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled).",
 		}, []string{"outcome"}),
 		emailSendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                        "email_send_duration_seconds",
@@ -263,7 +264,7 @@ func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 	m.subscribersCreated.WithLabelValues(status, operation).Add(float64(n))
 }
 
-// EmailSend records one email delivery attempt with its outcome (EmailSent, EmailRetry, EmailFailed,
+// EmailSend records one email delivery attempt with its outcome (EmailSent, EmailLogged, EmailRetry, EmailFailed,
 // EmailCancelled; anything else counts as "other") and how long it took.
 func (m *Metrics) EmailSend(outcome string, d time.Duration) {
 	m.EmailSendContext(context.Background(), outcome, d)

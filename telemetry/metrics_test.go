@@ -32,7 +32,7 @@ func TestMetricsLintClean(t *testing.T) {
 func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
 	m := NewMetrics("test")
 	for name, want := range map[string]int{
-		"email_sends_total":          4,
+		"email_sends_total":          5,
 		"rate_limit_decisions_total": 12,
 		"auth_failures_total":        4,
 		"lockouts_total":             2,
@@ -72,10 +72,11 @@ auth_failures_total{reason="invalid"} 2
 auth_failures_total{reason="missing"} 0
 auth_failures_total{reason="plan_disabled"} 1
 auth_failures_total{reason="revoked"} 0
-# HELP email_sends_total Confirmation email send attempts, by outcome (sent, retry, failed, cancelled).
+# HELP email_sends_total Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled).
 # TYPE email_sends_total counter
 email_sends_total{outcome="cancelled"} 0
 email_sends_total{outcome="failed"} 0
+email_sends_total{outcome="logged"} 0
 email_sends_total{outcome="other"} 1
 email_sends_total{outcome="retry"} 1
 email_sends_total{outcome="sent"} 1

@@ -100,6 +100,12 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER: %q is not one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio", name)
 }
 
+// The logging defaults of docs/api-contract.md §7 (LOG_LEVEL, LOG_FORMAT).
+const (
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "json"
+)
+
 // NewLogger returns a slog logger writing to w in format "json" or "text" at level
 // ("debug", "info", "warn", "error"). Records logged with a context that carries a span get
 // trace_id and span_id. When w buffers (a LogBuffer), records at warn and above are flushed

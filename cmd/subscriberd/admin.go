@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
@@ -18,21 +21,30 @@ import (
 )
 
 // cliFlags is the flag set of a one-shot command: its own flags plus DATABASE_URL and logging.
-func cliFlags(name string, stderr io.Writer, getenv func(string) string) (*flag.FlagSet, func() config) {
+func cliFlags(name string, stderr io.Writer, getenv func(string) string) (*flag.FlagSet, *configLoader) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return fs, bindSettings(fs, getenv, "DATABASE_URL", "DATA_DIR", "LOG_LEVEL", "LOG_FORMAT")
+	return fs, bindConfig(fs, getenv, "DATABASE_URL", "DATA_DIR", "LOG_LEVEL", "LOG_FORMAT")
 }
 
-// withAccounts opens the database (creating and migrating it, so a newcomer's first command
-// works on an empty server) and runs fn.
-func withAccounts(ctx context.Context, cfg config, stderr io.Writer, fn func(*repo.Accounts) error) error {
-	if err := resolveDatabase(cfg); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
+// withAccounts opens the database and runs fn. It never creates a database: a command run from
+// another directory, or with a mistyped DATABASE_URL, would otherwise act on a new empty store.
+// An existing database is migrated first, so a newcomer's first command works on a new server.
+func withAccounts(ctx context.Context, prog string, loader *configLoader, stderr io.Writer, fn func(*repo.Accounts) error) error {
+	cfg, err := loader.load(nil)
 	if err != nil {
 		return err
+	}
+	log, err := telemetry.NewLogger(stderr, cfg.LogLevel.String(), cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	exists, err := repo.DatabaseExists(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return cfg.dbErr(err)
+	}
+	if !exists {
+		return fmt.Errorf("no database at %s; set DATA_DIR or DATABASE_URL (%s migrate creates one)", storeLocation(cfg.DatabaseURL), prog)
 	}
 	db, err := openDB(ctx, cfg, true, log)
 	if err != nil {
@@ -42,26 +54,70 @@ func withAccounts(ctx context.Context, cfg config, stderr io.Writer, fn func(*re
 	return fn(repo.NewAccounts(db))
 }
 
+// storeLocation names the database of dsn for a person: the SQLite file's absolute path, or the
+// PostgreSQL URL without its password.
+func storeLocation(dsn string) string {
+	if !repo.IsSQLite(dsn) {
+		return redact(dsn)
+	}
+	path, err := repo.SQLitePath(dsn)
+	if err != nil {
+		return dsn
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
+// ensureDatabase creates the database when it is missing, saying so: a warning naming a new
+// PostgreSQL database, since a typo in DATABASE_URL makes one too.
+func ensureDatabase(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	created, err := repo.EnsureDatabase(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return cfg.dbErr(err)
+	}
+	if !created {
+		return nil
+	}
+	if repo.IsSQLite(cfg.DatabaseURL) {
+		log.Info("created the SQLite database", "path", storeLocation(cfg.DatabaseURL))
+		return nil
+	}
+	log.Warn("created the PostgreSQL database, which did not exist; check DATABASE_URL if this was not meant",
+		"database", databaseName(cfg.DatabaseURL), "url", redact(cfg.DatabaseURL))
+	return nil
+}
+
+// databaseName is the database a PostgreSQL URL names.
+func databaseName(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
 func migrateCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs, resolve := cliFlags("migrate", stderr, getenv)
+	fs, loader := cliFlags("migrate", stderr, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := resolve()
-	if err := resolveDatabase(cfg); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(stderr, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
+	cfg, err := loader.load(nil)
 	if err != nil {
 		return err
 	}
-	logStore(log, cfg["DATABASE_URL"])
-	var db *bun.DB
-	if err := repo.EnsureDatabase(ctx, cfg["DATABASE_URL"]); err != nil {
-		return dbErr(cfg, err)
+	log, err := telemetry.NewLogger(stderr, cfg.LogLevel.String(), cfg.LogFormat)
+	if err != nil {
+		return err
 	}
-	if db, err = repo.Open(cfg["DATABASE_URL"], repo.Options{MaxConns: 2}); err != nil {
-		return dbErr(cfg, err)
+	logStore(log, cfg.DatabaseURL)
+	if err := ensureDatabase(ctx, cfg, log); err != nil {
+		return err
+	}
+	db, err := repo.Open(cfg.DatabaseURL, repo.Options{MaxConns: 2})
+	if err != nil {
+		return cfg.dbErr(err)
 	}
 	defer db.Close()
 	applied, err := repo.Migrate(ctx, db)
@@ -76,27 +132,28 @@ func migrateCmd(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 type newsletterJSON struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	APIAccess bool   `json:"api_access"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	APIAccess bool       `json:"api_access"`
+	CreatedAt *time.Time `json:"created_at,omitempty"` // in lists
 }
 
-func newsletterCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func newsletterCmd(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("newsletter: want create or update")
+		return errors.New("newsletter: want create, update or list")
 	}
-	fs, resolve := cliFlags("newsletter "+args[0], stderr, getenv)
-	name := fs.String("name", "", "newsletter name")
-	access := fs.Bool("api-access", true, "whether the newsletter's plan has API access")
+	fs, loader := cliFlags("newsletter "+args[0], stderr, getenv)
 	switch args[0] {
 	case "create":
+		name := fs.String("name", "", "newsletter name")
+		access := fs.Bool("api-access", true, "whether the newsletter's plan has API access")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if strings.TrimSpace(*name) == "" {
 			return errors.New("newsletter create: --name is required")
 		}
-		return withAccounts(ctx, resolve(), stderr, func(a *repo.Accounts) error {
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
 			n, err := a.CreateNewsletter(ctx, strings.TrimSpace(*name), *access)
 			if err != nil {
 				return err
@@ -104,6 +161,8 @@ func newsletterCmd(ctx context.Context, args []string, getenv func(string) strin
 			return printJSON(stdout, newsletterJSON{ID: n.ID.String(), Name: n.Name, APIAccess: n.APIAccess})
 		})
 	case "update":
+		name := fs.String("name", "", "new newsletter name")
+		access := fs.Bool("api-access", true, "whether the newsletter's plan has API access (unchanged when not given)")
 		id, rest, err := idArg("newsletter update", args[1:])
 		if err != nil {
 			return err
@@ -113,34 +172,64 @@ func newsletterCmd(ctx context.Context, args []string, getenv func(string) strin
 		}
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["api-access"] {
-			return errors.New("newsletter update: --api-access is required")
+		var newAccess *bool
+		if set["api-access"] {
+			newAccess = access
 		}
 		var newName *string
 		if set["name"] {
 			if strings.TrimSpace(*name) == "" {
 				return errors.New("newsletter update: --name must not be empty")
 			}
-			n := strings.TrimSpace(*name)
-			newName = &n
+			newName = new(strings.TrimSpace(*name))
 		}
-		return withAccounts(ctx, resolve(), stderr, func(a *repo.Accounts) error {
-			n, err := a.UpdateNewsletter(ctx, id, *access, newName)
+		if newAccess == nil && newName == nil {
+			return errors.New("newsletter update: give --name NAME, --api-access=BOOL or both")
+		}
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
+			n, err := a.UpdateNewsletter(ctx, id, newAccess, newName)
+			if errors.Is(err, model.ErrNewsletterNotFound) {
+				return fmt.Errorf("newsletter update: no newsletter %s (%s newsletter list shows them)", id, prog)
+			}
 			if err != nil {
 				return err
 			}
 			return printJSON(stdout, newsletterJSON{ID: n.ID.String(), Name: n.Name, APIAccess: n.APIAccess})
 		})
+	case "list":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
+			ns, err := a.Newsletters(ctx)
+			if err != nil {
+				return err
+			}
+			out := make([]newsletterJSON, len(ns))
+			for i, n := range ns {
+				out[i] = newsletterJSON{ID: n.ID.String(), Name: n.Name, APIAccess: n.APIAccess, CreatedAt: &n.CreatedAt}
+			}
+			return printJSON(stdout, map[string]any{"newsletters": out})
+		})
 	default:
-		return fmt.Errorf("newsletter: unknown subcommand %q (want create or update)", args[0])
+		return fmt.Errorf("newsletter: unknown subcommand %q (want create, update or list)", args[0])
 	}
 }
 
-func apikeyCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// keyJSON is an API key as listed: never the key itself.
+type keyJSON struct {
+	ID        string     `json:"id"`
+	Prefix    string     `json:"prefix"`
+	Label     string     `json:"label"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("apikey: want create or revoke")
+		return errors.New("apikey: want create, list or revoke")
 	}
-	fs, resolve := cliFlags("apikey "+args[0], stderr, getenv)
+	fs, loader := cliFlags("apikey "+args[0], stderr, getenv)
 	switch args[0] {
 	case "create":
 		nl := fs.String("newsletter", "", "newsletter id")
@@ -150,17 +239,40 @@ func apikeyCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		id, err := uuid.Parse(*nl)
 		if err != nil {
-			return errors.New("apikey create: --newsletter must be a newsletter id")
+			return fmt.Errorf("apikey create: --newsletter must be a newsletter id (%s newsletter list shows them)", prog)
 		}
-		return withAccounts(ctx, resolve(), stderr, func(a *repo.Accounts) error {
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
 			k, secret, err := a.CreateKey(ctx, id, *label)
 			if errors.Is(err, model.ErrNewsletterNotFound) {
-				return fmt.Errorf("apikey create: no newsletter %s", id)
+				return fmt.Errorf("apikey create: no newsletter %s (%s newsletter list shows them)", id, prog)
 			}
 			if err != nil {
 				return err
 			}
 			return printJSON(stdout, map[string]string{"id": k.ID.String(), "prefix": k.Prefix, "key": secret})
+		})
+	case "list":
+		nl := fs.String("newsletter", "", "newsletter id")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		id, err := uuid.Parse(*nl)
+		if err != nil {
+			return fmt.Errorf("apikey list: --newsletter must be a newsletter id (%s newsletter list shows them)", prog)
+		}
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
+			keys, err := a.Keys(ctx, id)
+			if errors.Is(err, model.ErrNewsletterNotFound) {
+				return fmt.Errorf("apikey list: no newsletter %s (%s newsletter list shows them)", id, prog)
+			}
+			if err != nil {
+				return err
+			}
+			out := make([]keyJSON, len(keys))
+			for i, k := range keys {
+				out[i] = keyJSON{ID: k.ID.String(), Prefix: k.Prefix, Label: k.Label, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+			}
+			return printJSON(stdout, map[string]any{"keys": out})
 		})
 	case "revoke":
 		id, rest, err := idArg("apikey revoke", args[1:])
@@ -170,16 +282,16 @@ func apikeyCmd(ctx context.Context, args []string, getenv func(string) string, s
 		if err := fs.Parse(rest); err != nil {
 			return err
 		}
-		return withAccounts(ctx, resolve(), stderr, func(a *repo.Accounts) error {
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
 			if err := a.RevokeKey(ctx, id); errors.Is(err, model.ErrKeyNotFound) {
-				return fmt.Errorf("apikey revoke: no key %s", id)
+				return fmt.Errorf("apikey revoke: no key %s (%s apikey list --newsletter ID shows them)", id, prog)
 			} else if err != nil {
 				return err
 			}
 			return printJSON(stdout, map[string]any{"id": id.String(), "revoked": true})
 		})
 	default:
-		return fmt.Errorf("apikey: unknown subcommand %q (want create or revoke)", args[0])
+		return fmt.Errorf("apikey: unknown subcommand %q (want create, list or revoke)", args[0])
 	}
 }
 

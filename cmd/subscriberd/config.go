@@ -4,129 +4,292 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/subscriberd/subscriberd/limits"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/telemetry"
 )
 
-// setting is one configuration value: an environment variable, overridable by the flag of
-// the same name in kebab case (DATABASE_URL → --database-url).
-type setting struct {
-	env, def, usage string
-	secret          bool // masked when logged
+// Config is the whole configuration (docs/api-contract.md §7 and §11), read once at start from
+// the environment and flags, validated before anything starts. Packages receive its values,
+// never the Config.
+//
+// Adding a setting: a field here and one line in [Config.settings].
+type Config struct {
+	DatabaseURL    string // postgres://… or sqlite://…; after loading never empty (DATA_DIR fills it)
+	DataDir        string
+	ListenAddr     string
+	AdminAddr      string
+	PublicBaseURL  string
+	SMTPURL        string // "" = emails are logged, not sent
+	MailFrom       string
+	RedisURL       string // "" = limit counters in the process
+	RateLimits     []limits.Window
+	BulkRateLimits []limits.Window
+	AuthLockout    limits.Lockout
+	WriteLockout   limits.Lockout
+	TrustedProxies []netip.Prefix
+	LogLevel       slog.Level
+	LogFormat      string
+
+	// Version 1.1 (docs/api-contract.md §11).
+	IdempotencyTTL      time.Duration
+	WebhookTimeout      time.Duration
+	WebhookAllowPrivate bool
+	DocsUI              bool // serve the API reference page /api/v1/docs
+
+	// raw is each loaded setting as given (or defaulted), for the log; explicit names those
+	// given by a flag or the environment rather than defaulted.
+	raw      map[string]string
+	explicit map[string]bool
+	// storeFrom names the variable that chose the database: DATA_DIR when DATABASE_URL was unset.
+	storeFrom string
 }
+
+// Defaults this package owns; the others come from the package that uses the value.
+const (
+	defaultDataDir       = "./data"
+	defaultListenAddr    = ":8080"
+	defaultAdminAddr     = ":9090"
+	defaultPublicBaseURL = "http://localhost:8080"
+	// Version 1.1 defaults (docs/api-contract.md §11), until the packages that use them export theirs.
+	defaultIdempotencyTTL      = "24h"
+	defaultWebhookTimeout      = "10s"
+	defaultWebhookAllowPrivate = "false"
+	defaultDocsUI              = "true"
+)
 
 // sqliteFile is the name of the embedded database's file in DATA_DIR.
 const sqliteFile = "subscribers.db"
 
-// settings lists every variable of API.md §7.
-var settings = []setting{
-	{env: "DATABASE_URL", usage: "postgres://… (PostgreSQL) or sqlite:///path.db; unset = SQLite in DATA_DIR", secret: true},
-	{env: "DATA_DIR", def: "./data", usage: "directory of the embedded SQLite database (" + sqliteFile + ") when DATABASE_URL is unset"},
-	{env: "LISTEN_ADDR", def: ":8080", usage: "public API and confirmation pages"},
-	{env: "ADMIN_ADDR", def: ":9090", usage: "/metrics, /livez, /readyz, /debug/pprof/"},
-	{env: "PUBLIC_BASE_URL", def: "http://localhost:8080", usage: "base of links in emails"},
-	{env: "SMTP_URL", usage: "smtp://user:pass@host:port or smtps://…; unset = emails are logged", secret: true},
-	{env: "MAIL_FROM", def: "Newsletter <no-reply@localhost>", usage: "sender of emails"},
-	{env: "REDIS_URL", usage: "shared rate-limit and lockout counters", secret: true},
-	{env: "RATE_LIMITS", def: "60/1m,500/1h,3000/24h", usage: "per-key windows, or off"},
-	{env: "BULK_RATE_LIMITS", def: "10/1m,100/1h,500/24h", usage: "extra windows for bulk create, or off"},
-	{env: "AUTH_LOCKOUT", def: "10/10m:15m", usage: "auth failures/window:lock per client IP, or off"},
-	{env: "WRITE_LOCKOUT", def: "30/10m:10m", usage: "4xx writes/window:lock per key, or off"},
-	{env: "TRUSTED_PROXIES", usage: "CIDRs whose X-Forwarded-For is believed"},
-	{env: "LOG_LEVEL", def: "info", usage: "debug, info, warn or error"},
-	{env: "LOG_FORMAT", def: "json", usage: "json or text"},
-	{env: "DOCS_UI", def: "on", usage: "the reference page at /api/v1/docs: on or off (the OpenAPI document is always served)"},
+// setting is one configuration value: an environment variable, overridable by the flag of the
+// same name in kebab case (DATABASE_URL → --database-url).
+type setting struct {
+	env    string
+	def    string // as the environment spells it
+	usage  string
+	secret bool // a URL whose password is masked when logged
+	parse  func(name, raw string) error
 }
 
-// config is the resolved settings by variable name.
-type config map[string]string
+// settings lists every variable, bound to the fields of c.
+func (c *Config) settings() []setting {
+	return []setting{
+		{"DATABASE_URL", "", "postgres://… (PostgreSQL) or sqlite:///path.db; unset = SQLite in DATA_DIR", true, to(&c.DatabaseURL, parseText)},
+		{"DATA_DIR", defaultDataDir, "directory of the embedded SQLite database (" + sqliteFile + ") when DATABASE_URL is unset", false, to(&c.DataDir, parseText)},
+		{"LISTEN_ADDR", defaultListenAddr, "public API and confirmation pages", false, to(&c.ListenAddr, parseAddr)},
+		{"ADMIN_ADDR", defaultAdminAddr, "/metrics, /livez, /readyz, /debug/pprof/", false, to(&c.AdminAddr, parseAddr)},
+		{"PUBLIC_BASE_URL", defaultPublicBaseURL, "base of links in emails (dev: follows LISTEN_ADDR unless set)", false, to(&c.PublicBaseURL, parseHTTPURL)},
+		{"SMTP_URL", "", "smtp://user:pass@host:port or smtps://…; unset = emails are logged", true, to(&c.SMTPURL, parseText)},
+		{"MAIL_FROM", mail.DefaultFrom, "sender of emails", false, to(&c.MailFrom, parseText)},
+		{"REDIS_URL", "", "shared rate-limit and lockout counters", true, to(&c.RedisURL, parseRedisURL)},
+		{"RATE_LIMITS", limits.DefaultRateLimits, "per-key windows, or off", false, to(&c.RateLimits, limits.ParseWindows)},
+		{"BULK_RATE_LIMITS", limits.DefaultBulkRateLimits, "extra windows for bulk create, or off", false, to(&c.BulkRateLimits, limits.ParseWindows)},
+		{"AUTH_LOCKOUT", limits.DefaultAuthLockout, "auth failures/window:lock per client IP, or off (dev: off unless set)", false, to(&c.AuthLockout, limits.ParseLockout)},
+		{"WRITE_LOCKOUT", limits.DefaultWriteLockout, "4xx writes/window:lock per key, or off (dev: off unless set)", false, to(&c.WriteLockout, limits.ParseLockout)},
+		{"TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed", false, to(&c.TrustedProxies, parseProxies)},
+		{"LOG_LEVEL", telemetry.DefaultLogLevel, "debug, info, warn or error", false, to(&c.LogLevel, parseLevel)},
+		{"LOG_FORMAT", telemetry.DefaultLogFormat, "json or text", false, to(&c.LogFormat, parseFormat)},
+		{"IDEMPOTENCY_TTL", defaultIdempotencyTTL, "how long a stored response is replayed for its Idempotency-Key", false, to(&c.IdempotencyTTL, parseDuration)},
+		{"WEBHOOK_TIMEOUT", defaultWebhookTimeout, "per webhook delivery attempt", false, to(&c.WebhookTimeout, parseDuration)},
+		{"WEBHOOK_ALLOW_PRIVATE", defaultWebhookAllowPrivate, "allow webhook URLs on loopback and private networks", false, to(&c.WebhookAllowPrivate, parseBool)},
+		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (off turns it off; the OpenAPI document stays)", false, to(&c.DocsUI, parseBool)},
+	}
+}
+
+// to binds a parser of T to the field dst.
+func to[T any](dst *T, parse func(name, raw string) (T, error)) func(name, raw string) error {
+	return func(name, raw string) error {
+		v, err := parse(name, raw)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	}
+}
 
 func flagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
 
-// bindSettings registers a flag for each named setting (all when names is empty) and returns
-// a function that resolves them after parsing: flag if given, else environment, else default.
-func bindSettings(fs *flag.FlagSet, getenv func(string) string, names ...string) func() config {
+// configLoader reads the settings a command binds, once its flags are parsed.
+type configLoader struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	flags  map[string]*string // by variable name
+}
+
+// bindConfig registers a flag for each named setting (all when names is empty) and returns the
+// loader that resolves them after parsing: flag if given, else environment, else default.
+func bindConfig(fs *flag.FlagSet, getenv func(string) string, names ...string) *configLoader {
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
-	vals := map[string]*string{}
-	for _, s := range settings {
+	l := &configLoader{fs: fs, getenv: getenv, flags: map[string]*string{}}
+	for _, s := range new(Config).settings() {
 		if len(names) > 0 && !want[s.env] {
 			continue
 		}
-		vals[s.env] = fs.String(flagName(s.env), "", s.usage+" (env "+s.env+")")
+		l.flags[s.env] = fs.String(flagName(s.env), "", s.usage+" (env "+s.env+")")
 	}
-	return func() config {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		cfg := config{}
-		for _, s := range settings {
-			v, ok := vals[s.env]
-			if !ok {
-				continue
-			}
-			switch {
-			case set[flagName(s.env)]:
-				cfg[s.env] = *v
-			case getenv(s.env) != "":
-				cfg[s.env] = getenv(s.env)
-			default:
-				cfg[s.env] = s.def
-			}
-		}
-		return cfg
-	}
+	return l
 }
 
-// storeFrom is the config key, not a setting, naming the variable that chose the database:
-// DATA_DIR when DATABASE_URL was unset.
-const storeFrom = "store_from"
+// load parses and validates the bound settings. defaults replaces the default of a setting
+// by name (dev uses it). The first error names its variable.
+func (l *configLoader) load(defaults map[string]string) (*Config, error) {
+	given := map[string]bool{}
+	l.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	c := &Config{raw: map[string]string{}, explicit: map[string]bool{}}
+	for _, s := range c.settings() {
+		fv, ok := l.flags[s.env]
+		if !ok {
+			continue
+		}
+		raw, explicit := s.def, true
+		switch {
+		case given[flagName(s.env)]:
+			raw = *fv
+		case l.getenv(s.env) != "":
+			raw = l.getenv(s.env)
+		default:
+			explicit = false
+			if d, ok := defaults[s.env]; ok {
+				raw = d
+			}
+		}
+		if err := s.parse(s.env, raw); err != nil {
+			return nil, err
+		}
+		c.raw[s.env], c.explicit[s.env] = raw, explicit
+	}
+	if _, ok := l.flags["DATABASE_URL"]; ok {
+		if err := c.resolveDatabase(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Explicit reports whether the variable was given by a flag or the environment.
+func (c *Config) Explicit(name string) bool { return c.explicit[name] }
+
+// LogValue lists the loaded settings for the log, URL passwords masked.
+func (c *Config) LogValue() slog.Value {
+	var attrs []slog.Attr
+	for _, s := range c.settings() {
+		v, ok := c.raw[s.env]
+		if !ok {
+			continue
+		}
+		if s.env == "DATABASE_URL" {
+			v = c.DatabaseURL
+		}
+		if s.secret && v != "" {
+			v = redact(v)
+		}
+		attrs = append(attrs, slog.String(s.env, v))
+	}
+	return slog.GroupValue(attrs...)
+}
 
 // dbErr prefixes a database error with the variable that chose the database and its URL.
-func dbErr(cfg config, err error) error {
+func (c *Config) dbErr(err error) error {
 	name := "DATABASE_URL"
-	if cfg[storeFrom] != "" {
-		name = cfg[storeFrom]
+	if c.storeFrom != "" {
+		name = c.storeFrom
 	}
-	return fmt.Errorf("%s (%s): %w", name, redact(cfg["DATABASE_URL"]), err)
+	return fmt.Errorf("%s (%s): %w", name, redact(c.DatabaseURL), err)
 }
 
 // resolveDatabase checks DATABASE_URL and, when it is unset, sets it to the embedded SQLite file
 // in DATA_DIR, so that everything after reads one URL. Errors name the variable.
-func resolveDatabase(cfg config) error {
-	dsn := cfg["DATABASE_URL"]
-	if dsn == "" {
-		dir := cfg["DATA_DIR"]
-		if strings.TrimSpace(dir) == "" {
+func (c *Config) resolveDatabase() error {
+	if c.DatabaseURL == "" {
+		if strings.TrimSpace(c.DataDir) == "" {
 			return errors.New("DATA_DIR: must name a directory (DATABASE_URL is unset, so the SQLite database lives there)")
 		}
-		cfg["DATABASE_URL"] = repo.SQLiteURL(filepath.Join(dir, sqliteFile))
-		cfg[storeFrom] = "DATA_DIR"
+		c.DatabaseURL = repo.SQLiteURL(filepath.Join(c.DataDir, sqliteFile))
+		c.storeFrom = "DATA_DIR"
 		return nil
 	}
-	if repo.IsSQLite(dsn) {
-		if _, err := repo.SQLitePath(dsn); err != nil {
+	if repo.IsSQLite(c.DatabaseURL) {
+		if _, err := repo.SQLitePath(c.DatabaseURL); err != nil {
 			return fmt.Errorf("DATABASE_URL: %w", err)
 		}
 		return nil
 	}
-	if err := validateURL("DATABASE_URL", dsn, "postgres", "postgresql", "sqlite"); err != nil {
-		return err
-	}
-	return nil
+	return validateURL("DATABASE_URL", c.DatabaseURL, "postgres", "postgresql", "sqlite")
 }
 
-// validateAddr checks a listen address host:port.
-func validateAddr(name, v string) error {
-	if _, _, err := net.SplitHostPort(v); err != nil {
-		return fmt.Errorf("%s: %q is not a host:port address", name, v)
+func parseText(_, raw string) (string, error) { return raw, nil }
+
+// parseAddr checks a listen address host:port.
+func parseAddr(name, raw string) (string, error) {
+	if _, _, err := net.SplitHostPort(raw); err != nil {
+		return "", fmt.Errorf("%s: %q is not a host:port address", name, raw)
 	}
-	return nil
+	return raw, nil
+}
+
+func parseHTTPURL(name, raw string) (string, error) {
+	return raw, validateURL(name, raw, "http", "https")
+}
+
+func parseRedisURL(_, raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	_, err := limits.RedisOptions(raw) // its errors name REDIS_URL
+	return raw, err
+}
+
+func parseProxies(_, raw string) ([]netip.Prefix, error) { return limits.ParseTrustedProxies(raw) }
+
+func parseLevel(name, raw string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(raw)); err != nil {
+		return l, fmt.Errorf("%s: %q is not one of debug, info, warn, error", name, raw)
+	}
+	return l, nil
+}
+
+func parseFormat(name, raw string) (string, error) {
+	if raw != "json" && raw != "text" {
+		return "", fmt.Errorf("%s: %q is not one of json, text", name, raw)
+	}
+	return raw, nil
+}
+
+func parseDuration(name, raw string) (time.Duration, error) {
+	d, err := time.ParseDuration(raw)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive duration such as 10s, 5m or 24h", name, raw)
+	}
+	return d, nil
+}
+
+func parseBool(name, raw string) (bool, error) {
+	switch raw { // on and off, as other settings say off (RATE_LIMITS=off)
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, fmt.Errorf("%s: %q is not true or false (on or off)", name, raw)
+	}
+	return b, nil
 }
 
 // validateURL checks an absolute URL with one of the schemes.

@@ -6,12 +6,20 @@ import (
 	"io"
 	"net"
 
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
 // devNewsletterName is the name of the newsletter dev makes on an empty database.
 const devNewsletterName = "Demo Newsletter"
+
+// devDefaults replace the defaults of serve in dev: a developer trying keys and mistakes on
+// localhost is not locked out. A variable or flag given explicitly still wins.
+var devDefaults = map[string]string{
+	"AUTH_LOCKOUT":  limits.Off,
+	"WRITE_LOCKOUT": limits.Off,
+}
 
 // devDemo is what dev found or made, to print once the API listens.
 type devDemo struct {
@@ -53,20 +61,20 @@ func baseURL(addr net.Addr) string {
 }
 
 // print writes the key and a curl line that creates a subscriber, or, when the database already
-// had a newsletter, how to make a key for it.
-func (d *devDemo) print(w io.Writer, addr net.Addr) {
+// had a newsletter, how to make a key for it (as prog, the way the user ran the program), and
+// the development settings in force.
+func (d *devDemo) print(w io.Writer, addr net.Addr, prog string, cfg *Config) {
 	base := baseURL(addr)
 	if d.key == "" {
 		fmt.Fprintf(w, `
 The database already has a newsletter, %q (%s); no demo key was made.
 Make a key for it with:
 
-  subscriberd apikey create --newsletter %s
+  %s apikey create --newsletter %s
 
-`, d.newsletter.Name, d.newsletter.ID, d.newsletter.ID)
-		return
-	}
-	fmt.Fprintf(w, `
+`, d.newsletter.Name, d.newsletter.ID, prog, d.newsletter.ID)
+	} else {
+		fmt.Fprintf(w, `
 Made the newsletter %q (%s) and an API key for it.
 The key is shown only now:
 
@@ -76,7 +84,13 @@ Create a subscriber:
 
   curl -i %s/api/v1/subscribers -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{"email":"john@example.com","name":"John Doe","status":"active"}'
 
-API reference: %s/api/v1/docs
-
-`, d.newsletter.Name, d.newsletter.ID, d.key, base, d.key, base)
+`, d.newsletter.Name, d.newsletter.ID, d.key, base, d.key)
+	}
+	fmt.Fprintf(w, "API reference: %s/api/v1/docs\n", base)
+	fmt.Fprintf(w, "Lockouts: AUTH_LOCKOUT=%s, WRITE_LOCKOUT=%s (dev turns both off unless set; rate limits stay on).\n",
+		cfg.raw["AUTH_LOCKOUT"], cfg.raw["WRITE_LOCKOUT"])
+	if cfg.SMTPURL == "" {
+		fmt.Fprintf(w, "Emails: not sent (SMTP_URL is unset); each confirmation link is printed here.\n")
+	}
+	fmt.Fprintln(w)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/uptrace/bun"
 
@@ -19,15 +21,16 @@ type mailer struct {
 }
 
 // newMailer checks MAIL_FROM, PUBLIC_BASE_URL and SMTP_URL; each error names its variable.
-func newMailer(cfg config, log *slog.Logger) (*mailer, error) {
-	composer, err := mail.NewComposer(cfg["MAIL_FROM"], cfg["PUBLIC_BASE_URL"])
+// Without SMTP_URL emails are logged, and also written to out when it is not nil (dev).
+func newMailer(cfg *Config, log *slog.Logger, out io.Writer) (*mailer, error) {
+	composer, err := mail.NewComposer(cfg.MailFrom, cfg.PublicBaseURL)
 	if err != nil {
 		return nil, err
 	}
-	if cfg["SMTP_URL"] == "" {
-		return &mailer{composer: composer, transport: mail.LogTransport{Log: log}}, nil
+	if cfg.SMTPURL == "" {
+		return &mailer{composer: composer, transport: mail.LogTransport{Log: log, Out: out}}, nil
 	}
-	s, err := mail.NewSMTP(cfg["SMTP_URL"], 0)
+	s, err := mail.NewSMTP(cfg.SMTPURL, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +41,7 @@ func newMailer(cfg config, log *slog.Logger) (*mailer, error) {
 // finished the email in hand.
 func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if m.smtp == "" {
-		log.Warn("SMTP_URL is not set: confirmation emails are written to the log instead of being sent")
+		log.Warn("SMTP_URL is not set: confirmation emails are written to the log, with their links, instead of being sent")
 	} else {
 		log.Info("sending confirmation emails", "smtp", m.smtp)
 	}
@@ -57,4 +60,17 @@ func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.
 		w.Run(ctx) //nolint:errcheck // Run only returns nil, when ctx ends
 	}()
 	return done
+}
+
+// lockedWriter serializes writes to w: dev's stdout gets the banner and the emails' links from
+// different goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"io"
 	"net/http"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 )
 
@@ -24,6 +27,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		"MAIL_FROM":       "Serve Test <serve@example.net>",
 		"PUBLIC_BASE_URL": "https://news.example.net/",
 	}
+	cli(t, env, "migrate")
 	nl := cli(t, env, "newsletter", "create", "--name", "Serve Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 
@@ -89,11 +93,13 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	}
 }
 
-// TestServeWithoutSMTPWarnsAndLogsEmails checks the development mode: no SMTP_URL, a warning
-// at start, and the email in the log at info without its link.
+// TestServeWithoutSMTPWarnsAndLogsEmails checks serve without SMTP_URL: a warning at start, the
+// email in the log at info with its link but not the full address, counted as logged, not sent;
+// and a warning that PUBLIC_BASE_URL (the default, localhost:8080) is not where the API listens.
 func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	cli(t, env, "migrate")
 	nl := cli(t, env, "newsletter", "create", "--name", "Dev Weekly")
 	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string))["key"].(string)
 	s := startServe(t, env)
@@ -101,21 +107,49 @@ func TestServeWithoutSMTPWarnsAndLogsEmails(t *testing.T) {
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"SMTP_URL is not set`) {
 		t.Errorf("no warning about SMTP_URL at start:\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"PUBLIC_BASE_URL and LISTEN_ADDR disagree on the port`) {
+		t.Errorf("no warning that PUBLIC_BASE_URL's port is not LISTEN_ADDR's:\n%s", logs.String())
+	}
 	req, _ := http.NewRequest("POST", s.api+"/api/v1/subscribers", strings.NewReader(`{"email":"dev@example.com","status":"pending"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	waitUntil(t, "the logged email", func() bool {
-		return strings.Contains(logs.String(), `"msg":"email not sent: SMTP_URL is not set"`)
+		return strings.Contains(logs.String(), `"msg":"email logged"`)
 	})
-	s.stop(t)
-	if out := logs.String(); strings.Contains(out, "/confirm/") || strings.Contains(out, "dev@example.com") ||
-		!strings.Contains(out, "Confirm your subscription to Dev Weekly") {
-		t.Errorf("at info the log must show the email without its link or full address:\n%s", out)
+	metrics := get(t, s.admin+"/metrics")
+	for _, want := range []string{`email_sends_total{outcome="logged"} 1`, `email_sends_total{outcome="sent"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
+	s.stop(t)
+	out := logs.String()
+	if !regexp.MustCompile(`"msg":"email logged, not sent: SMTP_URL is not set".*"link":"http://localhost:8080/confirm/[A-Za-z0-9_-]{43,}"`).MatchString(out) {
+		t.Errorf("at info the log must show the email's link:\n%s", out)
+	}
+	if strings.Contains(out, "dev@example.com") || !strings.Contains(out, "Confirm your subscription to Dev Weekly") {
+		t.Errorf("at info the log must show the email's subject without the full address:\n%s", out)
+	}
+}
+
+// get returns the body of a GET that must answer 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
+	}
+	return string(b)
 }
 
 // waitUntil polls cond until it holds, failing after a generous bound.
@@ -126,4 +160,67 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
 	}
+}
+
+// TestDevShowsEmailsAndTheirLinks runs dev as a newcomer would, without SMTP and on another
+// port: the banner says lockouts are off, the confirmation link is printed on stdout pointing at
+// the port dev listens on, opening it (GET, then the form's POST) confirms, the email counts as
+// logged, and wrong keys never lock the developer out.
+func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATA_DIR": filepath.Join(t.TempDir(), "data"), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	stdout := &logbuf.Buffer{}
+	s := startRun(t, env, stdout, "dev")
+	var key string
+	waitUntil(t, "the banner", func() bool {
+		m := regexp.MustCompile(`(?m)^  (sk_\w+)$`).FindStringSubmatch(stdout.String())
+		if m != nil && strings.Contains(stdout.String(), "Emails: ") {
+			key = m[1]
+		}
+		return key != ""
+	})
+	for _, want := range []string{
+		"Lockouts: AUTH_LOCKOUT=off, WRITE_LOCKOUT=off",
+		"Emails: not sent (SMTP_URL is unset); each confirmation link is printed here.",
+		"API reference: " + s.api + "/api/v1/docs",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the banner lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	for range 12 { // AUTH_LOCKOUT's default would lock after 10
+		if status, _ := call(t, "GET", s.api+"/api/v1/subscribers", "sk_wrong", ""); status != http.StatusUnauthorized {
+			t.Fatalf("a wrong key got %d, want 401 every time (lockouts off)", status)
+		}
+	}
+	if status, body := call(t, "POST", s.api+"/api/v1/subscribers", key, `{"email":"new@example.com","status":"pending"}`); status != http.StatusCreated {
+		t.Fatalf("create = %d %v", status, body)
+	}
+	var link string
+	waitUntil(t, "the link on stdout", func() bool {
+		m := regexp.MustCompile(`Email to new@example.com \(not sent: SMTP_URL is unset\)\. Confirm with:\n  (\S+)\n`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			link = m[1]
+		}
+		return link != ""
+	})
+	if !strings.HasPrefix(link, s.api+"/confirm/") {
+		t.Errorf("link %s does not point at the API dev listens on (%s)", link, s.api)
+	}
+	if page := get(t, link); !strings.Contains(page, `method="post"`) && !strings.Contains(page, `method="POST"`) {
+		t.Errorf("GET %s is not the confirmation form:\n%s", link, page)
+	}
+	res, err := http.Post(link, "application/x-www-form-urlencoded", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "subscribed") {
+		t.Errorf("POST %s = %d:\n%s", link, res.StatusCode, body)
+	}
+	if m := get(t, s.admin+"/metrics"); !strings.Contains(m, `email_sends_total{outcome="logged"} 1`) || !strings.Contains(m, `email_sends_total{outcome="sent"} 0`) {
+		t.Error(`metrics: want email_sends_total{outcome="logged"} 1 and sent 0`)
+	}
+	s.stop(t)
 }

@@ -20,31 +20,23 @@ type limitSettings struct {
 	redisDesc string         // REDIS_URL without its password, for the log
 }
 
-// parseLimits reads RATE_LIMITS, BULK_RATE_LIMITS, AUTH_LOCKOUT, WRITE_LOCKOUT,
-// TRUSTED_PROXIES and REDIS_URL. Each error names its variable.
-func parseLimits(cfg config) (limitSettings, error) {
-	var s limitSettings
-	var err error
-	if s.cfg.Rate, err = limits.ParseWindows("RATE_LIMITS", cfg["RATE_LIMITS"]); err != nil {
-		return s, err
+// limitsFrom takes the limits settings from cfg (parsed and validated when it was loaded).
+func limitsFrom(cfg *Config) (limitSettings, error) {
+	s := limitSettings{
+		cfg: limits.Config{
+			Rate:         cfg.RateLimits,
+			Bulk:         cfg.BulkRateLimits,
+			AuthLockout:  cfg.AuthLockout,
+			WriteLockout: cfg.WriteLockout,
+		},
+		trusted: cfg.TrustedProxies,
 	}
-	if s.cfg.Bulk, err = limits.ParseWindows("BULK_RATE_LIMITS", cfg["BULK_RATE_LIMITS"]); err != nil {
-		return s, err
-	}
-	if s.cfg.AuthLockout, err = limits.ParseLockout("AUTH_LOCKOUT", cfg["AUTH_LOCKOUT"]); err != nil {
-		return s, err
-	}
-	if s.cfg.WriteLockout, err = limits.ParseLockout("WRITE_LOCKOUT", cfg["WRITE_LOCKOUT"]); err != nil {
-		return s, err
-	}
-	if s.trusted, err = limits.ParseTrustedProxies(cfg["TRUSTED_PROXIES"]); err != nil {
-		return s, err
-	}
-	if url := cfg["REDIS_URL"]; url != "" {
-		if s.redis, err = limits.RedisOptions(url); err != nil {
+	if cfg.RedisURL != "" {
+		var err error
+		if s.redis, err = limits.RedisOptions(cfg.RedisURL); err != nil {
 			return s, err
 		}
-		s.redisDesc = redact(url)
+		s.redisDesc = redact(cfg.RedisURL)
 	}
 	return s, nil
 }

@@ -4,8 +4,10 @@
 //	subscriberd serve                      run the API, the admin listener and the email worker
 //	subscriberd migrate                    apply pending migrations and exit
 //	subscriberd newsletter create --name NAME [--api-access=false]
-//	subscriberd newsletter update ID --api-access=BOOL [--name NAME]
+//	subscriberd newsletter update ID [--api-access=BOOL] [--name NAME]
+//	subscriberd newsletter list
 //	subscriberd apikey create --newsletter ID [--label TEXT]
+//	subscriberd apikey list --newsletter ID
 //	subscriberd apikey revoke ID
 package main
 
@@ -17,6 +19,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -25,7 +29,7 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := runAs(ctx, progName(os.Args[0]), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -35,40 +39,64 @@ func main() {
 	}
 }
 
-const usage = `usage: subscriberd <command> [flags]
+const usage = `usage: PROG <command> [flags]
 
 commands:
-  dev                                     serve; on an empty database first make a demo
-                                          newsletter and API key and print a curl line
+  dev                                     serve for development: lockouts off, emails and
+                                          their links on stdout; on an empty database first
+                                          make a demo newsletter and API key, print a curl line
   serve [--dev]                           run the API, admin listener and email worker
-  migrate                                 apply pending migrations and exit
+  migrate                                 create the database if missing, apply pending
+                                          migrations and exit
   newsletter create --name NAME [--api-access=false]
-  newsletter update ID --api-access=BOOL [--name NAME]
+  newsletter update ID [--api-access=BOOL] [--name NAME]
+  newsletter list
   apikey create --newsletter ID [--label TEXT]
+  apikey list --newsletter ID             prefix, label, created and revoked times; never the key
   apikey revoke ID
 
-Run "subscriberd <command> -h" for its flags. Every setting is an environment variable
+Run "PROG <command> -h" for its flags. Every setting is an environment variable
 (DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.
-Without DATABASE_URL the store is an SQLite file in DATA_DIR (default ./data).`
+Without DATABASE_URL the store is an SQLite file in DATA_DIR (default ./data); only
+serve, dev and migrate create it.`
+
+// progName is how the user ran the program, for the commands hints print: "go run
+// ./cmd/subscriberd" when arg0 is a binary go run built in its temporary directory, otherwise
+// arg0 as typed (subscriberd, ./bin/subscriberd).
+func progName(arg0 string) string {
+	if arg0 == "" {
+		return "subscriberd"
+	}
+	if p := filepath.ToSlash(arg0); strings.Contains(p, "/go-build") && strings.Contains(p, "/exe/") {
+		return "go run ./cmd/subscriberd"
+	}
+	return arg0
+}
 
 // run is the whole program: it parses args, reads configuration through getenv, writes
 // machine-readable output to stdout and logs to stderr, and returns when done or ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runAs(ctx, "subscriberd", args, getenv, stdout, stderr)
+}
+
+// runAs is run for a program the user started as prog (see progName).
+func runAs(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	usage := strings.ReplaceAll(usage, "PROG", prog)
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return errors.New("no command given")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		return serve(ctx, rest, getenv, stdout, stderr, false)
+		return serve(ctx, prog, rest, getenv, stdout, stderr, false)
 	case "dev":
-		return serve(ctx, rest, getenv, stdout, stderr, true)
+		return serve(ctx, prog, rest, getenv, stdout, stderr, true)
 	case "migrate":
 		return migrateCmd(ctx, rest, getenv, stdout, stderr)
 	case "newsletter":
-		return newsletterCmd(ctx, rest, getenv, stdout, stderr)
+		return newsletterCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "apikey":
-		return apikeyCmd(ctx, rest, getenv, stdout, stderr)
+		return apikeyCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

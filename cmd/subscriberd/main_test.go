@@ -126,12 +126,13 @@ func cli(t *testing.T, env map[string]string, args ...string) map[string]any {
 func TestServeLifecycle(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
-		"DATABASE_URL": pg.Empty(t), // does not exist yet: the first command creates and migrates it
+		"DATABASE_URL": pg.Empty(t), // does not exist yet: migrate creates it
 		"LISTEN_ADDR":  "127.0.0.1:0",
 		"ADMIN_ADDR":   "127.0.0.1:0",
 		"LOG_FORMAT":   "json",
 		"REDIS_URL":    testredis.URL(t),
 	}
+	cli(t, env, "migrate")
 	nl := cli(t, env, "newsletter", "create", "--name", "Lifecycle")
 	if nl["name"] != "Lifecycle" || nl["api_access"] != true {
 		t.Fatalf("newsletter = %v", nl)
@@ -205,10 +206,17 @@ type served struct {
 // startServe runs `serve` with env and returns once both listeners are bound.
 func startServe(t *testing.T, env map[string]string) *served {
 	t.Helper()
+	return startRun(t, env, io.Discard, "serve")
+}
+
+// startRun runs the command args (serve or dev) with env, its stdout to stdout, and returns
+// once both listeners are bound.
+func startRun(t *testing.T, env map[string]string, stdout io.Writer, args ...string) *served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	s := &served{logs: &logbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, []string{"serve"}, envFunc(env), io.Discard, s.logs) }()
+	go func() { s.done <- run(ctx, args, envFunc(env), stdout, s.logs) }()
 	addrs := regexp.MustCompile(`"listen_addr":"([^"]+)","admin_addr":"([^"]+)"`)
 	var m []string
 	for deadline := time.Now().Add(60 * time.Second); m == nil; time.Sleep(20 * time.Millisecond) {

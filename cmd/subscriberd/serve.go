@@ -29,7 +29,7 @@ const shutdownGrace = 25 * time.Second
 // serve runs the service until ctx ends. With dev set (subscriberd dev, or serve --dev) it
 // first makes a demo newsletter and API key when the database has no newsletter, and prints
 // the key and a curl line to stdout once the API listens.
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, dev bool) error {
+func serve(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer, dev bool) error {
 	name := "serve"
 	if dev {
 		name = "dev"
@@ -38,15 +38,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.SetOutput(stderr)
 	migrateFirst := fs.Bool("migrate", true, "apply pending migrations before serving")
 	fs.BoolVar(&dev, "dev", dev, "on a database without newsletters, make a demo newsletter and API key and print them with a curl line")
-	resolve := bindSettings(fs, getenv)
+	loader := bindConfig(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := resolve()
-	if err := validateServe(cfg); err != nil {
+	var defaults map[string]string
+	if dev {
+		defaults = devDefaults
+	}
+	cfg, err := loader.load(defaults)
+	if err != nil {
 		return err
 	}
-	lim, err := parseLimits(cfg)
+	lim, err := limitsFrom(cfg)
 	if err != nil {
 		return err
 	}
@@ -54,7 +58,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// buffer is flushed last, after everything below has logged its shutdown.
 	logw := telemetry.NewLogBuffer(stderr)
 	defer logw.Close()
-	log, err := telemetry.NewLogger(logw, cfg["LOG_LEVEL"], cfg["LOG_FORMAT"])
+	log, err := telemetry.NewLogger(logw, cfg.LogLevel.String(), cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -72,7 +76,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}()
 
-	mailer, err := newMailer(cfg, log)
+	// The listeners are bound first: in dev, PUBLIC_BASE_URL follows the bound address.
+	publicLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	defer publicLn.Close()
+	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("ADMIN_ADDR: %w", err)
+	}
+	defer adminLn.Close()
+	if dev && !cfg.Explicit("PUBLIC_BASE_URL") {
+		cfg.PublicBaseURL = baseURL(publicLn.Addr())
+	} else {
+		warnBaseURLPort(log, cfg.PublicBaseURL, publicLn.Addr())
+	}
+	log.Info("configuration", "config", cfg)
+	var emailOut io.Writer // dev prints each email's link, ready to click
+	if dev {
+		stdout = &lockedWriter{w: stdout}
+		emailOut = stdout
+	}
+	mailer, err := newMailer(cfg, log, emailOut)
 	if err != nil {
 		return err
 	}
@@ -97,7 +123,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Metrics:        metrics,
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
-		DisableDocs:    cfg["DOCS_UI"] == "off",
+		DisableDocs:    !cfg.DocsUI,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
@@ -113,25 +139,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	admin := adminHandler(db, metrics, &draining)
 
 	// One server span per request; server.address is the public name, never the Host header.
-	traced := telemetry.NewHTTPHandler(public, serverAddress(cfg["PUBLIC_BASE_URL"]), nil)
-	publicSrv := newHTTPServer(cfg["LISTEN_ADDR"], traced, log)
-	adminSrv := newHTTPServer(cfg["ADMIN_ADDR"], admin, log)
-	publicLn, err := net.Listen("tcp", cfg["LISTEN_ADDR"])
-	if err != nil {
-		return fmt.Errorf("LISTEN_ADDR: %w", err)
-	}
-	adminLn, err := net.Listen("tcp", cfg["ADMIN_ADDR"])
-	if err != nil {
-		publicLn.Close()
-		return fmt.Errorf("ADMIN_ADDR: %w", err)
-	}
+	traced := telemetry.NewHTTPHandler(public, serverAddress(cfg.PublicBaseURL), nil)
+	publicSrv := newHTTPServer(cfg.ListenAddr, traced, log)
+	adminSrv := newHTTPServer(cfg.AdminAddr, admin, log)
 	// The demo key is made only once the listeners are bound, so a start that fails on its
 	// addresses does not make (and lose) a key the next start would not print again.
 	var demo *devDemo
 	if dev {
 		if demo, err = devSetup(ctx, accounts); err != nil {
-			publicLn.Close()
-			adminLn.Close()
 			return err
 		}
 	}
@@ -139,9 +154,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	go func() { errc <- publicSrv.Serve(publicLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	log.Info("serving", "listen_addr", publicLn.Addr().String(), "admin_addr", adminLn.Addr().String(),
-		"database", redact(cfg["DATABASE_URL"]), "version", version, "gogc", gogc, "gomemlimit", memLimit)
+		"database", redact(cfg.DatabaseURL), "version", version, "gogc", gogc, "gomemlimit", memLimit)
 	if demo != nil {
-		demo.print(stdout, publicLn.Addr())
+		demo.print(stdout, publicLn.Addr(), prog, cfg)
 	}
 
 	select {
@@ -165,34 +180,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-func validateServe(cfg config) error {
-	if err := resolveDatabase(cfg); err != nil {
-		return err
-	}
-	for _, name := range []string{"LISTEN_ADDR", "ADMIN_ADDR"} {
-		if err := validateAddr(name, cfg[name]); err != nil {
-			return err
-		}
-	}
-	if v := cfg["DOCS_UI"]; v != "on" && v != "off" {
-		return fmt.Errorf("DOCS_UI: %q is not on or off", v)
-	}
-	return validateURL("PUBLIC_BASE_URL", cfg["PUBLIC_BASE_URL"], "http", "https")
-}
-
 // openDB opens the pool and, when migrate is set, creates the database if missing and applies
 // pending migrations.
-func openDB(ctx context.Context, cfg config, migrate bool, log *slog.Logger) (*bun.DB, error) {
-	dsn := cfg["DATABASE_URL"]
+func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*bun.DB, error) {
+	dsn := cfg.DatabaseURL
 	logStore(log, dsn)
 	if migrate {
-		if err := repo.EnsureDatabase(ctx, dsn); err != nil {
-			return nil, dbErr(cfg, err)
+		if err := ensureDatabase(ctx, cfg, log); err != nil {
+			return nil, err
 		}
 	}
 	db, err := repo.Open(dsn, repo.Options{})
 	if err != nil {
-		return nil, dbErr(cfg, err)
+		return nil, cfg.dbErr(err)
 	}
 	if !migrate {
 		return db, nil
@@ -200,7 +200,7 @@ func openDB(ctx context.Context, cfg config, migrate bool, log *slog.Logger) (*b
 	applied, err := repo.Migrate(ctx, db)
 	if err != nil {
 		db.Close()
-		return nil, dbErr(cfg, err)
+		return nil, cfg.dbErr(err)
 	}
 	if len(applied) > 0 {
 		log.Info("applied migrations", "migrations", applied)
@@ -297,6 +297,31 @@ func tuneGC(getenv func(string) string) (gogc int, memLimit int64) {
 	gogc = debug.SetGCPercent(-1)
 	debug.SetGCPercent(gogc)
 	return gogc, debug.SetMemoryLimit(-1)
+}
+
+// warnBaseURLPort warns when PUBLIC_BASE_URL points at this machine on another port than the
+// API listens on: the links in emails would lead nowhere. A public name on another port is
+// normal behind a reverse proxy, so only loopback names and explicit ports are compared.
+func warnBaseURLPort(log *slog.Logger, publicBaseURL string, listen net.Addr) {
+	u, err := url.Parse(publicBaseURL)
+	if err != nil {
+		return
+	}
+	_, listenPort, err := net.SplitHostPort(listen.String())
+	if err != nil {
+		return
+	}
+	host := u.Hostname()
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	if !loopback && u.Port() == "" {
+		return
+	}
+	_, port, _ := net.SplitHostPort(serverAddress(publicBaseURL))
+	if port != listenPort {
+		log.Warn("PUBLIC_BASE_URL and LISTEN_ADDR disagree on the port: links in emails lead elsewhere unless a proxy forwards them",
+			"public_base_url", publicBaseURL, "listen_addr", listen.String())
+	}
 }
 
 // serverAddress is host:port of the public base URL, the fixed server.address and server.port
