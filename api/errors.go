@@ -68,9 +68,9 @@ type Error struct {
 	status  int
 	headers http.Header
 
-	Success bool   `json:"success" doc:"Always false."`
-	Code    string `json:"code" doc:"Machine-readable error code." example:"validation_error"`
-	Message string `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
+	Success bool   `json:"success" doc:"Always false." example:"false"`
+	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
+	Message string `json:"message" doc:"Human-readable description."`
 	// Errors is FieldErrors on 422 and RetryAfter on 429, absent otherwise. Those two
 	// responses are documented with their own schemas (ValidationError, RateLimitError), so
 	// that a generated client gets typed fields rather than an untyped value.
@@ -79,7 +79,7 @@ type Error struct {
 
 // ValidationError documents the 422 body: the envelope with the messages of each failing field.
 type ValidationError struct {
-	Success bool        `json:"success" doc:"Always false."`
+	Success bool        `json:"success" doc:"Always false." example:"false"`
 	Code    string      `json:"code" enum:"validation_error,email_already_subscribed" doc:"Machine-readable error code."`
 	Message string      `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
 	Errors  FieldErrors `json:"errors"`
@@ -101,7 +101,7 @@ func (FieldErrors) Schema(huma.Registry) *huma.Schema {
 
 // RateLimitError documents the 429 body: the envelope with the wait before a retry can succeed.
 type RateLimitError struct {
-	Success bool       `json:"success" doc:"Always false."`
+	Success bool       `json:"success" doc:"Always false." example:"false"`
 	Code    string     `json:"code" enum:"rate_limit_exceeded" doc:"Machine-readable error code."`
 	Message string     `json:"message" doc:"Says which applies: a rate limit, the client's lockout or the key's." example:"Too many requests. Please try again later."`
 	Errors  RetryAfter `json:"errors"`

@@ -16,9 +16,9 @@ import (
 
 // Subscriber is the public shape of a subscriber.
 type Subscriber struct {
-	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)."`
-	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)."`
-	Name      string `json:"name" doc:"Full name; an empty string when none was given."`
+	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
+	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
+	Name      string `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
 	Status    string `json:"status" enum:"active,pending,unsubscribed"`
 	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
 }
@@ -134,12 +134,14 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 					Description: "One plain address local@domain, at most 254 characters: no display name, no spaces or quotes; " +
 						"a local part of at most 64 characters (letters of any script, digits, !#$%&'*+/=?^_`{|}~- and inner dots); " +
 						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
-						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
+						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively.",
+					Examples: []any{"john@example.com"}},
 				// Not nullable, though null is accepted: a generator sends a nullable field it
 				// was not given as null, and on update null clears the name.
 				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
 					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
-					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it."},
+					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
+					Examples:    []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
