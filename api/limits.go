@@ -128,7 +128,7 @@ func (s *Server) documentLimits() {
 				if code == strconv.Itoa(http.StatusTooManyRequests) {
 					resp.Headers["Retry-After"] = ref("Retry-After")
 					resp.Description = "Too many requests: a rate window of the key is empty, or the key or the client is " +
-						"temporarily locked out. The RateLimit-* headers are absent when the client is locked out."
+						"temporarily locked out; the message says which. The RateLimit-* headers are absent when the client is locked out."
 				}
 			}
 		}
