@@ -15,8 +15,9 @@ fmt:
 	gofmt -w .
 
 # bench builds and starts the service on a fresh local database with limits off, seeds 100k
-# subscribers and runs every load scenario beside its raw-SQL baseline, and a few of them on two
-# more instances with telemetry off and fully on (issue 6; under 10 minutes here). BENCH_ARGS
+# subscribers and runs every load scenario beside its raw-SQL baseline, and a few of them on
+# three more instances with telemetry off, fully on and at the production setting (issues 6
+# and 20; about 10 minutes here). BENCH_ARGS
 # passes options: BENCH_ARGS="--million", "--passes 3", "--profile", "--no-telemetry",
 # "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
 bench:

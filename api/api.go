@@ -72,7 +72,6 @@ var installErrorOnce sync.Once
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	access  accessLogger // log's handler when it writes the access line itself, else nil
 	metrics Metrics
 	keys    *keyCache
 	limiter Limiter
@@ -100,7 +99,6 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter}
-	s.access, _ = cfg.Logger.Handler().(accessLogger)
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
 	// the body.

@@ -133,31 +133,16 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			sw.status = http.StatusOK
 		}
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
-		// The record goes straight to the handler: Logger methods call runtime.Callers for a
-		// source position the access line never shows, a fifth of its cost. A handler that
-		// writes the line itself (telemetry's, on a LogBuffer; found once, in New) is given the
-		// values instead.
-		if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
+		if s.log.Enabled(ctx, slog.LevelInfo) {
 			var reqID string // set by envelope; read without canonicalising the name
 			if v := w.Header()["X-Request-Id"]; len(v) > 0 {
 				reqID = v[0]
 			}
-			if s.access != nil && s.access.LogAccess(ctx, end, r.Method, info.route, sw.status, d, sw.bytes, reqID) {
-				return
-			}
-			rec := slog.NewRecord(end, slog.LevelInfo, "request", 0)
-			rec.AddAttrs(slog.String("method", r.Method), slog.String("route", info.route), slog.Int("status", sw.status),
-				slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.Int("bytes", sw.bytes),
-				slog.String("request_id", reqID))
-			h.Handle(ctx, rec) //nolint:errcheck // a log line that cannot be written is not the client's problem
+			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("route", info.route),
+				slog.Int("status", sw.status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+				slog.Int("bytes", sw.bytes), slog.String("request_id", reqID))
 		}
 	})
-}
-
-// accessLogger is a log handler that can write the access line from its values, as the
-// record observe makes would be written, without the record; false means it wrote nothing.
-type accessLogger interface {
-	LogAccess(ctx context.Context, t time.Time, method, route string, status int, d time.Duration, bytes int, requestID string) bool
 }
 
 // route answers requests that match no route with the envelope: 404, or 405 with Allow. The
@@ -175,7 +160,7 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
 				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
 				_, info.route, _ = strings.Cut(pattern, " ")
-				nameSpan(r, pattern, info.route)
+				setRoute(w, info.route)
 			}
 			mux.ServeHTTP(w, r)
 			return
@@ -196,17 +181,24 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 	})
 }
 
-// nameSpan names the request's server span "METHOD /route", as the HTTP semantic conventions
-// ask; the tracing handler outside (telemetry.NewHTTPHandler), which cannot see the route
-// because the middleware here hands the mux a copy of the request, takes http.route from
-// that name when the response is done. The mux pattern is that name already, except for a
-// HEAD request served by the GET operation.
-func nameSpan(r *http.Request, pattern, route string) {
-	if span := trace.SpanFromContext(r.Context()); route != "" && span.IsRecording() {
-		if m, _, _ := strings.Cut(pattern, " "); m != r.Method {
-			pattern = r.Method + " " + route
+// routeSetter is the response writer of the server span outside (telemetry.NewHTTPHandler's):
+// told the route, it names the span "METHOD /route" and sets http.route, as the HTTP semantic
+// conventions ask. It cannot see the route itself, as the middleware here hands the mux a
+// copy of the request.
+type routeSetter interface{ SetRoute(route string) }
+
+// setRoute tells route to the first routeSetter among w and the writers it wraps.
+func setRoute(w http.ResponseWriter, route string) {
+	for {
+		if rs, ok := w.(routeSetter); ok {
+			rs.SetRoute(route)
+			return
 		}
-		span.SetName(pattern)
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -83,9 +84,8 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 			w.Header().Set("Content-Type", "application/x-protobuf")
 		}))
 		b.Cleanup(receiver.Close)
-		// The exporter SetupTracing builds for `serve`, configured the same way.
-		otlpEnv := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.URL}
-		exp, err := telemetry.NewOTLPExporter(func(k string) string { return otlpEnv[k] })
+		// The exporter SetupTracing chooses for `serve` with OTEL_EXPORTER_OTLP_ENDPOINT set.
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(receiver.URL))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -93,11 +93,9 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 		if mode == "on10" { // what production would run: 10 % of traces sampled
 			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))
 		}
-		batch, _ := telemetry.BatchConfigFromEnv(func(string) string { return "" })
-		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(telemetry.NewBatchProcessor(exp, batch)), sdktrace.WithSampler(sampler))
+		tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
 		useTracerProvider(tp)
-		// Through a LogBuffer, as serve writes it: NewLogger formats the access line itself
-		// for one, and hands any other writer to slog.
+		// Through a LogBuffer, as serve writes it.
 		logw := telemetry.NewLogBuffer(io.Discard)
 		b.Cleanup(func() { logw.Close() })
 		log, err := telemetry.NewLogger(logw, "info", "json")

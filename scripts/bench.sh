@@ -4,29 +4,32 @@
 # make a newsletter and an API key with the CLI, seed it through the bulk API, run every
 # scenario and its raw-SQL baseline, print one table and write it as JSON.
 #
-# It also prices telemetry (the issue's "overhead of telemetry fully on against off, under
-# 10 %"): two more instances of the same binary run on the same database, newsletter and key,
-# "off" (OTEL_SDK_DISABLED=true, LOG_LEVEL=warn: no traces, no access log) and "on"
-# (OTEL_TRACES_SAMPLER=always_on exporting every trace over OTLP/HTTP to a receiver the tool
-# serves on loopback, JSON access log at LOG_LEVEL=info); Prometheus metrics cannot be switched
-# off and stay on in both. In every pass the tool runs the telemetry scenarios (get,
-# list_first, create_active, update; -telemetry-scenarios changes them, -only does not) on
-# both in alternating half-second slices (off on on off …, -telemetry-slice), 20 s each
-# (-telemetry-duration), and prints the overhead in a second table. The main instance is
-# started as before, and its table means what it meant.
+# It also prices telemetry on the official OpenTelemetry components (issue 20): three more
+# instances of the same binary run on the same database, newsletter and key, "off"
+# (OTEL_SDK_DISABLED=true, LOG_LEVEL=warn: no traces, no access log), "on"
+# (OTEL_TRACES_SAMPLER=always_on) and "production" (OTEL_TRACES_SAMPLER=parentbased_traceidratio,
+# OTEL_TRACES_SAMPLER_ARG=0.1, the setting docs/operating.md recommends), the last two exporting
+# over OTLP/HTTP with the official exporter to a receiver the tool serves on loopback, with the
+# JSON access log at LOG_LEVEL=info; Prometheus metrics cannot be switched off and stay on in
+# all. In every pass the tool runs the telemetry scenarios (get, list_first, create_active,
+# update; -telemetry-scenarios changes them, -only does not) on off and on, then on off and
+# production, each pair in alternating half-second slices (off on on off …, -telemetry-slice),
+# 20 s each (-telemetry-duration), and prints the overhead of each setting in a second table
+# against the targets (production ≤ 5 %; 100 % ≤ 20 % on get, ≤ 10 % on the others). The main
+# instance is started as before, and its table means what it meant.
 #
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
-#                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]...
+#                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
 #                    [--markdown FILE] [--compare-with JSON] [-- tool flags]
 #
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
 #   --passes N        N passes of the measured run; the table shows medians (~3 min per pass)
 #   --profile         CPU profiles and goroutine dumps from the admin listener into the output
 #   --env NAME=VALUE  extra environment of the main service only (e.g. LOG_LEVEL=info)
-#   --no-telemetry    skip the telemetry comparison (no "off" and "on" instances; ~1 min less a pass)
+#   --no-telemetry    skip the telemetry comparison (no "off", "on" and "production" instances; ~3 min less a pass)
 #   --telemetry-env NAME=VALUE  extra environment of both comparison instances (e.g. GOGC=200)
-#   --off-env NAME=VALUE, --on-env NAME=VALUE  extra environment of the "off" or the "on" instance
+#   --off-env NAME=VALUE, --on-env NAME=VALUE, --prod-env NAME=VALUE  extra environment of the "off", "on" or "production" instance
 #                     only, over its telemetry settings, to price one part of telemetry: e.g.
 #                     --on-env LOG_LEVEL=warn (no access log), --on-env OTEL_EXPORTER_OTLP_ENDPOINT=
 #                     (spans recorded, not exported); @SINK@ in VALUE is the OTLP receiver's URL
@@ -35,7 +38,7 @@
 #
 # Environment: PG_ADMIN_URL (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable),
 # BENCH_PORT / BENCH_ADMIN_PORT (default: free ports), BENCH_OUT (default bench-out/<time>).
-# Logs: $out/service.log, service-telemetry-off.log, service-telemetry-on.log.
+# Logs: $out/service.log, service-telemetry-off.log, service-telemetry-on.log, service-telemetry-production.log.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -53,6 +56,7 @@ service_env=()
 telemetry_env=()
 off_env=()
 on_env=()
+prod_env=()
 extra=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -66,10 +70,11 @@ while [ $# -gt 0 ]; do
 	--telemetry-env) telemetry_env+=("$2"); shift 2 ;;
 	--off-env) off_env+=("$2"); shift 2 ;;
 	--on-env) on_env+=("$2"); shift 2 ;;
+	--prod-env) prod_env+=("$2"); shift 2 ;;
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,41p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -104,6 +109,8 @@ if [ "$telemetry" = 1 ]; then
 	off_admin_port=$(other_port); taken+="$off_admin_port "
 	on_port=$(other_port); taken+="$on_port "
 	on_admin_port=$(other_port); taken+="$on_admin_port "
+	prod_port=$(other_port); taken+="$prod_port "
+	prod_admin_port=$(other_port); taken+="$prod_admin_port "
 	sink_port=$(other_port)
 	sink_url="http://127.0.0.1:$sink_port"
 fi
@@ -111,6 +118,7 @@ fi
 service_pid=
 off_pid=
 on_pid=
+prod_pid=
 # stop PID...: SIGTERM to each, up to 10 s for them to drain, then SIGKILL to what is left.
 stop() {
 	local pid live
@@ -126,7 +134,7 @@ stop() {
 cleanup() {
 	status=$?
 	# shellcheck disable=SC2086 # the unset ones vanish
-	stop $service_pid $off_pid $on_pid
+	stop $service_pid $off_pid $on_pid $prod_pid
 	if [ "$keep_db" = 0 ]; then
 		psql "$pg_admin" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	else
@@ -172,7 +180,7 @@ wait_ready "$service_pid" "$ADMIN_ADDR" "$out/service.log"
 if [ "$telemetry" = 1 ]; then
 	# The same binary, database, newsletter and key; only the telemetry settings differ
 	# (LISTEN_ADDR, ADMIN_ADDR and LOG_LEVEL here override the exported ones).
-	echo "== start telemetry off on 127.0.0.1:$off_port and telemetry on on 127.0.0.1:$on_port (OTLP to 127.0.0.1:$sink_port)" >&2
+	echo "== start telemetry off on 127.0.0.1:$off_port, on on 127.0.0.1:$on_port and production on 127.0.0.1:$prod_port (OTLP to 127.0.0.1:$sink_port)" >&2
 	env LISTEN_ADDR="127.0.0.1:$off_port" ADMIN_ADDR="127.0.0.1:$off_admin_port" \
 		OTEL_SDK_DISABLED=true LOG_LEVEL=warn "${telemetry_env[@]}" "${off_env[@]//@SINK@/$sink_url}" \
 		bin/subscriberd serve 2>"$out/service-telemetry-off.log" &
@@ -182,8 +190,14 @@ if [ "$telemetry" = 1 ]; then
 		"${telemetry_env[@]}" "${on_env[@]//@SINK@/$sink_url}" \
 		bin/subscriberd serve 2>"$out/service-telemetry-on.log" &
 	on_pid=$!
+	env LISTEN_ADDR="127.0.0.1:$prod_port" ADMIN_ADDR="127.0.0.1:$prod_admin_port" \
+		OTEL_EXPORTER_OTLP_ENDPOINT="$sink_url" OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 LOG_LEVEL=info \
+		"${telemetry_env[@]}" "${prod_env[@]//@SINK@/$sink_url}" \
+		bin/subscriberd serve 2>"$out/service-telemetry-production.log" &
+	prod_pid=$!
 	wait_ready "$off_pid" "127.0.0.1:$off_admin_port" "$out/service-telemetry-off.log"
 	wait_ready "$on_pid" "127.0.0.1:$on_admin_port" "$out/service-telemetry-on.log"
+	wait_ready "$prod_pid" "127.0.0.1:$prod_admin_port" "$out/service-telemetry-production.log"
 fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
@@ -198,6 +212,7 @@ if [ "$profile" = 1 ]; then args+=(-pprof-url "http://$ADMIN_ADDR" -profile-dir 
 if [ "$telemetry" = 1 ]; then
 	args+=(-telemetry-off-url "http://127.0.0.1:$off_port" -telemetry-off-pid "$off_pid"
 		-telemetry-on-url "http://127.0.0.1:$on_port" -telemetry-on-pid "$on_pid"
+		-telemetry-prod-url "http://127.0.0.1:$prod_port" -telemetry-prod-pid "$prod_pid"
 		-otlp-sink "127.0.0.1:$sink_port")
 fi
 
@@ -206,6 +221,6 @@ rc=0
 bin/subscriber-bench "${args[@]}" "${extra[@]}" | tee "$out/table.txt" || rc=$?
 echo "JSON: $out/bench.json   table: $out/table.txt   service log: $out/service.log" >&2
 if [ "$telemetry" = 1 ]; then
-	echo "telemetry logs: $out/service-telemetry-off.log $out/service-telemetry-on.log" >&2
+	echo "telemetry logs: $out/service-telemetry-off.log $out/service-telemetry-on.log $out/service-telemetry-production.log" >&2
 fi
 exit $rc

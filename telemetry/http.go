@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -25,10 +26,11 @@ const redactedSegment = "{redacted}"
 // NewHTTPHandler wraps next so that every request gets one SERVER span shaped for a public API:
 //   - a new root trace per request, with the caller's traceparent only linked, so a caller
 //     cannot force sampling or join our traces;
-//   - named "METHOD /route" with http.route once the route is known: named so by the
-//     application after routing (trace.SpanFromContext(ctx).SetName("GET /items/{id}"), from
-//     which the handler takes http.route), or else taken from the Go ServeMux pattern when
-//     next is the mux itself; "METHOD" for unmatched requests;
+//   - named "METHOD /route" with http.route once the route is known: told by the
+//     application after routing through the response writer's SetRoute (a RouteSetter the
+//     application finds by unwrapping its writers), or else taken from the Go ServeMux
+//     pattern when next is the mux itself; "METHOD" for unmatched requests;
+//   - the caller's context read with the global propagator (OTEL_PROPAGATORS), for the link;
 //   - server.address fixed to serverAddress (never the client's Host header; include the port,
 //     as in "api.example.com:443", to fix server.port as well);
 //   - status Error and error.type = the status code for 5xx; 4xx leave the status unset;
@@ -56,8 +58,8 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := serverStart
 		// A public endpoint: the caller's span, if any, is linked, never continued.
-		if _, ok := r.Header["Traceparent"]; ok {
-			if sc := trace.SpanContextFromContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
+		if len(r.Header) > 0 {
+			if sc := trace.SpanContextFromContext(otel.GetTextMapPropagator().Extract(context.Background(), propagation.HeaderCarrier(r.Header))); sc.IsValid() {
 				// Without the caller's tracestate: free text of up to 512 bytes we do not need.
 				opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc.WithTraceState(trace.TraceState{})}))
 			}
@@ -85,10 +87,11 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 				status = http.StatusOK
 			}
 			route := patternRoute(r.Pattern)
+			if route == "" {
+				route = sw.route
+			}
 			if route != "" {
 				span.SetName(spanMethod(r.Method) + " " + route)
-			} else {
-				route = namedRoute(span, r.Method)
 			}
 			buf := attrPool.Get().(*[]attribute.KeyValue)
 			attrs := append((*buf)[:0], fixed...)
@@ -121,8 +124,6 @@ func NewHTTPHandler(next http.Handler, serverAddress string, tp trace.TracerProv
 	})
 }
 
-var traceContext = propagation.TraceContext{}
-
 // serverStart are the start options of every server span, made once rather than per request
 // (the SDK only reads them). The span is a new root without trace.WithNewRoot: the request's
 // context carries no span unless something outside this handler put one there, and then the
@@ -132,11 +133,21 @@ var serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServe
 // attrPool holds the attribute slices of ending server spans.
 var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 12); return &s }}
 
-// statusRecorder remembers the status a handler answered with.
+// RouteSetter is what NewHTTPHandler's response writer offers the application: SetRoute
+// gives the route template that matched the request ("/confirm/{token}"), for the span's name,
+// http.route and the redaction of url.path. An application whose router sees the request as a
+// copy (so r.Pattern is not visible outside) finds it by unwrapping its response writers.
+type RouteSetter interface{ SetRoute(route string) }
+
+// statusRecorder remembers the status a handler answered with, and the route it was told.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	route  string
 }
+
+// SetRoute implements RouteSetter.
+func (w *statusRecorder) SetRoute(route string) { w.route = route }
 
 func (w *statusRecorder) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
@@ -160,20 +171,6 @@ func scheme(r *http.Request) string {
 		return "https"
 	}
 	return "http"
-}
-
-// namedRoute is the route in the name "METHOD /route" the application gave span after
-// routing, or "".
-func namedRoute(span trace.Span, method string) string {
-	named, ok := span.(interface{ Name() string }) // the SDK's spans
-	if !ok {
-		return ""
-	}
-	m, route, ok := strings.Cut(named.Name(), " ")
-	if !ok || m != spanMethod(method) || !strings.HasPrefix(route, "/") {
-		return ""
-	}
-	return route
 }
 
 // MethodOther stands for any method outside the standard ones, in the method attribute and

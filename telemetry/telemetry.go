@@ -4,12 +4,16 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -21,42 +25,94 @@ import (
 // ServiceName is the default OpenTelemetry service name (OTEL_SERVICE_NAME overrides it).
 const ServiceName = "subscriberd"
 
-// SetupTracing installs the global tracer provider and W3C propagators, configured by the
-// standard OTEL_* variables. Spans are always recorded in process (so logs and exemplars get
-// ids); they are exported over OTLP only when an OTLP endpoint variable is set. The returned
-// function flushes and stops the provider.
-func SetupTracing(ctx context.Context, version string, getenv func(string) string) (func(context.Context) error, error) {
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+// SetupTracing installs the global tracer provider and propagators from the standard OTEL_*
+// variables of the process environment, on the official components (docs/api-contract.md §7):
+//   - OTEL_PROPAGATORS through autoprop (default tracecontext,baggage);
+//   - OTEL_TRACES_EXPORTER (otlp, console, none) and OTEL_EXPORTER_OTLP_* (grpc or
+//     http/protobuf) through autoexport, behind the SDK's batch processor (OTEL_BSP_*);
+//   - OTEL_TRACES_SAMPLER and _ARG, checked here so that a bad value stops the start;
+//   - the resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES over the standard
+//     detectors, with service.name subscriberd and service.version version by default;
+//   - OTEL_SDK_DISABLED=true: no tracing at all.
+//
+// The one deviation from the specification: with neither OTEL_TRACES_EXPORTER nor an OTLP
+// endpoint variable set, nothing is exported (the specification's default would send to
+// localhost:4318). Spans are still made in process, so logs and exemplars get ids. The
+// returned function flushes and stops the provider.
+func SetupTracing(ctx context.Context, version string) (func(context.Context) error, error) {
+	prop, err := propagatorFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	otel.SetTextMapPropagator(prop)
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
 		return func(context.Context) error { return nil }, nil
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewWithAttributes(semconv.SchemaURL,
-		semconv.ServiceVersion(version)))
+	sampler, err := samplerFromEnv(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry resource: %w", err)
+		return nil, err
 	}
-	if getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
-		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(ServiceName)))
-	}
-	sampler, err := samplerFromEnv(getenv)
+	res, err := newResource(ctx, version)
 	if err != nil {
 		return nil, err
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
-		exp, err := NewOTLPExporter(getenv) // errors name their variable
+	if exporting(os.Getenv) {
+		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_PROTOCOL: %w", err)
 		}
-		batch, err := BatchConfigFromEnv(getenv)
-		if err != nil {
-			return nil, err
+		if !autoexport.IsNoneSpanExporter(exp) {
+			opts = append(opts, sdktrace.WithBatcher(exp))
 		}
-		opts = append(opts, sdktrace.WithSpanProcessor(NewBatchProcessor(exp, batch)))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// exporting tells whether spans are to be exported: OTEL_TRACES_EXPORTER or an OTLP endpoint
+// is set (the deviation of docs/api-contract.md §7).
+func exporting(getenv func(string) string) bool {
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if strings.TrimSpace(getenv(k)) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// propagatorFromEnv is autoprop's propagator for OTEL_PROPAGATORS, with an unknown name an
+// error at start rather than a warning and the default.
+func propagatorFromEnv() (propagation.TextMapPropagator, error) {
+	if v := strings.TrimSpace(os.Getenv("OTEL_PROPAGATORS")); v != "" {
+		names := strings.Split(v, ",")
+		for i := range names {
+			names[i] = strings.TrimSpace(names[i])
+		}
+		p, err := autoprop.TextMapPropagator(names...)
+		if err != nil {
+			return nil, fmt.Errorf("OTEL_PROPAGATORS: %w", err)
+		}
+		return p, nil
+	}
+	return autoprop.NewTextMapPropagator(), nil
+}
+
+// newResource describes this process: service.name (default subscriberd) and service.version,
+// the SDK, host, OS, container and Go runtime detectors, and last the environment, which wins.
+// The process detectors that read the command line are left out: a flag can carry a secret.
+func newResource(ctx context.Context, version string) (*resource.Resource, error) {
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(semconv.ServiceName(ServiceName), semconv.ServiceVersion(version)),
+		resource.WithTelemetrySDK(), resource.WithHost(), resource.WithOS(), resource.WithContainer(),
+		resource.WithProcessRuntimeName(), resource.WithProcessRuntimeVersion(),
+		resource.WithFromEnv())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	return res, nil // a detector that found nothing (no container) leaves a partial resource
 }
 
 // LogErrors sends the errors the OpenTelemetry SDK reports (a failed or dropped export, a bad
@@ -67,11 +123,11 @@ func LogErrors(log *slog.Logger) {
 	}))
 }
 
-// samplerFromEnv builds the sampler named by OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
-// (the SDK's own variables, read through getenv so configuration stays testable and is
-// validated at start). The default is parentbased_always_on. With NewHTTPHandler's
-// public-endpoint behaviour every request starts a new root, so only the root sampler decides:
-// a caller's sampled flag cannot force sampling.
+// samplerFromEnv builds the sampler named by OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG,
+// the SDK's own variables, so that a bad value stops the start with the variable named
+// instead of falling back to the default with a warning. The default is
+// parentbased_always_on. With NewHTTPHandler's public-endpoint behaviour every request starts
+// a new root, so only the root sampler decides: a caller's sampled flag cannot force sampling.
 func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
 	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
@@ -107,15 +163,16 @@ const (
 )
 
 // NewLogger returns a slog logger writing to w in format "json" or "text" at level
-// ("debug", "info", "warn", "error"). Records logged with a context that carries a span get
-// trace_id and span_id. When w buffers (a LogBuffer), records at warn and above are flushed
-// at once.
+// ("debug", "info", "warn", "error"), through the standard library's handlers. Records logged
+// with a context that carries a span get trace_id and span_id; durations are written as
+// time.Duration's String ("25.7s"), not integer nanoseconds. When w buffers (a LogBuffer),
+// records at warn and above are flushed at once.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("LOG_LEVEL: %q is not one of debug, info, warn, error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationString}
 	var h slog.Handler
 	switch format {
 	case "json":
@@ -127,12 +184,15 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	th := traceHandler{Handler: h}
 	th.flusher, _ = w.(flusher)
-	if lb, ok := w.(*LogBuffer); ok && format == "json" {
-		// A LogBuffer takes each Write whole under its own lock, so lines formatted here
-		// cannot interleave with the JSON handler's.
-		th.direct = lb
-	}
 	return slog.New(th), nil
+}
+
+// durationString writes a duration as "25.7s": slog's handlers write integer nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // flusher is a buffered writer, such as LogBuffer.
@@ -143,27 +203,13 @@ type flusher interface{ Flush() error }
 type traceHandler struct {
 	slog.Handler
 	flusher flusher
-	// direct, when set, is the LogBuffer the JSON handler writes to: the records
-	// appendJSONRecord can format are written to it here, the same bytes for less work.
-	direct *LogBuffer
 }
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
-	sc := trace.SpanContextFromContext(ctx)
-	if h.direct != nil {
-		if ok, err := h.writeDirect(func(b []byte) ([]byte, bool) { return appendJSONRecord(b, r, sc) }); ok {
-			return h.flushed(r, err)
-		}
-	}
-	if sc.IsValid() {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	return h.flushed(r, h.Handler.Handle(ctx, r))
-}
-
-// flushed flushes a buffered writer after a record at warn level or above; err is the
-// record's write error.
-func (h traceHandler) flushed(r slog.Record, err error) error {
+	err := h.Handler.Handle(ctx, r)
 	if h.flusher != nil && r.Level >= slog.LevelWarn {
 		if ferr := h.flusher.Flush(); err == nil {
 			err = ferr
@@ -172,8 +218,6 @@ func (h traceHandler) flushed(r slog.Record, err error) error {
 	return err
 }
 
-// WithAttrs and WithGroup leave the records of the handlers they return to slog, which
-// writes the attributes and groups given here.
 func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return traceHandler{Handler: h.Handler.WithAttrs(as), flusher: h.flusher}
 }

@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/subscriberd/subscriberd/internal/otlptest"
 )
 
 func otelPropagator() propagation.TextMapPropagator { return otel.GetTextMapPropagator() }
@@ -86,9 +92,140 @@ func TestSamplerFromEnv(t *testing.T) {
 	}
 }
 
-func TestSetupTracingRejectsBadSampler(t *testing.T) {
-	env := map[string]string{"OTEL_TRACES_SAMPLER": "sometimes"}
-	if _, err := SetupTracing(context.Background(), "test", func(k string) string { return env[k] }); err == nil {
-		t.Error("SetupTracing accepted OTEL_TRACES_SAMPLER=sometimes")
+// A bad value of a variable stops the start, with the variable named.
+func TestSetupTracingRejectsBadConfig(t *testing.T) {
+	keepGlobals(t)
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER"},
+		{map[string]string{"OTEL_PROPAGATORS": "tracecontext,smoke-signals"}, "OTEL_PROPAGATORS"},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "carrier-pigeon"}, "OTEL_TRACES_EXPORTER"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
+	} {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		if _, err := SetupTracing(context.Background(), "test"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one naming %s", c.env, err, c.want)
+		}
+		for k := range c.env {
+			t.Setenv(k, "")
+		}
+	}
+}
+
+// keepGlobals restores the global tracer provider and propagator SetupTracing replaces.
+func keepGlobals(t *testing.T) {
+	tp, prop := otel.GetTracerProvider(), otelPropagator()
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tp)
+		setPropagator(prop)
+	})
+}
+
+// Spans go to a real receiver over each OTLP protocol the variables choose, with the resource
+// of the environment over the defaults; OTEL_TRACES_EXPORTER=none sends nothing, and so does
+// no exporter with no endpoint, while spans keep their ids.
+func TestSetupTracingExports(t *testing.T) {
+	keepGlobals(t)
+	rcv := otlptest.Start(t)
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want map[string]string // resource attributes; nil = nothing received
+	}{
+		{"http/protobuf", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.HTTPURL, "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=test"},
+			map[string]string{"service.name": ServiceName, "service.version": "v9", "deployment.environment.name": "test"}},
+		{"grpc", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.GRPCURL, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "mine"},
+			map[string]string{"service.name": "mine", "service.version": "v9", "telemetry.sdk.language": "go"}},
+		{"grpc by the traces variables", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.GRPCURL, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+			"OTEL_RESOURCE_ATTRIBUTES": "service.name=theirs"}, map[string]string{"service.name": "theirs"}},
+		{"none", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.HTTPURL, "OTEL_TRACES_EXPORTER": "none"}, nil},
+		{"no endpoint", map[string]string{}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+				"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"} {
+				t.Setenv(k, c.env[k])
+			}
+			shutdown, err := SetupTracing(context.Background(), "v9")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("test").Start(context.Background(), "op "+c.name)
+			if !span.SpanContext().IsValid() || !span.IsRecording() {
+				t.Errorf("span %v not recorded", span.SpanContext())
+			}
+			span.End()
+			if err := shutdown(context.Background()); err != nil { // flushes
+				t.Fatal(err)
+			}
+			var got *otlptest.Span
+			for _, s := range rcv.Spans() {
+				if s.Name == "op "+c.name {
+					got = &s
+				}
+			}
+			switch {
+			case c.want == nil && got != nil:
+				t.Errorf("exported over %s, want nothing", got.Protocol)
+			case c.want != nil && got == nil:
+				t.Fatalf("nothing received")
+			case c.want != nil:
+				if want := strings.Split(c.name, " ")[0]; got.Protocol != want {
+					t.Errorf("received over %s, want %s", got.Protocol, want)
+				}
+				for k, v := range c.want {
+					if got.Resource[k] != v {
+						t.Errorf("resource %s = %q, want %q (resource %v)", k, got.Resource[k], v, got.Resource)
+					}
+				}
+			}
+		})
+	}
+}
+
+// OTEL_PROPAGATORS picks the propagators: with b3 among them, a caller's B3 header is read (and
+// linked by the server span) and B3 is written.
+func TestSetupTracingPropagators(t *testing.T) {
+	keepGlobals(t)
+	t.Setenv("OTEL_PROPAGATORS", "tracecontext,baggage,b3")
+	if _, err := SetupTracing(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if f := otelPropagator().Fields(); !slices.Contains(f, "traceparent") || !slices.Contains(f, "baggage") || !slices.Contains(f, "b3") {
+		t.Fatalf("propagator fields %v, want traceparent, baggage and b3", f)
+	}
+	req := httptest.NewRequest("GET", "/api/v1/subscribers", nil)
+	req.Header.Set("b3", "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1")
+	spans := serveTraced(t, sdktrace.AlwaysSample(), testMux(t), req)
+	if len(spans) != 1 || len(spans[0].Links()) != 1 || spans[0].Links()[0].SpanContext.TraceID().String() != "80f198ee56343ba864fe8b2a57d3eff7" {
+		t.Errorf("the caller's B3 span was not linked: %v", spans)
+	}
+
+	t.Setenv("OTEL_PROPAGATORS", "none")
+	t.Setenv("OTEL_SDK_DISABLED", "true")
+	if _, err := SetupTracing(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if f := otelPropagator().Fields(); len(f) != 0 {
+		t.Errorf("OTEL_PROPAGATORS=none: fields %v", f)
+	}
+}
+
+// Durations are written as time.Duration's String, in both formats.
+func TestLoggerDurations(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		log, err := NewLogger(&buf, "info", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("shutting down", "grace", 25700*time.Millisecond, slog.Duration("delay", 2*time.Minute))
+		if out := buf.String(); !strings.Contains(out, "25.7s") || !strings.Contains(out, "2m0s") || strings.Contains(out, "25700000000") {
+			t.Errorf("%s: %s", format, out)
+		}
 	}
 }

@@ -11,9 +11,11 @@
 //	    -seed 100000 -clients 16 -check-clients 64,256 -pid $SERVICE_PID -json bench.json
 //
 // With -telemetry-off-url and -telemetry-on-url (two more instances of the service on the same
-// database, telemetry off and fully on) it also measures the -telemetry-scenarios on both in
-// every pass and reports the throughput telemetry costs against the issue's ≤ 10 %; -otlp-sink
-// serves the OTLP/HTTP receiver the "on" instance exports to (telemetry.go).
+// database, telemetry off and fully on), and -telemetry-prod-url (one at the production
+// setting, 10 % of traces sampled), it also measures the -telemetry-scenarios on each setting
+// against off in every pass and reports the throughput telemetry costs against issue 20's
+// targets; -otlp-sink serves the OTLP/HTTP receiver the exporting instances send to with the
+// official exporter (telemetry.go, otlpsink.go).
 //
 // scripts/bench.sh (make bench) builds and starts a service on a fresh database and runs it.
 package main
@@ -67,10 +69,13 @@ type config struct {
 	// pass; otlpSink is where this tool receives the "on" instance's spans.
 	telemetryOffURL, telemetryOnURL string
 	telemetryOffPID, telemetryOnPID int
-	telemetryScenarios              []string
-	telemetrySlice                  time.Duration
-	telemetryDuration               time.Duration
-	otlpSink                        string
+	// The production setting's instance (optional), priced against off like on.
+	telemetryProdURL   string
+	telemetryProdPID   int
+	telemetryScenarios []string
+	telemetrySlice     time.Duration
+	telemetryDuration  time.Duration
+	otlpSink           string
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -116,6 +121,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.telemetryOffPID, "telemetry-off-pid", 0, "process id of the -telemetry-off-url instance, for its CPU and settings")
 	fs.StringVar(&c.telemetryOnURL, "telemetry-on-url", "", "base URL of a third instance of the service with telemetry fully on (every trace sampled and exported, e.g. to -otlp-sink)")
 	fs.IntVar(&c.telemetryOnPID, "telemetry-on-pid", 0, "process id of the -telemetry-on-url instance, for its CPU and settings")
+	fs.StringVar(&c.telemetryProdURL, "telemetry-prod-url", "", "base URL of an instance of the service at the production setting (OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1, exporting): measured against -telemetry-off-url in pairs of its own")
+	fs.IntVar(&c.telemetryProdPID, "telemetry-prod-pid", 0, "process id of the -telemetry-prod-url instance, for its CPU and settings")
 	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
 	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all")
 	fs.DurationVar(&c.telemetryDuration, "telemetry-duration", 20*time.Second, "measured time per instance and scenario of the telemetry comparison: its overhead is a difference of two throughputs, and 6 s a side read ±3 points on this machine")
@@ -158,8 +165,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.telemetrySlice <= 0 || c.telemetryDuration <= 0 {
 		return c, errors.New("-telemetry-slice and -telemetry-duration must be positive")
 	}
-	if c.telemetryOffPID < 0 || c.telemetryOnPID < 0 {
-		return c, errors.New("-telemetry-off-pid and -telemetry-on-pid must not be negative")
+	if c.telemetryProdURL != "" && c.telemetryOffURL == "" {
+		return c, errors.New("-telemetry-prod-url needs -telemetry-off-url and -telemetry-on-url")
+	}
+	if c.telemetryOffPID < 0 || c.telemetryOnPID < 0 || c.telemetryProdPID < 0 {
+		return c, errors.New("-telemetry-off-pid, -telemetry-on-pid and -telemetry-prod-pid must not be negative")
 	}
 	for _, n := range strings.Split(*telScenarios, ",") {
 		if n = strings.TrimSpace(n); n == "" {
@@ -262,18 +272,21 @@ type bench struct {
 	db     *bun.DB
 	rep    *Report
 
-	// off and on are the instances of the telemetry comparison (nil without it); sink is the
-	// -otlp-sink receiver, lastOnEnd when the latest run on "on" ended.
-	off, on   *instance
-	sink      *otlpSink
-	lastOnEnd time.Time
+	// off, on and prod are the instances of the telemetry comparison (nil without it; prod
+	// also without -telemetry-prod-url), offProd off in prod's pairs; sink is the -otlp-sink
+	// receiver, lastOnEnd when the latest run on an exporting instance ended.
+	off, on, offProd, prod *instance
+	sink                   *otlpSink
+	lastOnEnd              time.Time
 }
 
 // The Kind of the RunRecords of each instance.
 const (
-	kindService      = "service"
-	kindTelemetryOff = "telemetry-off"
-	kindTelemetryOn  = "telemetry-on"
+	kindService          = "service"
+	kindTelemetryOff     = "telemetry-off"
+	kindTelemetryOn      = "telemetry-on"
+	kindTelemetryOffProd = "telemetry-off-production"
+	kindTelemetryProd    = "telemetry-production"
 )
 
 // instance is one running service the tool drives: the main one, or one of the two instances

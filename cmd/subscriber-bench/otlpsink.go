@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// otlpSink is the OTLP/HTTP trace receiver of -otlp-sink: the "telemetry on" instance exports
-// every span to it. It reads each export and throws it away, answering what a collector
+// otlpSink is the OTLP/HTTP trace receiver of -otlp-sink: the exporting instances of the
+// telemetry comparison send their spans to it with the official otlptracehttp exporter. It reads each export and throws it away, answering what a collector
 // answers to a fully accepted export: 200, application/x-protobuf and an empty body (the
 // protobuf encoding of an empty ExportTraceServiceResponse). It decodes nothing, because it
 // shares the machine's two cores with the service it measures; it only counts the exports and

@@ -405,11 +405,11 @@ func printReport(w io.Writer, rep *Report) {
 	tw.Flush()
 
 	if t := rep.Telemetry; t != nil {
-		fmt.Fprintf(w, "\ntelemetry off against fully on, %d clients, in the same passes:\n", m.Clients)
+		fmt.Fprintf(w, "\ntelemetry off against on at 100 %% sampling and at the production setting, %d clients, in the same passes:\n", m.Clients)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\toff req/s\ton req/s\toverhead\tper pass\tsvc µs/req off → on\ttarget\tverdict\t")
+		fmt.Fprintln(tw, "scenario\tsetting\toff req/s\ton req/s\toverhead\tper pass\tsvc µs/req off → on\ttarget\tverdict\t")
 		for _, s := range t.Scenarios {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Scenario, f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Scenario, settingOf(s), f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
 				pcts(s.PassOverheads), cpuChange(s), s.Target, verdictOf(s.Met))
 		}
 		tw.Flush()

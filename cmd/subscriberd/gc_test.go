@@ -4,20 +4,33 @@ import (
 	"math"
 	"runtime/debug"
 	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
-// TestTuneGC: serve's collector defaults apply only where GOGC and GOMEMLIMIT are unset.
+// TestTuneGC: serve's GOGC default applies where GOGC is unset, and the soft memory limit
+// follows the container's limit at memLimitRatio where GOMEMLIMIT is unset; without a
+// container limit there is none; what the operator set stays.
 func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
-	if gogc, limit := tuneGC(func(string) string { return "" }); gogc != defaultGOGC || limit != defaultGOMEMLIMIT {
-		t.Errorf("nothing set: GOGC %d, limit %d; want %d, %d", gogc, limit, defaultGOGC, defaultGOMEMLIMIT)
+	unset := func(string) string { return "" }
+	const container = 512 << 20
+	ratio := memLimitRatio
+	want := int64(float64(container) * ratio)
+	if gogc, limit := tuneGC(unset, memlimit.Limit(container)); gogc != defaultGOGC || limit != want {
+		t.Errorf("nothing set, 512 MiB container: GOGC %d, limit %d; want %d, %d", gogc, limit, defaultGOGC, want)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	noLimit := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
+	if _, limit := tuneGC(unset, noLimit); limit != math.MaxInt64 {
+		t.Errorf("no container limit: soft limit %d, want none", limit)
 	}
 	// What the runtime read from the operator's variables stays.
 	debug.SetGCPercent(77)
 	debug.SetMemoryLimit(1 << 30)
 	env := map[string]string{"GOGC": "77", "GOMEMLIMIT": "1GiB"}
-	if gogc, limit := tuneGC(func(k string) string { return env[k] }); gogc != 77 || limit != 1<<30 {
+	if gogc, limit := tuneGC(func(k string) string { return env[k] }, memlimit.Limit(container)); gogc != 77 || limit != 1<<30 {
 		t.Errorf("both set: GOGC %d, limit %d; want the operator's 77 and 1 GiB", gogc, limit)
 	}
 }

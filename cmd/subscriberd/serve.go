@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/api"
@@ -63,8 +65,8 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		return err
 	}
 	telemetry.LogErrors(log)
-	gogc, memLimit := tuneGC(getenv)
-	shutdownTracing, err := telemetry.SetupTracing(ctx, version, getenv)
+	gogc, memLimit := tuneGC(getenv, memlimit.FromCgroup)
+	shutdownTracing, err := telemetry.SetupTracing(ctx, version)
 	if err != nil {
 		return err
 	}
@@ -275,24 +277,34 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 // collects each time the heap doubles; this service's live heap is small (a few MiB) and its
 // requests allocate a lot per byte kept (a bulk create decodes 100 JSON objects into maps),
 // so it collected many times a second and the collector took about 16 % of the CPU of a bulk
-// create. At 400 it collects a quarter as often; the soft limit keeps the heap, and so the
-// RSS, bounded whatever the load. make bench (3 passes), GOGC unset -> 400: bulk of 100
-// 0.70 -> 0.85 x baseline, list_first and get up as well; peak RSS 35 -> 68 MiB at 64
-// clients (target 100 MiB).
+// create. At 400 it collects a quarter as often. make bench (3 passes), GOGC unset -> 400:
+// bulk of 100 0.70 -> 0.85 x baseline, list_first and get up as well; peak RSS 35 -> 68 MiB
+// at 64 clients (target 100 MiB).
+//
+// The soft memory limit follows the container's: memLimitRatio of the cgroup's memory limit
+// (automemlimit reads cgroup v1 and v2), so that near the limit the collector runs more
+// often instead of the container being killed. The fifth left over is for what the limit
+// does not count: SQLite's page cache (modernc's allocator is outside the Go heap), thread
+// stacks, and the heap's overshoot between two collections at GOGC=400. Without a container
+// limit there is no soft limit, as with Go's defaults.
 const (
-	defaultGOGC       = 400
-	defaultGOMEMLIMIT = 80 << 20
+	defaultGOGC   = 400
+	memLimitRatio = 0.8
 )
 
-// tuneGC applies defaultGOGC and defaultGOMEMLIMIT where GOGC and GOMEMLIMIT are unset (the
-// runtime has read them already) and returns the settings in force: the GC percentage (-1 =
-// off) and the soft memory limit in bytes.
-func tuneGC(getenv func(string) string) (gogc int, memLimit int64) {
+// tuneGC applies defaultGOGC where GOGC is unset and, where GOMEMLIMIT is unset (the runtime
+// has read both already), a soft limit of memLimitRatio of what limit reports (the cgroup's
+// memory limit in serve); it returns the settings in force: the GC percentage (-1 = off) and
+// the soft memory limit in bytes (math.MaxInt64 = none).
+func tuneGC(getenv func(string) string, limit memlimit.Provider) (gogc int, memLimit int64) {
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGOGC)
 	}
 	if getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(defaultGOMEMLIMIT)
+		// memlimit.ErrNoLimit (no container limit) and an unreadable cgroup leave it unset.
+		if n, err := memlimit.ApplyRatio(limit, memLimitRatio)(); err == nil && n > 0 && n <= math.MaxInt64 {
+			debug.SetMemoryLimit(int64(n))
+		}
 	}
 	gogc = debug.SetGCPercent(-1)
 	debug.SetGCPercent(gogc)
