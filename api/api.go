@@ -15,11 +15,19 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/google/uuid"
 
+	"github.com/subscriberd/subscriberd/internal/outage"
 	"github.com/subscriberd/subscriberd/model"
 )
 
 // BasePath is the versioned base of every API path.
 const BasePath = "/api/v1"
+
+// DatabaseOutage is how a database outage reads in the log (docs/operating.md).
+var DatabaseOutage = outage.Messages{
+	Start:   "database unavailable",
+	Summary: "database still unavailable",
+	End:     "database available again",
+}
 
 // Store is the subscriber storage the API needs.
 type Store interface {
@@ -75,9 +83,12 @@ type Server struct {
 	metrics Metrics
 	keys    *keyCache
 	limiter Limiter
-	mux     *http.ServeMux
-	api     huma.API
-	handler http.Handler
+	// dbOutage logs the database's outages: a line when requests start failing with
+	// model.ErrUnavailable, a summary every 30 s while they do, a line when one succeeds.
+	dbOutage *outage.Log
+	mux      *http.ServeMux
+	api      huma.API
+	handler  http.Handler
 }
 
 // New builds the API: operations, OpenAPI document and docs, and the middleware around them.
@@ -98,7 +109,7 @@ func New(cfg Config) *Server {
 		ttl = 5 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
-		limiter: cfg.Limiter}
+		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
 	// the body.
@@ -113,8 +124,9 @@ func New(cfg Config) *Server {
 	if !cfg.DisableDocs {
 		s.registerDocs()
 	}
-	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer.
-	s.handler = s.envelope(s.observe(s.recoverer(s.route(s.mux))))
+	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer;
+	// bound refuses oversized queries and bodies before anything parses them.
+	s.handler = s.envelope(s.observe(s.recoverer(s.bound(s.route(s.mux)))))
 	return s
 }
 

@@ -44,14 +44,14 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 // TestCanceledRequest: a store error caused by the client going away is not reported as a
-// server fault (500); the same error with a live request is one.
+// server fault (500) but as 499; the same error with a live request is one.
 func TestCanceledRequest(t *testing.T) {
 	tests := []struct {
 		name   string
 		cancel bool
 		want   int
 	}{
-		{"client gone", true, http.StatusServiceUnavailable},
+		{"client gone", true, 499},
 		{"client still there", false, http.StatusInternalServerError},
 	}
 	for _, tt := range tests {

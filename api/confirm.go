@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -40,6 +41,15 @@ func (s *Server) HandleConfirmations(c Confirmer) {
 func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 	resolve func(context.Context, []byte) (model.Confirmation, error), ok mail.Page) {
 	ctx := r.Context()
+	// Every page costs a token lookup: a budget per client address (docs/limits.md) keeps a
+	// client from guessing tokens at the database's expense.
+	if s.limiter != nil {
+		if d := s.limiter.CheckConfirm(ctx, limits.ClientIP(r, s.cfg.TrustedProxies)); !d.Allowed {
+			w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
+			mail.WritePage(w, mail.PageRateLimited, "")
+			return
+		}
+	}
 	// The token is a secret: it goes into no log, error or span, only into its hash.
 	token := r.PathValue("token")
 	if !mail.WellFormedToken(token) {
@@ -47,6 +57,9 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	c, err := resolve(ctx, mail.HashToken(token))
+	if err == nil || errors.Is(err, model.ErrTokenInvalid) {
+		s.dbOutage.OK(ctx) // the database answered
+	}
 	switch {
 	case err == nil && c.Confirmed:
 		// Already done (a repeated POST, or the link opened again): say so, no form.
@@ -55,9 +68,11 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 		mail.WritePage(w, ok, c.NewsletterName)
 	case errors.Is(err, model.ErrTokenInvalid):
 		mail.WritePage(w, mail.PageInvalid, "")
+	case clientGone(ctx):
+		w.WriteHeader(StatusClientClosed) // nobody is left to read a page
 	default:
 		if errors.Is(err, model.ErrUnavailable) {
-			s.log.WarnContext(ctx, "database unavailable", "error", err)
+			s.dbOutage.Failed(ctx, err)
 		} else if ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "confirmation failed", "error", err)
 		}

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -115,5 +119,61 @@ func TestConfirmPages(t *testing.T) {
 	}
 	if !strings.Contains(logs, "something unexpected") || !strings.Contains(logs, `"level":"WARN","msg":"database unavailable"`) {
 		t.Errorf("logs lack the errors:\n%s", logs)
+	}
+}
+
+// TestConfirmPagesLimitedPerClient: the confirmation pages have a budget per client address
+// (CONFIRM_RATE_LIMITS): over it, the friendly 429 page with Retry-After, before any token is
+// looked up; other addresses keep theirs; behind a trusted proxy the address is the one
+// X-Forwarded-For names (docs/api-contract.md §5).
+func TestConfirmPagesLimitedPerClient(t *testing.T) {
+	proxy := netip.MustParsePrefix("10.0.0.0/8")
+	opt, _ := withLimiter(limits.Config{Confirm: []limits.Window{{Limit: 3, Period: time.Minute}}}, proxy)
+	e := newEnv(t, opt)
+	fc := &fakeConfirmer{}
+	e.srv.HandleConfirmations(fc)
+	token, _ := mail.NewToken()
+	page := func(method, from string, xff ...string) *httptest.ResponseRecorder {
+		r := newRequest(req{method, "/confirm/" + token, nil, nil})
+		r.RemoteAddr = from + ":4711"
+		for _, v := range xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, r)
+		return rec
+	}
+	for i, m := range []string{"GET", "POST", "GET"} {
+		if rec := page(m, "192.0.2.1"); rec.Code != http.StatusNotFound {
+			t.Fatalf("page %d: status %d; want 404 (the unknown token, within the budget)", i+1, rec.Code)
+		}
+	}
+	lookups := fc.calls
+	rec := page("POST", "192.0.2.1")
+	if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), "Please wait a moment") {
+		t.Fatalf("over the budget: status %d; want the 429 page:\n%s", rec.Code, rec.Body)
+	}
+	if ra := rec.Header().Get("Retry-After"); ra != "20" {
+		t.Errorf("Retry-After %q; want 20", ra)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") || rec.Header().Get("Content-Security-Policy") != mail.PageCSP {
+		t.Errorf("headers %v; want the pages' HTML headers", rec.Header())
+	}
+	if fc.calls != lookups {
+		t.Error("a limited request looked its token up")
+	}
+	if rec := page("GET", "192.0.2.2"); rec.Code != http.StatusNotFound {
+		t.Errorf("another address: status %d; want its own budget", rec.Code)
+	}
+	// Through the trusted proxy, each client named by X-Forwarded-For has its own budget, and a
+	// forged leftmost hop does not escape the one the proxy appended.
+	for range 3 {
+		page("GET", "10.0.0.5", "198.51.100.7")
+	}
+	if rec := page("GET", "10.0.0.5", "203.0.113.9, 198.51.100.7"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("forged hop behind the proxy: status %d; want 429", rec.Code)
+	}
+	if rec := page("GET", "10.0.0.5", "198.51.100.8"); rec.Code != http.StatusNotFound {
+		t.Errorf("another client behind the proxy: status %d; want 404", rec.Code)
 	}
 }

@@ -28,7 +28,15 @@ const (
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
+	// CodeClientClosed is the code of StatusClientClosed. The client is gone and never reads
+	// it; it names the request's end in logs and metrics.
+	CodeClientClosed = "client_closed"
 )
+
+// StatusClientClosed is the status a request ends with when its client went away before the
+// answer (nginx's 499): not the service's failure, so not a 5xx, and left out of the
+// availability SLO (deploy/prometheus/rules.yml).
+const StatusClientClosed = 499
 
 // Messages of the contract for errors that are not about a field.
 const (
@@ -193,6 +201,17 @@ func unavailable() *Error {
 	return e
 }
 
+// clientGone reports whether the request of ctx ended because its client went away: net/http
+// cancels a request's context when its connection closes.
+func clientGone(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
+
+// clientClosed is the answer of a request whose client went away (StatusClientClosed).
+func clientClosed() *Error {
+	e := newError(StatusClientClosed, "The client closed the request.")
+	e.Code = CodeClientClosed
+	return e
+}
+
 // mapError is the one place where domain errors become HTTP errors. Anything unknown is a
 // generic 500 whose cause goes to the log, never to the client.
 func mapError(ctx context.Context, log *slog.Logger, err error) error {
@@ -218,15 +237,26 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return e
 	case errors.Is(err, model.ErrNotFound):
 		return newError(http.StatusNotFound, MsgNotFound)
+	case clientGone(ctx):
+		// Whatever failed (a statement cancelled with the request, a transaction rolled back
+		// under it, a body cut short), it failed because the client went away: not a 5xx.
+		log.DebugContext(ctx, "client closed the request", "error", err)
+		return clientClosed()
 	case errors.Is(err, model.ErrUnavailable):
-		log.WarnContext(ctx, "database unavailable", "error", err)
-		return unavailable()
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		// The client went away; nobody reads this answer.
+		// Logged by the caller's outage log (Server.mapError): once, not once a request.
 		return unavailable()
 	}
 	log.ErrorContext(ctx, "unexpected error", "error", err)
 	return newError(http.StatusInternalServerError, MsgInternal)
+}
+
+// mapError is mapError with the database's outages logged by s.dbOutage, so that an outage
+// is a few lines in the log (docs/operating.md) rather than one per failed request.
+func (s *Server) mapError(ctx context.Context, err error) error {
+	if errors.Is(err, model.ErrUnavailable) && !clientGone(ctx) {
+		s.dbOutage.Failed(ctx, err)
+	}
+	return mapError(ctx, s.log, err)
 }
 
 // writeError writes e outside Huma (routing, panics).

@@ -24,6 +24,8 @@ type Limiter interface {
 	CheckKey(ctx context.Context, keyID string, bulk bool) limits.Decision
 	// WriteFailed records a failed write of the key keyID.
 	WriteFailed(ctx context.Context, keyID string)
+	// CheckConfirm: may the client at ip open a confirmation page?
+	CheckConfirm(ctx context.Context, ip netip.Addr) limits.Decision
 }
 
 // opBulk is the operation whose requests count against the bulk windows too.

@@ -54,10 +54,21 @@ type statusWriter struct {
 	bytes  int
 }
 
+// WriteHeader sends the status once. A later call is not passed on (net/http would log
+// "superfluous response.WriteHeader call"), except that StatusClientClosed is remembered:
+// Huma sets it when the client went away while the body was being written.
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+	if code < 200 { // informational: any number may precede the status
+		w.ResponseWriter.WriteHeader(code)
+		return
 	}
+	if w.status != 0 {
+		if code == StatusClientClosed {
+			w.status = code
+		}
+		return
+	}
+	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -129,7 +140,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		end := time.Now()
 		d := end.Sub(start)
-		if sw.status == 0 {
+		switch {
+		case sw.status == 0 && clientGone(r.Context()):
+			sw.status = StatusClientClosed // nothing was answered: nobody was left to read it
+		case sw.status == 0:
 			sw.status = http.StatusOK
 		}
 		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
@@ -149,6 +163,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // decision is the mux's own, made before authentication.
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.Path) {
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+			return
+		}
 		// GET /subscribers/{id} would take /subscribers/bulk as an id and answer 404; the path
 		// is known, so another method than POST is 405 (docs/api-contract.md §4.7).
 		if r.URL.Path == bulkPath && r.Method != http.MethodPost {
@@ -174,8 +192,6 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
 		default:
-			// The mux redirects unclean paths (//, /./) with an HTML body; an API answers in
-			// JSON, and such a path names no resource as given.
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 		}
 	})
@@ -337,8 +353,9 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	case errors.Is(err, model.ErrKeyNotFound):
 		return model.Principal{}, nil, unauthorized()
 	case err != nil:
-		return model.Principal{}, nil, mapError(ctx, s.log, err)
+		return model.Principal{}, nil, s.mapError(ctx, err)
 	}
+	s.dbOutage.OK(ctx)
 	event := verifiedEvent(p)
 	s.keys.put(hash, p, event)
 	return p, event, nil
@@ -374,6 +391,10 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 	r.Header.Set("Content-Type", "application/json")
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	switch {
+	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
+		// The client hung up in the middle of its body.
+		s.writeErr(ctx, clientClosed())
+		return
 	case err != nil:
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
 		return
@@ -436,7 +457,7 @@ func invalidJSON(body []byte) string {
 func (s *Server) writeErr(ctx huma.Context, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
-		e = mapError(ctx.Context(), s.log, err).(*Error)
+		e = s.mapError(ctx.Context(), err).(*Error)
 	}
 	for k, vs := range e.headers {
 		for _, v := range vs {

@@ -139,7 +139,9 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 				// Not nullable, though null is accepted: a generator sends a nullable field it
 				// was not given as null, and on update null clears the name.
 				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
-					Pattern:     "^[^\\x00-\\x1f\\x7f]*$",
+					// The format and bidi controls are written as themselves: Go's regexp
+					// (Huma's) and JSON Schema's ECMA-262 share no escape for them.
+					Pattern:     "^[^\\x00-\\x1f\\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]*$",
 					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
 					Examples:    []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
@@ -234,14 +236,14 @@ func (s *Server) register() {
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
 	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
-		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.get))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
 	huma.Register(s.api, s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)), handle(s, s.update))
 	huma.Register(s.api, s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
-		http.StatusOK, "", append([]int{http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never
 	// send it (a bad parameter is 400 or 404), so the document says only what is sent.
@@ -287,8 +289,9 @@ func handle[I, O any](s *Server, fn func(context.Context, model.Principal, *I) (
 	return func(ctx context.Context, in *I) (*O, error) {
 		out, err := fn(ctx, principalFrom(ctx), in)
 		if err != nil {
-			return nil, mapError(ctx, s.log, err)
+			return nil, s.mapError(ctx, err)
 		}
+		s.dbOutage.OK(ctx)
 		return out, nil
 	}
 }

@@ -799,7 +799,7 @@ func TestOutboxStats(t *testing.T) {
 	ctx := context.Background()
 	m.create("stats1@example.com", "pending")
 	m.create("stats2@example.com", "pending")
-	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET next_attempt_at = ?", time.Now().UTC().Add(-time.Hour)); err != nil {
+	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET created_at = ?0, next_attempt_at = ?0", time.Now().UTC().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	pending, oldest, err := m.outbox.Stats(ctx)
@@ -811,5 +811,21 @@ func TestOutboxStats(t *testing.T) {
 	}
 	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest != 0 {
 		t.Fatalf("Stats while leased = %d, %v, %v; want 2 waiting, none due", pending, oldest, err)
+	}
+	// The worker died: its lease ran out. The email has waited since it was queued.
+	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET created_at = ?, next_attempt_at = ?",
+		time.Now().UTC().Add(-20*time.Minute), time.Now().UTC().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
+		t.Fatalf("Stats after the lease ran out = %d, %v, %v; want 2, waiting for 20 minutes", pending, oldest, err)
+	}
+	// The SMTP server is down: every email waits for a retry, none is due now.
+	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET attempts = 3, next_attempt_at = ?",
+		time.Now().UTC().Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
+		t.Fatalf("Stats while retrying = %d, %v, %v; want 2, waiting for 20 minutes", pending, oldest, err)
 	}
 }

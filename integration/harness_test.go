@@ -25,6 +25,9 @@ import (
 var pg *testdb.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerProcessEnv) != "" {
+		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
+	}
 	code := testdb.Main(m, &pg)
 	testredis.Stop()
 	os.Exit(code)
@@ -65,6 +68,7 @@ type envOptions struct {
 	statementTimeout time.Duration
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
+	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -82,6 +86,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	if o.queryHook != nil {
+		db.AddQueryHook(o.queryHook)
+	}
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),

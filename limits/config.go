@@ -14,6 +14,9 @@ const (
 	DefaultBulkRateLimits = "10/1m,100/1h,500/24h"
 	DefaultAuthLockout    = "10/10m:15m"
 	DefaultWriteLockout   = "30/10m:10m"
+	// DefaultConfirmRateLimits is the budget of the confirmation pages per client address: a
+	// person confirming spends two (the page, then its form's POST).
+	DefaultConfirmRateLimits = "30/1m"
 )
 
 // Off is the value that disables a limit or a lockout.
@@ -53,6 +56,7 @@ type Config struct {
 	Bulk         []Window // per key, bulk requests, counted in addition to Rate
 	AuthLockout  Lockout  // authentication failures per client IP
 	WriteLockout Lockout  // 4xx write responses per key
+	Confirm      []Window // per client IP, the confirmation pages (GET and POST /confirm/{token})
 }
 
 // ParseWindows parses a list of windows such as "60/1m,500/1h,3000/24h", or "off" (nil).

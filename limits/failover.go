@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/subscriberd/subscriberd/internal/outage"
 )
 
 // DefaultProbeEvery is how often Failover checks whether its primary is back.
@@ -14,11 +16,12 @@ const DefaultProbeEvery = 2 * time.Second
 // Failover is a Backend that uses its primary (Redis) while it answers and its fallback
 // (Memory) otherwise. The first failed call switches to the fallback — that call is answered
 // by the fallback too, so a limiter outage never fails a request — and a probe then pings the
-// primary every probeEvery until it answers again. Each change of state is logged once and
-// reported to the Recorder.
+// primary every probeEvery until it answers again. Each change of state is logged once (and a
+// summary of the failed probes every 30 s while Redis stays away, as every outage is logged:
+// internal/outage) and reported to the Recorder.
 type Failover struct {
 	primary, fallback Backend
-	log               *slog.Logger
+	outage            *outage.Log
 	rec               Recorder
 	probeEvery        time.Duration
 
@@ -41,7 +44,8 @@ func NewFailover(ctx context.Context, primary, fallback Backend, log *slog.Logge
 	if probeEvery <= 0 {
 		probeEvery = DefaultProbeEvery
 	}
-	f := &Failover{primary: primary, fallback: fallback, log: log, rec: rec, probeEvery: probeEvery, stop: make(chan struct{})}
+	f := &Failover{primary: primary, fallback: fallback, rec: rec, probeEvery: probeEvery, stop: make(chan struct{}),
+		outage: outage.New(log.With(slog.String("backend", primary.Name())), RedisOutage, 0, nil)}
 	f.up.Store(true)
 	if err := primary.Ping(ctx); err != nil {
 		f.down(err)
@@ -49,6 +53,13 @@ func NewFailover(ctx context.Context, primary, fallback Backend, log *slog.Logge
 		rec.BackendUp(true)
 	}
 	return f
+}
+
+// RedisOutage is how an outage of the shared backend reads in the log (docs/limits.md).
+var RedisOutage = outage.Messages{
+	Start:   "rate limiter: Redis unreachable; deciding in process until it answers again",
+	Summary: "rate limiter: Redis still down; deciding in process",
+	End:     "rate limiter: Redis answers again; counters are shared again",
 }
 
 // Up reports whether the primary is in use.
@@ -126,8 +137,7 @@ func (f *Failover) down(err error) {
 		return
 	}
 	f.up.Store(false)
-	f.log.Warn("rate limiter: Redis unreachable; deciding in process until it answers again",
-		slog.String("backend", f.primary.Name()), slog.String("error", err.Error()))
+	f.outage.Failed(context.Background(), err)
 	f.rec.BackendUp(false)
 	select {
 	case <-f.stop:
@@ -157,13 +167,13 @@ func (f *Failover) probe() {
 		err := f.primary.Ping(ctx)
 		cancel()
 		if err != nil {
+			f.outage.Failed(context.Background(), err)
 			continue
 		}
 		f.mu.Lock()
 		f.probing = false
 		f.up.Store(true)
-		f.log.Info("rate limiter: Redis answers again; counters are shared again",
-			slog.String("backend", f.primary.Name()))
+		f.outage.OK(context.Background())
 		f.rec.BackendUp(true)
 		f.mu.Unlock()
 		return

@@ -6,7 +6,8 @@
 // usually behind a Failover that decides in process while Redis is unreachable. The Limiter
 // turns a backend's answer into a Decision that carries what HTTP needs (Retry-After and
 // RateLimit-* values) and records each decision as a metric and a span, never with the key
-// or the client address. The package imports no other project package.
+// or the client address. The package imports no other project package but internal/outage,
+// which logs a Redis outage as every outage is logged.
 package limits
 
 import (
@@ -30,6 +31,7 @@ const (
 	ScopeBulk          = "bulk"           // a bulk request's rate windows (general and bulk)
 	ScopeClientLockout = "client_lockout" // the client IP's authentication lockout
 	ScopeKeyLockout    = "key_lockout"    // the key's write lockout
+	ScopeConfirm       = "confirm"        // the client IP's windows on the confirmation pages
 
 	OutcomeAllowed = "allowed"
 	OutcomeLimited = "limited" // a rate window is empty
@@ -134,6 +136,9 @@ func clientLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:client_
 func clientLogKey(ip netip.Addr) string  { return "{" + ip.String() + "}:auth_failures" }
 func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }
 func keyLogKey(id string) string         { return "{" + id + "}:write_errors" }
+
+// confirmLockKey is never set: no lockout applies to the confirmation pages.
+func confirmLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:confirm_lock" }
 func bucketKey(id, kind string, w Window) string {
 	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
 }
@@ -253,6 +258,39 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 		l.record(parent, span, ScopeKeyLockout, OutcomeAllowed, d, "")
 		return d
 	}
+	return l.windows(parent, span, scope, out, buckets)
+}
+
+// CheckConfirm answers whether the client at ip may open a confirmation page (GET or POST
+// /confirm/{token}): its Confirm windows, per client address. Each request costs a token
+// lookup in the database, so a client guessing tokens is slowed down; the authentication
+// lockout does not apply (a person confirming from a shared address is not blocked by a
+// misbehaving integration on that network).
+func (l *Limiter) CheckConfirm(ctx context.Context, ip netip.Addr) Decision {
+	if len(l.cfg.Confirm) == 0 {
+		return Decision{Allowed: true}
+	}
+	var bbuf [4]Bucket
+	buckets := bbuf[:0]
+	for _, w := range l.cfg.Confirm {
+		buckets = append(buckets, Bucket{Key: bucketKey(ip.String(), "confirm", w), Window: w})
+	}
+	parent := trace.SpanFromContext(ctx)
+	ctx, span := l.tracer.Start(ctx, "limits.confirm")
+	defer span.End()
+	out, err := l.b.Take(ctx, confirmLockKey(ip), buckets)
+	if err != nil {
+		l.backendError(ctx, span, err)
+		return Decision{Allowed: true}
+	}
+	if len(out.Windows) != len(buckets) { // a lock, which nothing sets for the pages
+		return Decision{Allowed: true}
+	}
+	return l.windows(parent, span, ScopeConfirm, out, buckets)
+}
+
+// windows turns a backend's answer for buckets (no lock held) into the Decision of scope.
+func (l *Limiter) windows(parent, span trace.Span, scope string, out Outcome, buckets []Bucket) Decision {
 	i := closest(out)
 	st := out.Windows[i]
 	d := Decision{Allowed: out.Allowed, Limit: buckets[i].Window.Limit, Remaining: st.Remaining, Reset: seconds(st.ResetAfter)}

@@ -88,6 +88,7 @@ var conformance = []struct {
 	{"AuthLockout", testAuthLockout},
 	{"WriteLockout", testWriteLockout},
 	{"KeysAreIndependent", testKeysAreIndependent},
+	{"Confirm", testConfirm},
 }
 
 func TestMemoryConformance(t *testing.T) {
@@ -342,6 +343,39 @@ func testKeysAreIndependent(t *testing.T, nb newBackend) {
 	}
 }
 
+// testConfirm: the confirmation pages' windows count per client address, refill like any
+// window, and are independent of the client's authentication lockout and of key windows.
+func testConfirm(t *testing.T, nb newBackend) {
+	w := Window{3, time.Minute}
+	l, c, rec := newLimiter(t, nb, Config{Confirm: []Window{w}, Rate: []Window{{1, time.Hour}},
+		AuthLockout: Lockout{1, time.Hour, time.Hour}})
+	ctx := context.Background()
+	ip, other := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
+	l.AuthFailed(ctx, ip) // locks the client out of the API, not out of the pages
+	for n := 1; n <= w.Limit; n++ {
+		wantDecision(t, fmt.Sprintf("page %d", n), l.CheckConfirm(ctx, ip),
+			Decision{Allowed: true, Limit: 3, Remaining: 3 - n, Reset: seconds(time.Duration(n) * 20 * time.Second)})
+	}
+	wantDecision(t, "page over the budget", l.CheckConfirm(ctx, ip),
+		Decision{Limit: 3, Remaining: 0, Reset: 60, RetryAfter: 20})
+	if d := l.CheckConfirm(ctx, other); !d.Allowed || d.Remaining != 2 {
+		t.Errorf("another address: %+v; want its own budget", d)
+	}
+	if d := l.CheckKey(ctx, ip.String(), false); !d.Allowed {
+		t.Errorf("a key named like the address: %+v; want its own windows", d)
+	}
+	c.Advance(20 * time.Second)
+	if d := l.CheckConfirm(ctx, ip); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("20 s later: %+v; want one more page", d)
+	}
+	if got := rec.count("confirm/limited"); got != 1 {
+		t.Errorf("confirm/limited decisions = %d, want 1", got)
+	}
+	if got := rec.count("confirm/allowed"); got != 5 {
+		t.Errorf("confirm/allowed decisions = %d, want 5", got)
+	}
+}
+
 func TestCountsAsWriteFailure(t *testing.T) {
 	for _, tt := range []struct {
 		method string
@@ -371,6 +405,9 @@ func TestOffDecidesNothing(t *testing.T) {
 		}
 		if d := l.CheckKey(ctx, "k", true); d != (Decision{Allowed: true}) {
 			t.Fatalf("CheckKey with everything off = %+v", d)
+		}
+		if d := l.CheckConfirm(ctx, ip); d != (Decision{Allowed: true}) {
+			t.Fatalf("CheckConfirm with everything off = %+v", d)
 		}
 	}
 	if b.Len() != 0 {

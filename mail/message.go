@@ -100,13 +100,19 @@ func (c *Composer) Compose(e model.OutboxEmail, token string) (*Message, error) 
 	}, nil
 }
 
-// oneLine replaces control characters (line breaks above all) by spaces and trims the result.
-// The API already refuses control characters in names; this keeps every header one line even
-// for values that came in some other way, such as a newsletter name set by an operator.
+// oneLine replaces control characters (line breaks above all) by spaces, drops the invisible
+// format and bidirectional controls names may not hold (model.ForbiddenInName: U+202E would
+// reverse what a reader sees of the To: header) and trims the result. The API already refuses
+// both in names; this keeps every header one line and in reading order even for values that
+// came in some other way: names stored before the API refused them, or a newsletter name set
+// by an operator.
 func oneLine(s string) string {
 	return strings.TrimSpace(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+		switch {
+		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029':
 			return ' '
+		case model.ForbiddenInName(r):
+			return -1
 		}
 		return r
 	}, s))

@@ -113,3 +113,28 @@ func TestComposeNoNameAndControlCharacters(t *testing.T) {
 		t.Errorf("message id %q, want the sender's domain", m.ID)
 	}
 }
+
+// TestComposeDropsFormatAndBidiCharacters: a name stored before the API refused them (or
+// written to the database some other way) cannot put a direction override or an invisible
+// character into the To: header, the subject or the greeting.
+func TestComposeDropsFormatAndBidiCharacters(t *testing.T) {
+	c, _ := NewComposer("News <news@example.com>", "http://localhost:8080")
+	e := testEmail()
+	e.FirstName, e.LastName = "\u202eAnn\u200b", "Lee\u2066x\u2069\u200f"
+	e.NewsletterName = "Daily\u202a News\u202c"
+	m, err := c.Compose(e, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.To.Name != "Ann Leex" {
+		t.Errorf("To name %q; want %q", m.To.Name, "Ann Leex")
+	}
+	if m.Subject != "Confirm your subscription to Daily News" {
+		t.Errorf("subject %q", m.Subject)
+	}
+	for part, v := range map[string]string{"to": m.To.String(), "subject": m.Subject, "text": m.Text, "html": m.HTML} {
+		if strings.ContainsAny(v, "\u202e\u200b\u2066\u2069\u200f\u202a\u202c") {
+			t.Errorf("%s %q holds a format or bidi character", part, v)
+		}
+	}
+}

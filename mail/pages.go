@@ -40,6 +40,9 @@ const (
 	PageInvalid
 	// PageUnavailable asks the person to try again shortly (503), when the database is down.
 	PageUnavailable
+	// PageRateLimited asks the person to wait a minute (429), when their address has opened
+	// too many confirmation pages; the caller sets Retry-After.
+	PageRateLimited
 )
 
 var pageInfo = map[Page]struct {
@@ -50,6 +53,7 @@ var pageInfo = map[Page]struct {
 	PageConfirmed:   {"confirmed", "You’re subscribed", http.StatusOK},
 	PageInvalid:     {"invalid", "Link no longer valid", http.StatusNotFound},
 	PageUnavailable: {"unavailable", "Please try again", http.StatusServiceUnavailable},
+	PageRateLimited: {"limited", "Please wait a moment", http.StatusTooManyRequests},
 }
 
 // Status is the HTTP status the page is served with.

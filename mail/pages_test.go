@@ -22,6 +22,7 @@ func TestPages(t *testing.T) {
 		{PageConfirmed, 200, "You’re subscribed"},
 		{PageInvalid, 404, "no longer valid"},
 		{PageUnavailable, 503, "try again"},
+		{PageRateLimited, 429, "still works"},
 	} {
 		t.Run(tc.contains, func(t *testing.T) {
 			rec := httptest.NewRecorder()

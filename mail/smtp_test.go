@@ -15,6 +15,8 @@ import (
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
+
+	"github.com/subscriberd/subscriberd/internal/smtptest"
 )
 
 // received is one message as the test server got it.
@@ -338,5 +340,57 @@ func TestSMTPUnicodeNamesRoundTrip(t *testing.T) {
 	}
 	if p := parts(t, msg); !strings.Contains(p["text/plain"], "Hello Zoë Ünal-Śmith,") || !strings.Contains(p["text/html"], "Café ☕ Weekly") {
 		t.Errorf("parts do not carry the names in UTF-8: %q", p)
+	}
+}
+
+// An address whose local part is not ASCII goes only to a server that offers SMTPUTF8; to any
+// other it is a permanent failure, before RCPT names it. Its domain goes as punycode, which
+// every server takes.
+func TestSMTPNonASCIIAddresses(t *testing.T) {
+	c, _ := NewComposer("Weekly <news@example.com>", "https://example.com")
+	compose := func(addr string) *Message {
+		e := testEmail()
+		e.Email = addr
+		m, err := c.Compose(e, "T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		utf8     bool
+		addr     string
+		wantRcpt string // "" when the email must fail for good
+	}{
+		{"ASCII local, Unicode domain, plain server", false, "ann@bücher.example", "ann@xn--bcher-kva.example"},
+		{"Unicode local, plain server", false, "zoë@bücher.example", ""},
+		{"Unicode local, SMTPUTF8 server", true, "zoë@bücher.example", "zoë@xn--bcher-kva.example"},
+		{"ASCII, SMTPUTF8 server", true, "ann@example.com", "ann@example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := smtptest.Start
+			if tc.utf8 {
+				start = smtptest.StartSMTPUTF8
+			}
+			srv := start(t)
+			s, _ := NewSMTP(srv.URL(), 5*time.Second)
+			err := s.Send(context.Background(), compose(tc.addr))
+			if tc.wantRcpt == "" {
+				if !IsPermanent(err) || !errors.Is(err, ErrNoSMTPUTF8) {
+					t.Fatalf("error %v, want a permanent ErrNoSMTPUTF8", err)
+				}
+				if n := len(srv.Messages()); n != 0 {
+					t.Errorf("server accepted %d messages", n)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := srv.Messages(); len(got) != 1 || got[0].To != tc.wantRcpt {
+				t.Fatalf("accepted %+v, want one message to %s", got, tc.wantRcpt)
+			}
+		})
 	}
 }

@@ -110,21 +110,6 @@ func NewSMTP(rawURL string, timeout time.Duration) (*SMTP, error) {
 // String is the server's URL with the password masked, for logs.
 func (s *SMTP) String() string { return s.display }
 
-// Send delivers m over a new connection.
-func (s *SMTP) Send(ctx context.Context, m *Message) error {
-	msg, err := goMailMsg(m)
-	if err != nil {
-		return &PermanentError{Code: 0, Err: err}
-	}
-	// A client per message: go-mail clients hold one connection, and a fresh one per email
-	// keeps concurrent workers and a restarted server out of each other's way.
-	c, err := gomail.NewClient(s.host, s.opts...)
-	if err != nil {
-		return fmt.Errorf("smtp client: %w", err)
-	}
-	return classify(c.DialAndSendWithContext(ctx, msg))
-}
-
 // goMailMsg builds the MIME message: multipart/alternative with text and HTML, the addresses
 // set from parsed values so that no name can add a header or a recipient.
 func goMailMsg(m *Message) (*gomail.Msg, error) {
@@ -139,23 +124,6 @@ func goMailMsg(m *Message) (*gomail.Msg, error) {
 	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 	msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
 	return msg, nil
-}
-
-// classify wraps a 5xx refusal of the sender, a recipient or the message in a PermanentError.
-// Everything else — connection, TLS, authentication, 4xx — is temporary: the message may go
-// through once the server or its configuration is back.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *gomail.SendError
-	if errors.As(err, &se) && !se.IsTemp() && se.ErrorCode() >= 500 && se.ErrorCode() < 600 {
-		switch se.Reason {
-		case gomail.ErrSMTPMailFrom, gomail.ErrSMTPRcptTo, gomail.ErrSMTPData, gomail.ErrSMTPDataClose:
-			return &PermanentError{Code: se.ErrorCode(), Err: err}
-		}
-	}
-	return err
 }
 
 // LogTransport writes emails to a logger instead of sending them: the honest transport when no

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,8 +32,14 @@ type Outbox interface {
 	// subscriber's earlier tokens. It fails with model.ErrEmailObsolete when e is no longer
 	// pending, its subscriber is no longer pending, or a newer email superseded it.
 	IssueToken(ctx context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error
-	// MarkSent records that the email was handed to the SMTP server.
-	MarkSent(ctx context.Context, id uuid.UUID) error
+	// CommitSend re-checks, under the subscriber's lock, that e is still wanted (else
+	// model.ErrEmailObsolete, without calling accept), calls accept — the SMTP server's
+	// acceptance of the message — and records e as sent, all in one transaction: a refusal
+	// that races the send commits before it or after the server accepted the email, never in
+	// between. accept's error is returned as is. accept is called at most once.
+	CommitSend(ctx context.Context, e model.OutboxEmail, accept func() error) error
+	// Extend renews the lease of claimed emails still in the worker's hands (its heartbeat).
+	Extend(ctx context.Context, ids []uuid.UUID, lease time.Duration) error
 	// Retry counts a failed attempt and makes the email due again after delay.
 	Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string) error
 	// Fail counts a failed attempt and gives up on the email; it stays for inspection.
@@ -61,7 +68,7 @@ type Recorder interface {
 type WorkerConfig struct {
 	BatchSize    int           // emails claimed at once; default 10
 	PollInterval time.Duration // look for due emails this often without a wake-up; default 5s
-	Lease        time.Duration // a claimed email is hidden from other workers this long; default 10m
+	Lease        time.Duration // a claimed email is hidden from other workers this long, renewed every third of it while held; default 1m
 	RetryBase    time.Duration // delay before the second attempt, doubling after; default 30s
 	RetryMax     time.Duration // longest delay between attempts; default 1h
 	MaxAttempts  int           // attempts before an email fails for good; default 12
@@ -81,7 +88,7 @@ type WorkerConfig struct {
 func (c *WorkerConfig) defaults() {
 	setDefault(&c.BatchSize, 10)
 	setDefault(&c.PollInterval, 5*time.Second)
-	setDefault(&c.Lease, 10*time.Minute)
+	setDefault(&c.Lease, DefaultLease)
 	setDefault(&c.RetryBase, 30*time.Second)
 	setDefault(&c.RetryMax, time.Hour)
 	setDefault(&c.MaxAttempts, 12)
@@ -96,6 +103,13 @@ func (c *WorkerConfig) defaults() {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
+
+// DefaultLease is how long a claimed email stays hidden from other workers unless its worker
+// renews the claim (every third of it, while the email waits in its batch or is being sent).
+// A worker that dies (kill -9, a lost machine) stops renewing, and its emails are claimed again
+// by another worker, or itself after a restart, within the lease and a poll interval: about a
+// minute.
+const DefaultLease = time.Minute
 
 func setDefault[T int | time.Duration](v *T, d T) {
 	if *v <= 0 {
@@ -166,14 +180,84 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	hb := w.startHeartbeat(ctx, jobs)
+	defer hb.stop()
 	for i, job := range jobs {
 		if ctx.Err() != nil {
+			hb.drop(jobs[i:]...)
 			w.release(ctx, jobs[i:])
 			break
 		}
-		w.deliver(ctx, job)
+		w.deliver(ctx, job, hb)
 	}
 	return len(jobs), nil
+}
+
+// heartbeat renews the lease of the claimed emails a worker still holds, every third of the
+// lease, until each is dropped: the lease can be short (a crashed worker's emails come back
+// soon) however long the batch takes to send.
+type heartbeat struct {
+	w      *Worker
+	mu     sync.Mutex // held while renewing, so a dropped email is never renewed after
+	held   map[uuid.UUID]struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *Worker) startHeartbeat(parent context.Context, jobs []model.OutboxEmail) *heartbeat {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	hb := &heartbeat{w: w, held: make(map[uuid.UUID]struct{}, len(jobs)), cancel: cancel, done: make(chan struct{})}
+	for _, j := range jobs {
+		hb.held[j.ID] = struct{}{}
+	}
+	go hb.run(ctx)
+	return hb
+}
+
+func (hb *heartbeat) run(ctx context.Context) {
+	defer close(hb.done)
+	every := hb.w.cfg.Lease / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hb.mu.Lock()
+		ids := make([]uuid.UUID, 0, len(hb.held))
+		for id := range hb.held {
+			ids = append(ids, id)
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := hb.w.outbox.Extend(rctx, ids, hb.w.cfg.Lease)
+		cancel()
+		hb.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			// Not lost: when the lease ends another worker may send an email this one is
+			// sending, at worst twice; the next beat tries again.
+			hb.w.log.WarnContext(ctx, "renewing the lease of claimed emails failed", slog.Int("count", len(ids)), errAttr(err))
+		}
+	}
+}
+
+// drop stops renewing the jobs' leases, before their outcome is recorded (a retry's delay
+// must not be overwritten by a renewal).
+func (hb *heartbeat) drop(jobs ...model.OutboxEmail) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for _, j := range jobs {
+		delete(hb.held, j.ID)
+	}
+}
+
+func (hb *heartbeat) stop() {
+	hb.cancel()
+	<-hb.done
 }
 
 func (w *Worker) release(ctx context.Context, jobs []model.OutboxEmail) {
@@ -191,7 +275,7 @@ func (w *Worker) release(ctx context.Context, jobs []model.OutboxEmail) {
 
 // deliver makes one attempt at one email and records its outcome. It runs to its end even when
 // ctx is cancelled (shutdown waits for the email in hand), bounded by SendTimeout.
-func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
+func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *heartbeat) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), w.cfg.SendTimeout)
 	defer cancel()
@@ -210,7 +294,7 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
 	ctx, span := w.tracer.Start(ctx, "email.send", opts...)
 	log := w.log.With(slog.String("outbox_id", job.ID.String()), slog.Int("attempt", attempt))
 
-	outcome, err := w.attempt(ctx, job, attempt, log)
+	outcome, err := w.attempt(ctx, job, attempt, log, hb)
 	span.SetAttributes(attribute.String("subscriberd.email.outcome", outcome))
 	if err != nil {
 		// Not span.RecordError: SMTP replies quote the recipient ("550 <ann@example.com>: no
@@ -226,7 +310,8 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail) {
 	}
 }
 
-func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger) (string, error) {
+func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger, hb *heartbeat) (string, error) {
+	defer hb.drop(job) // every path below has recorded its outcome by then, or left the lease to end
 	if job.Kind != model.EmailKindConfirmation {
 		// Written by a newer version, or by hand: this worker cannot write it, and must not
 		// send a confirmation in its place. It stays for inspection.
@@ -240,26 +325,26 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	token, hash := NewToken()
 	if err := w.outbox.IssueToken(ctx, job, hash, TokenTTL); err != nil {
 		if errors.Is(err, model.ErrEmailObsolete) {
-			if err := w.outbox.Cancel(ctx, job.ID, "subscriber no longer pending or email superseded"); err != nil {
-				log.WarnContext(ctx, "cancelling email failed", errAttr(err))
-			}
-			log.InfoContext(ctx, "email cancelled: no longer wanted")
-			return OutcomeCancelled, nil
+			return w.cancelled(ctx, job, log), nil
 		}
 		// The database is the likely culprit; nothing was sent. If even the retry cannot be
 		// recorded, the lease ends and the email comes back by itself.
 		log.WarnContext(ctx, "issuing confirmation token failed", errAttr(err))
+		hb.drop(job)
 		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error()); rerr != nil {
 			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
 		return OutcomeRetry, err
 	}
 	msg, err := w.composer.Compose(job, token)
+	var accepted bool   // the SMTP server accepted the message
+	var commitErr error // CommitSend's own failure (obsolete, database), not the server's
 	if err == nil {
-		err = w.transport.Send(ctx, msg)
+		err = w.send(ctx, job, msg, &accepted, &commitErr)
 	}
-	if err == nil {
-		if err := w.outbox.MarkSent(ctx, job.ID); err != nil {
+	switch {
+	case accepted:
+		if err != nil {
 			// The server has the email; when the lease ends it may go out once more, with the
 			// same Message-ID. That beats losing it.
 			log.ErrorContext(ctx, "email sent but not recorded as sent", errAttr(err))
@@ -270,6 +355,16 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		}
 		log.InfoContext(ctx, "email sent", slog.String("message_id", msg.ID))
 		return OutcomeSent, nil
+	case errors.Is(commitErr, model.ErrEmailObsolete):
+		return w.cancelled(ctx, job, log), nil
+	case commitErr != nil:
+		// The database failed before the server was asked to accept: nothing was sent.
+		log.WarnContext(ctx, "checking the email before sending failed", errAttr(commitErr))
+		hb.drop(job)
+		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "commit: "+commitErr.Error()); rerr != nil {
+			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
+		}
+		return OutcomeRetry, commitErr
 	}
 
 	reason := truncate(err.Error(), 1000)
@@ -281,11 +376,55 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		return OutcomeFailed, err
 	}
 	delay := w.Backoff(attempt)
+	hb.drop(job)
 	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason); rerr != nil {
 		log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 	}
 	log.WarnContext(ctx, "email will be retried", slog.Duration("delay", delay), errAttr(err))
 	return OutcomeRetry, err
+}
+
+// send hands msg to the transport so that the server's acceptance happens inside
+// Outbox.CommitSend, under the subscriber's lock: with a [GatedTransport] only the end of DATA
+// does (the lock is held for the server's last reply); with any other transport the whole
+// send does. accepted tells whether the server accepted the message; commitErr is
+// CommitSend's own error when it failed before asking the server (the email no longer wanted,
+// or the database).
+func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted *bool, commitErr *error) error {
+	gate := func(accept func() error) error {
+		var acceptErr error
+		err := w.outbox.CommitSend(ctx, job, func() error {
+			acceptErr = accept()
+			*accepted = acceptErr == nil
+			return acceptErr
+		})
+		if err != nil && (acceptErr == nil || *accepted) {
+			*commitErr = err
+		}
+		return err
+	}
+	var err error
+	if gt, ok := w.transport.(GatedTransport); ok {
+		err = gt.SendGated(ctx, msg, gate)
+	} else {
+		err = gate(func() error { return w.transport.Send(ctx, msg) })
+	}
+	if *accepted {
+		return *commitErr // the server has it; only the bookkeeping may have failed
+	}
+	if *commitErr != nil {
+		return *commitErr
+	}
+	return err
+}
+
+// cancelled gives up on an email found no longer wanted.
+func (w *Worker) cancelled(ctx context.Context, job model.OutboxEmail, log *slog.Logger) string {
+	if err := w.outbox.Cancel(ctx, job.ID, "subscriber no longer pending or email superseded"); err != nil {
+		log.WarnContext(ctx, "cancelling email failed", errAttr(err))
+	}
+	log.InfoContext(ctx, "email cancelled: no longer wanted")
+	return OutcomeCancelled
 }
 
 // Backoff is the delay after the given failed attempt (1 for the first): RetryBase doubling

@@ -28,6 +28,7 @@ type fakeRow struct {
 	reason   string
 	obsolete bool     // IssueToken answers ErrEmailObsolete
 	hashes   [][]byte // issued token hashes
+	extended int      // lease renewals
 }
 
 // fakeOutbox is an in-memory Outbox: enough of the contract to drive the worker.
@@ -116,8 +117,30 @@ func (o *fakeOutbox) set(id uuid.UUID, f func(*fakeRow)) error {
 	return nil
 }
 
-func (o *fakeOutbox) MarkSent(_ context.Context, id uuid.UUID) error {
-	return o.set(id, func(r *fakeRow) { r.state = model.EmailSent; r.email.Attempts++ })
+func (o *fakeOutbox) CommitSend(_ context.Context, e model.OutboxEmail, accept func() error) error {
+	o.mu.Lock()
+	r := o.row(e.ID)
+	wanted := !r.obsolete && r.state == model.EmailPending
+	o.mu.Unlock()
+	if !wanted {
+		return fmt.Errorf("commit: %w", model.ErrEmailObsolete)
+	}
+	if err := accept(); err != nil {
+		return err
+	}
+	return o.set(e.ID, func(r *fakeRow) { r.state = model.EmailSent; r.email.Attempts++ })
+}
+
+func (o *fakeOutbox) Extend(_ context.Context, ids []uuid.UUID, lease time.Duration) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		if r := o.row(id); r.state == model.EmailPending {
+			r.due = time.Now().Add(lease)
+			r.extended++
+		}
+	}
+	return nil
 }
 
 func (o *fakeOutbox) Retry(_ context.Context, id uuid.UUID, d time.Duration, reason string) error {
@@ -503,5 +526,35 @@ func TestWorkerLogsNoRecipientAddress(t *testing.T) {
 				t.Errorf("the outbox's reason %q lost the server's reply", r.reason)
 			}
 		})
+	}
+}
+
+// The worker renews the lease of every email it still holds — the one being sent and those
+// waiting in its batch — so a short lease never hands a live worker's emails to another; an
+// email's retry delay is never overwritten by a renewal.
+func TestWorkerRenewsLeasesWhileItSends(t *testing.T) {
+	const lease = 60 * time.Millisecond
+	f := newFixture(t, WorkerConfig{Lease: lease, RetryBase: time.Hour, RetryMax: time.Hour})
+	slow := f.outbox.add(model.OutboxEmail{})
+	waiting := f.outbox.add(model.OutboxEmail{})
+	f.transport.err = func(ctx context.Context, m *Message) error {
+		time.Sleep(5 * lease) // far longer than the lease
+		return errors.New("451 try later")
+	}
+	if n, err := f.worker.RunOnce(context.Background()); n != 2 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	f.outbox.mu.Lock()
+	defer f.outbox.mu.Unlock()
+	if slow.extended < 3 {
+		t.Errorf("email in hand renewed %d times in 5 leases, want at least 3", slow.extended)
+	}
+	if waiting.extended < 3 {
+		t.Errorf("email waiting in the batch renewed %d times in 5 leases, want at least 3", waiting.extended)
+	}
+	for _, r := range []*fakeRow{slow, waiting} {
+		if until := time.Until(r.due); until < 30*time.Minute {
+			t.Errorf("after a retry the email is due in %v, want the retry's delay (about an hour), not a lease", until)
+		}
 	}
 }

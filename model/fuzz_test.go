@@ -54,6 +54,8 @@ func FuzzParseCreate(f *testing.F) {
 		`{"email":"用户@例子.广告","name":"  Zoë  "}`,
 		`{"email":5,"name":true,"status":null,"x":[]}`,
 		`{"email":"a@127.0.0.1","name":"a\u0000b"}`,
+		`{"email":"a@example.com","name":"evil\u202egnp.exe"}`,
+		`{"email":"a@example.com","name":"in\u200bvisible \u2066x\u2069"}`,
 		`{"email":"\"q\"@x.io","status":"unsubscribed"}`,
 		`{}`,
 	} {
@@ -92,8 +94,10 @@ func FuzzParseCreate(f *testing.F) {
 		if utf8.RuneCountInString(name) > model.MaxNameLength {
 			t.Errorf("ParseCreate(%s) accepted a name of %d code points", body, utf8.RuneCountInString(name))
 		}
-		if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			t.Errorf("ParseCreate(%s) accepted name %q with a control character", body, name)
+		if strings.ContainsFunc(name, func(r rune) bool {
+			return r < 0x20 || r == 0x7f || r >= 0x200b && r <= 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+		}) {
+			t.Errorf("ParseCreate(%s) accepted name %q with a control, format or bidi character", body, name)
 		}
 		for k := range obj {
 			if !slices.Contains(model.InputFields, k) {

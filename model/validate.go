@@ -287,7 +287,7 @@ func checkName(raw any, attr string) (string, string) {
 	}
 	// A control character anywhere in the value as given is refused, even one that trimming
 	// would remove; the length is that of the trimmed name, as for email.
-	if strings.IndexFunc(s, isControl) >= 0 {
+	if strings.IndexFunc(s, ForbiddenInName) >= 0 {
 		return "", fmt.Sprintf(msgInvalidChars, attr)
 	}
 	s = strings.TrimSpace(s)
@@ -307,7 +307,19 @@ func checkStatus(raw any, attr string) (Status, string) {
 	return "", fmt.Sprintf(msgSelected, attr)
 }
 
-func isControl(r rune) bool { return r <= 0x1f || r == 0x7f }
+// ForbiddenInName reports whether a name may not contain r (docs/api-contract.md §3): a
+// control character (U+0000–U+001F, U+007F), or an invisible format or bidirectional control
+// character (U+200B–U+200F, U+202A–U+202E, U+2066–U+2069), with which a name could reorder
+// or hide what a reader sees, in the email's To: header above all.
+func ForbiddenInName(r rune) bool {
+	switch {
+	case r <= 0x1f || r == 0x7f:
+		return true
+	case r < 0x200b:
+		return false
+	}
+	return r <= 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+}
 
 // ValidEmail reports whether s is one plain address local@domain: no display name, no spaces
 // or quotes, a dot-atom local part of at most 64 characters, and a domain of at least two

@@ -383,6 +383,50 @@ func TestParseCreateNameControlCharacters(t *testing.T) {
 	}
 }
 
+// TestParseNameFormatAndBidiCharacters: the invisible format and bidirectional control
+// characters (U+200B–U+200F, U+202A–U+202E, U+2066–U+2069) are refused like control
+// characters, in create, bulk and update alike; their neighbours are not.
+func TestParseNameFormatAndBidiCharacters(t *testing.T) {
+	var refused []rune
+	for _, rg := range [][2]rune{{0x200b, 0x200f}, {0x202a, 0x202e}, {0x2066, 0x2069}} {
+		for r := rg[0]; r <= rg[1]; r++ {
+			refused = append(refused, r)
+		}
+	}
+	for _, r := range refused {
+		for _, name := range []string{string(r), "John" + string(r) + "Doe", string(r) + "John", "John " + string(r)} {
+			t.Run(fmt.Sprintf("U+%04X in %q", r, name), func(t *testing.T) {
+				if !model.ForbiddenInName(r) {
+					t.Errorf("ForbiddenInName(U+%04X) = false", r)
+				}
+				_, verr := model.ParseCreate(map[string]any{"email": "a@example.com", "name": name})
+				if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
+					t.Errorf("ParseCreate(name %q) errors mismatch (-want +got):\n%s", name, diff)
+				}
+				_, verr = model.ParsePatch(map[string]any{"name": name})
+				if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
+					t.Errorf("ParsePatch(name %q) errors mismatch (-want +got):\n%s", name, diff)
+				}
+				_, verr = model.ParseBulk([]any{map[string]any{"email": "a@example.com", "name": name}})
+				want := map[string][]string{"0.name": {"The 0.name field contains invalid characters."}}
+				if diff := cmp.Diff(want, fieldsOf(verr)); diff != "" {
+					t.Errorf("ParseBulk(name %q) errors mismatch (-want +got):\n%s", name, diff)
+				}
+			})
+		}
+	}
+	// The neighbours of each range, and characters people's names use, are accepted.
+	for _, r := range []rune{0x200a, 0x2010, 0x2029, 0x202f, 0x2065, 0x206a, 'é', '’', '-', 0x00a0} {
+		if model.ForbiddenInName(r) {
+			t.Errorf("ForbiddenInName(U+%04X) = true; want false", r)
+		}
+		name := "Jo" + string(r) + "hn"
+		if _, verr := model.ParseCreate(map[string]any{"email": "a@example.com", "name": name}); verr != nil {
+			t.Errorf("ParseCreate(name %q) = %v; want accepted", name, fieldsOf(verr))
+		}
+	}
+}
+
 func TestParseBulk(t *testing.T) {
 	ok := func(email string) map[string]any { return map[string]any{"email": email} }
 	items := func(n int) []any {

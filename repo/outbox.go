@@ -139,29 +139,14 @@ func (o *Outbox) IssueToken(ctx context.Context, e model.OutboxEmail, hash []byt
 	now := o.now()
 	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
 		// Locks in the order every writer of a subscriber uses: subscriber, outbox, tokens.
-		var status, state string
-		err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
-		}
-		if err != nil {
-			return translate(err)
-		}
-		err = tx.NewRaw("SELECT state FROM email_outbox WHERE id = ?", e.ID).Scan(ctx, &state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("email gone: %w", model.ErrEmailObsolete)
-		}
-		if err != nil {
-			return translate(err)
-		}
-		if status != string(model.StatusPending) || state != StatePending {
-			return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
+		if err := o.stillWanted(ctx, tx, e); err != nil {
+			return err
 		}
 		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET retired_at = ?
 WHERE subscriber_id = ? AND retired_at IS NULL`, now, e.SubscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		_, err = tx.NewRaw(`INSERT INTO confirmation_tokens (hash, subscriber_id, outbox_id, created_at, expires_at)
+		_, err := tx.NewRaw(`INSERT INTO confirmation_tokens (hash, subscriber_id, outbox_id, created_at, expires_at)
 VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx)
 		return translate(err)
 	})
@@ -171,13 +156,77 @@ VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx
 	return err
 }
 
-// MarkSent records the email as handed to the SMTP server. It is recorded even when a change
-// cancelled the email while it was being sent: it did go out (its link is dead by then).
-func (o *Outbox) MarkSent(ctx context.Context, id uuid.UUID) error {
-	now := o.now()
-	_, err := o.db.NewRaw(`UPDATE email_outbox
+// CommitSend is the step that commits to sending e: in one transaction it locks e's
+// subscriber (FOR UPDATE, the first lock of every writer of a subscriber), checks that the
+// subscriber and e are still pending, calls accept — the SMTP server's acceptance of the
+// message, the end of its DATA — and records e as sent. An unsubscribe, a change or a
+// confirmation that races the send therefore commits either before this step (e is found no
+// longer wanted: model.ErrEmailObsolete, accept is not called, nothing is sent) or after the
+// server accepted the email, never in between. The subscriber's row is held only while the
+// server answers the end of DATA, bounded by the SMTP timeout; on SQLite the transaction holds
+// the database's write lock as long. An error from accept is returned as is and nothing is
+// recorded. accept is called at most once, even when the transaction runs again after a
+// deadlock.
+func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, accept func() error) error {
+	var called bool
+	var acceptErr error
+	once := func() error {
+		if !called {
+			called, acceptErr = true, accept()
+		}
+		return acceptErr
+	}
+	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+		if err := o.stillWanted(ctx, tx, e); err != nil {
+			return err
+		}
+		if err := once(); err != nil {
+			return err
+		}
+		now := o.now()
+		_, err := tx.NewRaw(`UPDATE email_outbox
 SET state = 'sent', attempts = attempts + 1, sent_at = ?0, updated_at = ?0, last_error = ''
-WHERE id = ?1 AND state IN ('pending', 'cancelled')`, now, id).Exec(ctx)
+WHERE id = ?1`, now, e.ID).Exec(ctx)
+		return translate(err)
+	})
+	if err != nil && !errors.Is(err, model.ErrEmailObsolete) && (!called || acceptErr == nil) {
+		return translate(err)
+	}
+	return err
+}
+
+// stillWanted locks e's subscriber and fails with model.ErrEmailObsolete unless the subscriber
+// and e are both still pending.
+func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail) error {
+	var status, state string
+	err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
+	}
+	if err != nil {
+		return translate(err)
+	}
+	err = tx.NewRaw("SELECT state FROM email_outbox WHERE id = ?", e.ID).Scan(ctx, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("email gone: %w", model.ErrEmailObsolete)
+	}
+	if err != nil {
+		return translate(err)
+	}
+	if status != string(model.StatusPending) || state != StatePending {
+		return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
+	}
+	return nil
+}
+
+// Extend renews the lease of claimed emails the worker still holds (its heartbeat): their
+// next attempt moves to now+lease. Emails no longer pending are left alone.
+func (o *Outbox) Extend(ctx context.Context, ids []uuid.UUID, lease time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0
+WHERE id IN (?1) AND state = 'pending'`, o.now().Add(lease), bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
 
@@ -216,8 +265,14 @@ WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
 
-// Stats reads, for metrics, how many emails wait to be sent (due or scheduled for a retry) and
-// how long the longest-waiting due one has been due (0 when none is).
+// Stats reads, for metrics, how many emails wait to be sent (due, in a worker's hands, or
+// scheduled for a retry) and how long the longest-waiting stalled one has waited since it was
+// queued (0 when none is). An email is stalled when it is due and nobody holds it (never
+// claimed, or claimed by a worker whose lease ran out: it crashed) or when an attempt at it
+// failed and it waits for a retry (the SMTP server is down or refusing). Only an email in a
+// live worker's hands, never tried yet, is not: that worker keeps its lease alive while it
+// sends. So the age grows in both a worker crash and an SMTP outage, and the stall alert
+// (deploy/prometheus/rules.yml) fires in both.
 func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
 	now := o.now()
 	var st struct {
@@ -225,13 +280,13 @@ func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Durat
 		Oldest  *time.Time `bun:"oldest"`
 	}
 	err = o.db.NewRaw(`SELECT count(*) AS pending,
-    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?) AS oldest
+    min(created_at) FILTER (WHERE next_attempt_at <= ? OR attempts > 0) AS oldest
 FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
 	if err != nil {
 		return 0, 0, translate(err)
 	}
 	if st.Oldest != nil {
-		oldestDue = now.Sub(*st.Oldest)
+		oldestDue = max(now.Sub(*st.Oldest), 0)
 	}
 	return st.Pending, oldestDue, nil
 }

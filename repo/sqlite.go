@@ -31,14 +31,10 @@ import (
 // none needs FOR UPDATE or SKIP LOCKED: holding the lock already excludes every other writer.
 
 // sqliteBusyTimeout is how long a connection waits for the write lock before SQLITE_BUSY.
-// Writes take milliseconds, so a second is a long queue. With busyRetries a request waits at
-// most about 4.3 s before the store answers model.ErrUnavailable (503, Retry-After), rather
+// Writes take milliseconds, so a second is a long queue. With txRetries (tx.go) a request waits
+// at most about 4.4 s before the store answers model.ErrUnavailable (503, Retry-After), rather
 // than holding a client and a connection for longer.
 const sqliteBusyTimeout = time.Second
-
-// busyRetries is how many times a transaction that still found the database busy after the
-// busy timeout is run again before the caller gets model.ErrUnavailable (503).
-const busyRetries = 3
 
 // IsSQLite tells whether dsn selects the embedded SQLite store (scheme sqlite:).
 func IsSQLite(dsn string) bool { return strings.HasPrefix(dsn, "sqlite:") }
@@ -178,27 +174,6 @@ func translateSQLite(err error, e *sqlite.Error) error {
 func isBusy(err error) bool {
 	e, ok := asSQLiteError(err)
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
-}
-
-// runInTx runs fn in a transaction. On PostgreSQL it is db.RunInTx. On SQLite a transaction
-// that found the database busy even after the busy timeout runs again, a few times, before the
-// error (model.ErrUnavailable once translated) reaches the caller.
-func runInTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
-	if !isSQLite(db) {
-		return db.RunInTx(ctx, nil, fn)
-	}
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = db.RunInTx(ctx, nil, fn)
-		if err == nil || !isBusy(err) || attempt > busyRetries {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
-		}
-	}
 }
 
 // wakers are the in-process stand-in for LISTEN/NOTIFY on SQLite: per database, the channels of

@@ -39,6 +39,7 @@ const (
 	ScopeBulk          = "bulk"           // the extra windows of POST /subscribers/bulk
 	ScopeClientLockout = "client_lockout" // the per-client-IP lockout after failed authentications
 	ScopeKeyLockout    = "key_lockout"    // the per-key lockout after 4xx writes
+	ScopeConfirm       = "confirm"        // the per-client-IP windows of the confirmation pages
 
 	LockoutClient = "client" // lockouts_total: a client IP was locked out
 	LockoutKey    = "key"    // lockouts_total: an API key was locked out
@@ -65,7 +66,7 @@ const labelOther = "other"
 
 var (
 	emailOutcomes   = []string{EmailSent, EmailLogged, EmailRetry, EmailFailed, EmailCancelled}
-	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout}
+	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout, ScopeConfirm}
 	decisionResults = []string{DecisionAllowed, DecisionLimited, DecisionLocked}
 	authReasons     = []string{AuthMissing, AuthInvalid, AuthRevoked, AuthPlanDisabled}
 	lockoutScopes   = []string{LockoutClient, LockoutKey}
@@ -149,7 +150,7 @@ func NewMetrics(version string) *Metrics {
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rate_limit_decisions_total",
-			Help: "Rate-limit and lockout decisions, by scope (key, bulk, client_lockout, key_lockout) and outcome (allowed, limited, locked).",
+			Help: "Rate-limit and lockout decisions, by scope (key, bulk, client_lockout, key_lockout, confirm) and outcome (allowed, limited, locked).",
 		}, []string{"scope", "outcome"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "auth_failures_total",

@@ -33,7 +33,7 @@ func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
 	m := NewMetrics("test")
 	for name, want := range map[string]int{
 		"email_sends_total":          5,
-		"rate_limit_decisions_total": 12,
+		"rate_limit_decisions_total": 15,
 		"auth_failures_total":        4,
 		"lockouts_total":             2,
 	} {

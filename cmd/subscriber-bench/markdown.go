@@ -137,7 +137,35 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "- %s\n", p)
 		}
 	}
+	fmt.Fprint(w, method)
 }
+
+// method explains how the figures above are made and read; it is part of every report, so a
+// fresh run replaces the figures and keeps the method. Earlier runs live in git's history.
+const method = `
+## Method
+
+` + "`make bench`" + ` (scripts/bench.sh) builds the service and the load tool, starts the service on a
+fresh database of the local PostgreSQL with every rate limit and lockout off, seeds 100,000
+subscribers through the bulk API, and runs each scenario (creates, bulk of 100, first, deep and
+filtered list pages, get, update) at 16 clients beside its **baseline**: the naive SQL a correct
+implementation must run, sent through the same driver at the same concurrency against the same
+database in the same run. The **ratio** is the service's throughput over the baseline's; the
+targets are ratios, because absolute figures change with the machine. Each scenario is then
+checked at 64 and 256 clients for errors and stalls (the longest gap between two answers), and
+the service's peak RSS is read from /proc.
+
+**Telemetry** is priced in the same run: two more instances on the same database, one with
+telemetry off (` + "`OTEL_SDK_DISABLED=true`, `LOG_LEVEL=warn`" + `) and one fully on (every trace sampled
+and exported over OTLP/HTTP to a receiver the tool serves on loopback, JSON access log at
+info), driven by the same clients in alternating half-second slices so that a drift of the
+machine costs both alike. The overhead is the median over passes of 1 − on/off.
+
+**Reading it.** The machine is shared and its speed drifts: compare ratios within one run, not
+absolute figures across runs. One pass of the telemetry comparison is good to about ±2.5
+points (an A/A run, the same build in both slots, reads within that); the median of five to
+about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--passes 3`, `--million`, `--profile`,\n`--markdown docs/benchmarks.md`, `--compare-with old.json`, `--on-env`/`--off-env` to price one\npart of telemetry" + `).
+`
 
 func orDash(s string) string {
 	if s == "" {

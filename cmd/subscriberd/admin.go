@@ -44,7 +44,7 @@ func withAccounts(ctx context.Context, prog string, loader *configLoader, stderr
 		return cfg.dbErr(err)
 	}
 	if !exists {
-		return fmt.Errorf("no database at %s; set DATA_DIR or DATABASE_URL (%s migrate creates one)", storeLocation(cfg.DatabaseURL), prog)
+		return fmt.Errorf("no database at %s; set DATA_DIR or DATABASE_URL, or create it there with %s migrate", storeLocation(cfg.DatabaseURL), prog)
 	}
 	db, err := openDB(ctx, cfg, true, log)
 	if err != nil {

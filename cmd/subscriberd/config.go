@@ -25,21 +25,22 @@ import (
 //
 // Adding a setting: a field here and one line in [Config.settings].
 type Config struct {
-	DatabaseURL    string // postgres://… or sqlite://…; after loading never empty (DATA_DIR fills it)
-	DataDir        string
-	ListenAddr     string
-	AdminAddr      string
-	PublicBaseURL  string
-	SMTPURL        string // "" = emails are logged, not sent
-	MailFrom       string
-	RedisURL       string // "" = limit counters in the process
-	RateLimits     []limits.Window
-	BulkRateLimits []limits.Window
-	AuthLockout    limits.Lockout
-	WriteLockout   limits.Lockout
-	TrustedProxies []netip.Prefix
-	LogLevel       slog.Level
-	LogFormat      string
+	DatabaseURL       string // postgres://… or sqlite://…; after loading never empty (DATA_DIR fills it)
+	DataDir           string
+	ListenAddr        string
+	AdminAddr         string
+	PublicBaseURL     string
+	SMTPURL           string // "" = emails are logged, not sent
+	MailFrom          string
+	RedisURL          string // "" = limit counters in the process
+	RateLimits        []limits.Window
+	BulkRateLimits    []limits.Window
+	AuthLockout       limits.Lockout
+	WriteLockout      limits.Lockout
+	ConfirmRateLimits []limits.Window // per client IP, the confirmation pages
+	TrustedProxies    []netip.Prefix
+	LogLevel          slog.Level
+	LogFormat         string
 
 	// Version 1.1 (docs/api-contract.md §11).
 	IdempotencyTTL      time.Duration
@@ -96,6 +97,7 @@ func (c *Config) settings() []setting {
 		{"BULK_RATE_LIMITS", limits.DefaultBulkRateLimits, "extra windows for bulk create, or off", false, to(&c.BulkRateLimits, limits.ParseWindows)},
 		{"AUTH_LOCKOUT", limits.DefaultAuthLockout, "auth failures/window:lock per client IP, or off (dev: off unless set)", false, to(&c.AuthLockout, limits.ParseLockout)},
 		{"WRITE_LOCKOUT", limits.DefaultWriteLockout, "4xx writes/window:lock per key, or off (dev: off unless set)", false, to(&c.WriteLockout, limits.ParseLockout)},
+		{"CONFIRM_RATE_LIMITS", limits.DefaultConfirmRateLimits, "per-client-IP windows for the /confirm pages, or off", false, to(&c.ConfirmRateLimits, limits.ParseWindows)},
 		{"TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed", false, to(&c.TrustedProxies, parseProxies)},
 		{"LOG_LEVEL", telemetry.DefaultLogLevel, "debug, info, warn or error", false, to(&c.LogLevel, parseLevel)},
 		{"LOG_FORMAT", telemetry.DefaultLogFormat, "json or text", false, to(&c.LogFormat, parseFormat)},
@@ -178,6 +180,20 @@ func (l *configLoader) load(defaults map[string]string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// override sets a setting after loading (dev's PUBLIC_BASE_URL), parsed like the others.
+func (c *Config) override(name, raw string) error {
+	for _, s := range c.settings() {
+		if s.env == name {
+			if err := s.parse(name, raw); err != nil {
+				return err
+			}
+			c.raw[name] = raw
+			return nil
+		}
+	}
+	return fmt.Errorf("no setting %s", name)
 }
 
 // Explicit reports whether the variable was given by a flag or the environment.

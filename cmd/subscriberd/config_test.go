@@ -41,11 +41,13 @@ func TestConfigDefaultsComeFromTheirPackages(t *testing.T) {
 	bulk, _ := limits.ParseWindows("", limits.DefaultBulkRateLimits)
 	auth, _ := limits.ParseLockout("", limits.DefaultAuthLockout)
 	write, _ := limits.ParseLockout("", limits.DefaultWriteLockout)
+	confirm, _ := limits.ParseWindows("", limits.DefaultConfirmRateLimits)
 	want := Config{
 		DatabaseURL: "sqlite://" + filepath.Join("data", sqliteFile), DataDir: "./data",
 		ListenAddr: ":8080", AdminAddr: ":9090", PublicBaseURL: "http://localhost:8080",
 		MailFrom: mail.DefaultFrom, RateLimits: rate, BulkRateLimits: bulk, AuthLockout: auth, WriteLockout: write,
-		LogLevel: slog.LevelInfo, LogFormat: "json",
+		ConfirmRateLimits: confirm,
+		LogLevel:          slog.LevelInfo, LogFormat: "json",
 		IdempotencyTTL: 24 * time.Hour, WebhookTimeout: 10 * time.Second, WebhookAllowPrivate: false, DocsUI: true,
 	}
 	if diff := cmp.Diff(want, *cfg, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {

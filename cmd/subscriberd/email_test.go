@@ -86,6 +86,9 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 	}
 
 	s.stop(t)
+	if strings.Contains(logs.String(), "disagree on the port") {
+		t.Error("a public PUBLIC_BASE_URL without a port (behind a proxy) drew the port warning")
+	}
 	for _, secret := range []string{msg.Token(), "reader@example.com"} {
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("logs contain %q", secret)
@@ -187,6 +190,9 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the banner lacks %q:\n%s", want, stdout.String())
 		}
+	}
+	if want := `"PUBLIC_BASE_URL":"` + s.api + `"`; !strings.Contains(s.logs.String(), want) {
+		t.Errorf("the logged configuration lacks %s", want)
 	}
 	for range 12 { // AUTH_LOCKOUT's default would lock after 10
 		if status, _ := call(t, "GET", s.api+"/api/v1/subscribers", "sk_wrong", ""); status != http.StatusUnauthorized {

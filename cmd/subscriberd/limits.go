@@ -28,6 +28,7 @@ func limitsFrom(cfg *Config) (limitSettings, error) {
 			Bulk:         cfg.BulkRateLimits,
 			AuthLockout:  cfg.AuthLockout,
 			WriteLockout: cfg.WriteLockout,
+			Confirm:      cfg.ConfirmRateLimits,
 		},
 		trusted: cfg.TrustedProxies,
 	}

@@ -19,7 +19,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -61,17 +63,21 @@ Without DATABASE_URL the store is an SQLite file in DATA_DIR (default ./data); o
 serve, dev and migrate create it.`
 
 // progName is how the user ran the program, for the commands hints print: "go run
-// ./cmd/subscriberd" when arg0 is a binary go run built in its temporary directory, otherwise
-// arg0 as typed (subscriberd, ./bin/subscriberd).
+// ./cmd/subscriberd" when arg0 is a binary go run built (in the build cache, GOCACHE/xx/<hash>-d/,
+// or in a temporary go-build directory), otherwise arg0 as typed (subscriberd, ./bin/subscriberd).
 func progName(arg0 string) string {
 	if arg0 == "" {
 		return "subscriberd"
 	}
-	if p := filepath.ToSlash(arg0); strings.Contains(p, "/go-build") && strings.Contains(p, "/exe/") {
+	dir := filepath.ToSlash(filepath.Dir(arg0))
+	if goRunCache.MatchString(path.Base(dir)) || strings.Contains(dir, "/go-build") && strings.HasSuffix(dir, "/exe") {
 		return "go run ./cmd/subscriberd"
 	}
 	return arg0
 }
+
+// goRunCache matches the build cache directory go run (Go 1.24 and later) keeps binaries in.
+var goRunCache = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
 
 // run is the whole program: it parses args, reads configuration through getenv, writes
 // machine-readable output to stdout and logs to stderr, and returns when done or ctx ends.

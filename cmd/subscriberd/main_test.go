@@ -78,6 +78,7 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 		{"bad bulk rate limits flag", []string{"serve", "--bulk-rate-limits", "ten"}, nil, "BULK_RATE_LIMITS"},
 		{"bad auth lockout", []string{"serve"}, map[string]string{"AUTH_LOCKOUT": "10/10m"}, "AUTH_LOCKOUT"},
 		{"bad write lockout", []string{"serve"}, map[string]string{"WRITE_LOCKOUT": "0/10m:10m"}, "WRITE_LOCKOUT"},
+		{"bad confirm rate limits", []string{"serve"}, map[string]string{"CONFIRM_RATE_LIMITS": "30/minute"}, "CONFIRM_RATE_LIMITS"},
 		{"bad trusted proxies", []string{"serve"}, map[string]string{"TRUSTED_PROXIES": "10.0.0.0/40"}, "TRUSTED_PROXIES"},
 		{"bad redis url", []string{"serve"}, map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},
 		{"newsletter without name", []string{"newsletter", "create"}, nil, "--name is required"},

@@ -90,7 +90,9 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	}
 	defer adminLn.Close()
 	if dev && !cfg.Explicit("PUBLIC_BASE_URL") {
-		cfg.PublicBaseURL = baseURL(publicLn.Addr())
+		if err := cfg.override("PUBLIC_BASE_URL", baseURL(publicLn.Addr())); err != nil {
+			return err
+		}
 	} else {
 		warnBaseURLPort(log, cfg.PublicBaseURL, publicLn.Addr())
 	}

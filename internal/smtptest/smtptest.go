@@ -48,6 +48,27 @@ type Server struct {
 	msgs   []Message
 	refuse func(to string, before int) *smtp.SMTPError
 	offers map[string]int
+	utf8   bool
+	onData func(to string) error
+}
+
+// StartSMTPUTF8 is Start with a server that offers SMTPUTF8 (RFC 6531): it accepts addresses
+// whose local part is not ASCII. A server from Start does not offer it, and refuses them.
+func StartSMTPUTF8(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, offers: map[string]int{}, utf8: true,
+		addr: fmt.Sprintf("127.%d.%d.%d:0", rand.IntN(256), rand.IntN(256), 1+rand.IntN(254))}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// OnData sets f to run when a message's DATA is complete, before the server keeps and accepts
+// it: the moment the client is told "250". f's error refuses the message.
+func (s *Server) OnData(f func(to string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onData = f
 }
 
 // Start runs a server until t ends, on a random address of the loopback range (127.x.y.z) so
@@ -76,6 +97,7 @@ func (s *Server) Restart() {
 		return &session{s: s}, nil
 	}))
 	srv.Domain = "localhost"
+	srv.EnableSMTPUTF8 = s.utf8
 	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
 	s.mu.Lock()
 	s.srv, s.ln = srv, ln
@@ -127,6 +149,9 @@ type session struct {
 func (x *session) Mail(string, *smtp.MailOptions) error { return nil }
 
 func (x *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	if !x.s.utf8 && !isASCII(to) {
+		return &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 6, 7}, Message: "SMTPUTF8 not offered"}
+	}
 	x.s.mu.Lock()
 	before := x.s.offers[to]
 	x.s.offers[to]++
@@ -176,6 +201,14 @@ func (x *session) Data(r io.Reader) error {
 	}
 	got.Link = linkRE.FindString(got.Text)
 	x.s.mu.Lock()
+	onData := x.s.onData
+	x.s.mu.Unlock()
+	if onData != nil {
+		if err := onData(x.to[0]); err != nil {
+			return err
+		}
+	}
+	x.s.mu.Lock()
 	x.s.msgs = append(x.s.msgs, got)
 	x.s.mu.Unlock()
 	return nil
@@ -183,3 +216,12 @@ func (x *session) Data(r io.Reader) error {
 
 func (x *session) Reset()        { x.to = nil }
 func (x *session) Logout() error { return nil }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
