@@ -46,17 +46,20 @@ func withLimits(cfg limits.Config) func(*envOptions) {
 	return func(o *envOptions) { o.limiter = limits.New(cfg, limits.NewMemory(nil, 0)) }
 }
 
-// want429 checks the contract's 429: the exact envelope with the message of its cause (rate
-// limit, client lockout or key lockout), and errors.retry_after equal to Retry-After, within
-// (0, max].
-func want429(t *testing.T, r response, max int, msg string) int {
+// want429 checks the contract's 429: the exact envelope with the message of its cause (msg:
+// api.MsgRateLimited when not given, api.MsgClientLocked, api.MsgKeyLocked), and
+// errors.retry_after equal to Retry-After, within (0, max].
+func want429(t *testing.T, r response, max int, msg ...string) int {
 	t.Helper()
+	if len(msg) == 0 { // a rate limit unless the caller names a lockout's message
+		msg = []string{api.MsgRateLimited}
+	}
 	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
 	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 	if err != nil || ra < 1 || ra > max {
 		t.Fatalf("Retry-After = %q, want whole seconds in 1..%d", r.header.Get("Retry-After"), max)
 	}
-	want := fmt.Sprintf(`{"success":false,"code":"rate_limit_exceeded","message":%q,"errors":{"retry_after":%d}}`, msg, ra)
+	want := fmt.Sprintf(`{"success":false,"code":"rate_limit_exceeded","message":%q,"errors":{"retry_after":%d}}`, msg[0], ra)
 	if got := strings.TrimSpace(string(r.raw)); got != want {
 		t.Fatalf("429 body = %s, want %s", got, want)
 	}

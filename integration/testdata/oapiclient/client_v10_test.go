@@ -1,6 +1,9 @@
 // Package client is the subscriber API's client as oapi-codegen generates it from the served
 // OpenAPI document (client.gen.go, written by integration.TestGeneratedClient next to this
 // file in a copy of this module), and a test that uses it the way an integrator would.
+//
+// This file is for a document without Idempotency-Key (version 1.0); client_v11_test.go is
+// for one with it and next_cursor. The test copies the one that fits as client_test.go.
 package client
 
 import (
