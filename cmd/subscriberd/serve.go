@@ -140,6 +140,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Events:         repo.NewEvents(db),
 		Webhooks:       repo.NewWebhooks(db),
 		WebhookGuard:   hooks.guard,
+		DisableDocs:    !cfg.DocsUI,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
