@@ -34,6 +34,7 @@ const (
 	msgURLScheme      = "The %s field must be an http or https URL."
 	msgURLCredentials = "The %s field must not contain a user name or password."
 	msgArray          = "The %s field must be an array."
+	msgSelectedEvent  = "The selected %s is invalid."
 	// MsgWebhookPublicURL refuses a URL on a loopback, private, link-local or unspecified address.
 	MsgWebhookPublicURL = "The url must be a public http or https address."
 	// MsgWebhookLimit refuses a newsletter's 21st endpoint.
@@ -101,7 +102,7 @@ func ParseWebhook(obj map[string]any) (NewWebhook, *ValidationError) {
 		t, known := ParseEventType(s)
 		switch {
 		case !known:
-			verr = verr.Add(attr, fmt.Sprintf(msgSelected, attr))
+			verr = verr.Add(attr, fmt.Sprintf(msgSelectedEvent, attr))
 		case seen[t]:
 			verr = verr.Add(attr, fmt.Sprintf(msgDistinct, attr))
 		default:
