@@ -61,7 +61,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics Metrics
-	// Limiter applies the client lockout, the key lockout and the rate limits (API.md §5);
+	// Limiter applies the client lockout, the key lockout and the rate limits (docs/api-contract.md §5);
 	// nil applies none.
 	Limiter Limiter
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES).
@@ -108,7 +108,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil)}
 	s.api = humago.New(s.mux, humaConfig())
-	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
+	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate limits, then
 	// the body.
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
 	s.register()

@@ -25,7 +25,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// MaxBodyBytes is the largest request body accepted (API.md §4.7).
+// MaxBodyBytes is the largest request body accepted (docs/api-contract.md §4.7).
 const MaxBodyBytes = 1 << 20
 
 // RouteUnmatched is the route of requests that matched no operation.
@@ -102,7 +102,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// envelope sets the headers every response carries (API.md §1).
+// envelope sets the headers every response carries (docs/api-contract.md §1).
 func (s *Server) envelope(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -226,7 +226,7 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// authenticate checks the bearer key and the plan (API.md §5 steps 2–3). Every 401 counts
+// authenticate checks the bearer key and the plan (docs/api-contract.md §5 steps 2–3). Every 401 counts
 // toward the client's lockout.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if len(ctx.Operation().Security) == 0 {

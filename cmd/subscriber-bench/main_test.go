@@ -172,7 +172,7 @@ func runTool(t *testing.T, args ...string) *Report {
 }
 
 // TestRunAgainstTheService builds subscriberd, starts it on a scratch database the way
-// scripts/bench.sh does (through its CLI only, API.md §7), and runs the whole tool against
+// scripts/bench.sh does (through its CLI only, docs/api-contract.md §7), and runs the whole tool against
 // it with every scenario bounded by a request count: every probe must pass, no request may
 // fail, and every comparison must be filled.
 func TestRunAgainstTheService(t *testing.T) {
@@ -217,7 +217,7 @@ func TestRunAgainstTheService(t *testing.T) {
 }
 
 // setUpService builds subscriberd into dir and prepares the database dsn the way
-// scripts/bench.sh does (through its CLI only, API.md §7): migrations, a newsletter and a key.
+// scripts/bench.sh does (through its CLI only, docs/api-contract.md §7): migrations, a newsletter and a key.
 func setUpService(t *testing.T, dir, dsn string) (bin, newsletter, key string) {
 	t.Helper()
 	bin = filepath.Join(dir, "subscriberd")
