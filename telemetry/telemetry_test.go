@@ -223,8 +223,15 @@ func TestLoggerDurations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		log.Info("shutting down", "grace", 25700*time.Millisecond, slog.Duration("delay", 2*time.Minute))
-		if out := buf.String(); !strings.Contains(out, "25.7s") || !strings.Contains(out, "2m0s") || strings.Contains(out, "25700000000") {
+		log.With("timeout", 1500*time.Millisecond).Info("shutting down", "grace", 25700*time.Millisecond,
+			slog.Group("retry", slog.Duration("delay", 2*time.Minute)), "n", 3)
+		out := buf.String()
+		for _, want := range []string{"25.7s", "2m0s", "1.5s"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: no %s in %s", format, want, out)
+			}
+		}
+		if strings.Contains(out, "25700000000") || strings.Contains(out, "120000000000") || !strings.Contains(out, "3") {
 			t.Errorf("%s: %s", format, out)
 		}
 	}
