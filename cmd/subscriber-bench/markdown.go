@@ -96,6 +96,16 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	if rows := cpuSplit(rep); len(rows) > 0 {
+		fmt.Fprintln(w, "\nCPU per request in µs: the service's process, PostgreSQL's server processes and the load generator, "+
+			"over each measured window (median pass); a baseline has no service part, the tool sends its SQL itself.")
+		fmt.Fprintln(w, "\n| scenario | service | PostgreSQL | load generator | total |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
+		for _, r := range rows {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.name), f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
+		}
+	}
+
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\nTelemetry on the official OpenTelemetry components, off against on at 100 %% sampling and at the production setting (parentbased_traceidratio 0.1), %d clients, in the same passes, in alternating slices (targets: overhead %s):\n", m.Clients, t.Target)
 		fmt.Fprintln(w, "\n| scenario | setting | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
