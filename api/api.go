@@ -15,6 +15,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/google/uuid"
 
+	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/internal/outage"
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -69,6 +70,13 @@ type Config struct {
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
+	// Idempotency stores idempotent responses (docs/api-contract.md §8); nil ignores
+	// Idempotency-Key.
+	Idempotency IdempotencyStore
+	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
+	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
+	// this process only.
+	CursorKey []byte
 }
 
 var installErrorOnce sync.Once
@@ -84,6 +92,8 @@ type Server struct {
 	// model.ErrUnavailable, a summary every 30 s while they do, a line when one succeeds.
 	dbOutage *outage.Log
 	mux      *http.ServeMux
+	idem     IdempotencyStore
+	cursors  *cursor.Codec
 	api      huma.API
 	handler  http.Handler
 }
@@ -106,13 +116,15 @@ func New(cfg Config) *Server {
 		ttl = 5 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
-		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil)}
+		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
+		idem: cfg.Idempotency, cursors: cursor.New(cfg.CursorKey)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
-	// the body.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.preflight)
+	// Idempotency-Key (docs/api-contract.md §8), then the body.
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.idempotency, s.preflight)
 	s.register()
 	s.documentLimits()
+	s.documentIdempotency()
 	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer;
 	// bound refuses oversized queries and bodies before anything parses them.
 	s.handler = s.envelope(s.observe(s.recoverer(s.bound(s.route(s.mux)))))
@@ -129,7 +141,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 func humaConfig() huma.Config {
-	cfg := huma.DefaultConfig("Subscriber Management API", "1.0.0")
+	cfg := huma.DefaultConfig("Subscriber Management API", "1.1.0")
 	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
 	cfg.CreateHooks = nil
 	cfg.OpenAPIPath = BasePath + "/openapi"

@@ -180,7 +180,7 @@ func BenchmarkEnvelopeList25(b *testing.B) {
 		data[i] = toSubscriber(model.Subscriber{ID: uuid.Must(uuid.NewV7()), Email: fmt.Sprintf("p%d@example.com", i),
 			FirstName: "Ada", LastName: "Lovelace", Status: model.StatusActive, CreatedAt: now})
 	}
-	env := ListEnvelope{Success: true, Data: data, Pagination: Pagination{Page: 1, Limit: 25, Total: 100000, Pages: 4000}}
+	env := ListEnvelope{Success: true, Data: data, Pagination: Pagination{Page: ptr(1), Limit: 25, Total: 100000, Pages: ptr(int64(4000))}}
 	var buf bytes.Buffer
 	b.ReportAllocs()
 	for b.Loop() {

@@ -104,3 +104,20 @@ func TestClientHangsUpMidBulk(t *testing.T) {
 		})
 	}
 }
+
+// TestClientGoneWithoutAnswer: a handler that answers nothing because its client is gone ends
+// as 499 in the metrics, and the status goes out once for the layers outside to see.
+func TestClientGoneWithoutAnswer(t *testing.T) {
+	e := newEnv(t)
+	e.srv.Handle("GET /quiet", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	e.srv.ServeHTTP(rec, newRequest(req{"GET", "/quiet", nil, nil}).WithContext(ctx))
+	if rec.Code != api.StatusClientClosed {
+		t.Errorf("status written %d; want 499", rec.Code)
+	}
+	if want := []observation{{"GET", "/quiet", api.StatusClientClosed}}; !slices.Equal(e.metrics.observed, want) {
+		t.Errorf("observed %v; want %v", e.metrics.observed, want)
+	}
+}

@@ -143,7 +143,8 @@ func (s *fakeStore) List(_ context.Context, newsletter uuid.UUID, q model.ListQu
 	}
 	var match []model.Subscriber
 	for _, sub := range s.subs {
-		if sub.NewsletterID == newsletter && (q.Status == "" || sub.Status == q.Status) {
+		if sub.NewsletterID == newsletter && (q.Status == "" || sub.Status == q.Status) &&
+			(q.Email == "" || model.EmailKey(sub.Email) == model.EmailKey(q.Email)) {
 			match = append(match, sub)
 		}
 	}
@@ -152,7 +153,16 @@ func (s *fakeStore) List(_ context.Context, newsletter uuid.UUID, q model.ListQu
 	})
 	total := int64(len(match))
 	lo := min(q.Offset(), len(match))
-	hi := min(lo+q.Limit, len(match))
+	if q.After != nil {
+		lo = len(match)
+		for i, sub := range match {
+			if model.Follows(q.After, sub) {
+				lo = i
+				break
+			}
+		}
+	}
+	hi := min(lo+q.Limit+1, len(match)) // one more than the page, as repo does
 	return match[lo:hi], total, nil
 }
 
@@ -327,4 +337,54 @@ func (m *fakeMetrics) AuthFailure(reason string) {
 		m.authFailures = map[string]int{}
 	}
 	m.authFailures[reason]++
+}
+
+// fakeIdempotency is an in-memory api.IdempotencyStore: a request in progress is a set entry,
+// a stored response a map entry (no transactions: the fakes' changes are not rolled back).
+type fakeIdempotency struct {
+	mu      sync.Mutex
+	stored  map[string]model.StoredResponse
+	running map[string]bool
+}
+
+func newFakeIdempotency() *fakeIdempotency {
+	return &fakeIdempotency{stored: map[string]model.StoredResponse{}, running: map[string]bool{}}
+}
+
+func (f *fakeIdempotency) Lookup(_ context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.stored[nl.String()+" "+key]
+	return r, ok, nil
+}
+
+func (f *fakeIdempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
+	k := nl.String() + " " + key
+	f.mu.Lock()
+	if f.running[k] {
+		f.mu.Unlock()
+		return model.IdempotencyResult{}, model.ErrIdempotencyInUse
+	}
+	if r, ok := f.stored[k]; ok {
+		f.mu.Unlock()
+		return model.IdempotencyResult{Stored: &r}, nil
+	}
+	f.running[k] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.running, k)
+		f.mu.Unlock()
+	}()
+	resp, err := fn(ctx)
+	if err != nil {
+		return model.IdempotencyResult{}, err
+	}
+	if resp != nil {
+		f.mu.Lock()
+		f.stored[k] = *resp
+		f.mu.Unlock()
+	}
+	return model.IdempotencyResult{Ran: true}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/subscriberd/subscriberd/model"
 )
 
 // checkEnvelope fails unless rec is a contract response: a JSON object with a boolean success
@@ -103,7 +105,8 @@ func FuzzRequestBody(f *testing.F) {
 
 // FuzzListQuery sends any query string to the list operation.
 func FuzzListQuery(f *testing.F) {
-	for _, s := range []string{"", "page=1", "page=0&limit=101", "status=pending&page=2&limit=1", "page=%zz", "limit=1e2", "page=1&page=2", "status=", ";;&&=="} {
+	for _, s := range []string{"", "page=1", "page=0&limit=101", "status=pending&page=2&limit=1", "page=%zz", "limit=1e2", "page=1&page=2", "status=", ";;&&==",
+		"email=a@example.com", "email=%20", "email=x", "cursor=AQ", "cursor=", "page=1&cursor=x", "cursor=%00&email=a@example.com&status=active"} {
 		f.Add(s)
 	}
 	e := newEnv(f)
@@ -117,6 +120,34 @@ func FuzzListQuery(f *testing.F) {
 		checkEnvelope(t, "GET ?"+query, rec)
 		if rec.Code != http.StatusOK && rec.Code != http.StatusBadRequest {
 			t.Errorf("GET ?%s: status %d; want 200 or 400", query, rec.Code)
+		}
+	})
+}
+
+// FuzzIdempotencyKey sends any Idempotency-Key value (set on the request directly, as a raw
+// client could) with a create: an invalid one is exactly the contract's 400, and nothing else
+// is ever a 5xx.
+func FuzzIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"", "k", "a b", "\t", "é", "\x7f", "\x00", strings.Repeat("k", 255), strings.Repeat("k", 256), "!~"} {
+		f.Add(s)
+	}
+	e := newEnv(f)
+	f.Fuzz(func(t *testing.T, key string) {
+		e.logs.Reset()
+		r := newRequest(req{"POST", subs, strings.NewReader(`{"email":"fuzz@example.com"}`), []string{bearer(keyA)}})
+		r.Header["Idempotency-Key"] = []string{key}
+		rec := newRecorder()
+		e.srv.ServeHTTP(rec, r)
+		checkEnvelope(t, "Idempotency-Key "+key, rec)
+		if model.ValidIdempotencyKey(key) {
+			if rec.Code == http.StatusBadRequest {
+				t.Fatalf("valid key %q: 400 %s", key, rec.Body)
+			}
+			return
+		}
+		want := `{"success":false,"code":"validation_error","message":"` + model.MsgIdempotencyKeyInvalid + `"}`
+		if rec.Code != http.StatusBadRequest || strings.TrimSpace(rec.Body.String()) != want {
+			t.Fatalf("key %q: %d %s; want 400 %s", key, rec.Code, rec.Body, want)
 		}
 	})
 }

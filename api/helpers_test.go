@@ -22,6 +22,7 @@ type env struct {
 	store   *fakeStore
 	auth    *fakeAuth
 	metrics *fakeMetrics
+	idem    *fakeIdempotency
 	logs    *logbuf.Buffer
 }
 
@@ -30,12 +31,14 @@ type option func(*api.Config)
 // newEnv builds the real handler with api.New over in-memory fakes.
 func newEnv(t testing.TB, opts ...option) *env {
 	t.Helper()
-	e := &env{store: &fakeStore{}, auth: newFakeAuth(), metrics: &fakeMetrics{}, logs: &logbuf.Buffer{}}
+	e := &env{store: &fakeStore{}, auth: newFakeAuth(), metrics: &fakeMetrics{}, logs: &logbuf.Buffer{},
+		idem: newFakeIdempotency()}
 	cfg := api.Config{
-		Store:   e.store,
-		Auth:    e.auth,
-		Logger:  slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics: e.metrics,
+		Store:       e.store,
+		Auth:        e.auth,
+		Idempotency: e.idem,
+		Logger:      slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:     e.metrics,
 	}
 	for _, o := range opts {
 		o(&cfg)

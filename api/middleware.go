@@ -150,7 +150,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		d := end.Sub(start)
 		switch {
 		case sw.status == 0 && clientGone(r.Context()):
-			sw.status = StatusClientClosed // nothing was answered: nobody was left to read it
+			// Nothing was answered: nobody was left to read it. The status still goes out (to
+			// a closed connection) so that the tracing handler outside records it too.
+			sw.WriteHeader(StatusClientClosed)
 		case sw.status == 0:
 			sw.status = http.StatusOK
 		}

@@ -78,7 +78,7 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 	}{
 		{[]string{"openapi"}, "3.1.0"},
 		{[]string{"info", "title"}, "Subscriber Management API"},
-		{[]string{"info", "version"}, "1.0.0"},
+		{[]string{"info", "version"}, "1.1.0"},
 		{[]string{"components", "securitySchemes", "bearer", "type"}, "http"},
 		{[]string{"components", "securitySchemes", "bearer", "scheme"}, "bearer"},
 	}
@@ -100,14 +100,15 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 // documented lists, per operation, every status the handler can send: the success, the
 // auth and plan errors, 429 (limits), 500 and 503 for everyone; the body errors for the
 // operations with a body; 404 for the item operations; 400 for a query string over the
-// edge's bounds (every operation) and the list's parameters.
+// edge's bounds (every operation) and the list's parameters; 400, 409 and 422 for the writes,
+// which take Idempotency-Key.
 var documented = map[string][]int{
-	"create-subscriber":       {201, 400, 401, 403, 413, 415, 422, 429, 500, 503},
-	"bulk-create-subscribers": {201, 400, 401, 403, 413, 415, 422, 429, 500, 503},
+	"create-subscriber":       {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
+	"bulk-create-subscribers": {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
 	"list-subscribers":        {200, 400, 401, 403, 429, 500, 503},
 	"get-subscriber":          {200, 400, 401, 403, 404, 429, 500, 503},
-	"update-subscriber":       {200, 400, 401, 403, 404, 413, 415, 422, 429, 500, 503},
-	"unsubscribe-subscriber":  {200, 400, 401, 403, 404, 429, 500, 503},
+	"update-subscriber":       {200, 400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503},
+	"unsubscribe-subscriber":  {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
 }
 
 // operations maps "METHOD path" in the document to its operation id.
@@ -179,6 +180,7 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		body  string
 		ct    string
 		path  string // overrides the operation's path
+		hdr   string // an extra "Name: value" header
 		query string // appended to the path
 	}
 	big := `[` + strings.Repeat(" ", 1<<20) + `]`
@@ -198,6 +200,14 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		{name: "invalid item", body: `[{"email":"x"}]`},
 	}
 	item := subs + "/01900000-0000-7000-8000-000000000001"
+	idem := []scenario{
+		{name: "bad idempotency key", hdr: "Idempotency-Key: a b"},
+		{name: "idempotency key in use", hdr: "Idempotency-Key: k1", setup: func(e *env) { e.idem.running[newsletterA.String()+" k1"] = true }},
+		{name: "idempotency key reused", hdr: "Idempotency-Key: k2", setup: func(e *env) {
+			e.idem.stored[newsletterA.String()+" k2"] = model.StoredResponse{Fingerprint: []byte("other"), Status: 200, Body: []byte("{}")}
+		}},
+	}
+	withBody = append(withBody, idem...)
 	ops := []struct {
 		id, method, path, body string
 		extra                  []scenario
@@ -207,7 +217,7 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		{"list-subscribers", "GET", subs, "", []scenario{{name: "bad query", path: subs + "?page=x"}}},
 		{"get-subscriber", "GET", item, "", []scenario{{name: "unknown", path: subs + "/" + unknowID}}},
 		{"update-subscriber", "PUT", item, `{"name":"N"}`, append(slices.Clone(withBody), scenario{name: "unknown", path: subs + "/" + unknowID})},
-		{"unsubscribe-subscriber", "DELETE", item, "", []scenario{{name: "not a UUID", path: subs + "/x"}}},
+		{"unsubscribe-subscriber", "DELETE", item, "", append([]scenario{{name: "not a UUID", path: subs + "/x"}}, idem...)},
 	}
 	for _, op := range ops {
 		t.Run(op.id, func(t *testing.T) {
@@ -227,6 +237,9 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 				}
 				if sc.ct != "" {
 					r.headers = append(r.headers, "Content-Type: "+sc.ct)
+				}
+				if sc.hdr != "" {
+					r.headers = append(r.headers, sc.hdr)
 				}
 				rec := e.do(t, r)
 				if !slices.Contains(documented[op.id], rec.Code) {
@@ -359,4 +372,41 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestOpenAPIIdempotency: every write declares the Idempotency-Key header (docs/api-contract.md
+// §8), its 409 with Retry-After and the replay header; reads do not take the header.
+func TestOpenAPIIdempotency(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	for key, id := range operations {
+		method, path, _ := strings.Cut(key, " ")
+		op := at(t, doc, "paths", path, strings.ToLower(method))
+		var has bool
+		params, _ := at(t, op, "parameters").([]any)
+		for _, p := range params {
+			if p.(map[string]any)["name"] == "Idempotency-Key" {
+				has = true
+				if p.(map[string]any)["in"] != "header" || p.(map[string]any)["required"] == true {
+					t.Errorf("%s: Idempotency-Key = %v; want an optional header", id, p)
+				}
+			}
+		}
+		if write := method != "GET"; has != write {
+			t.Errorf("%s declares Idempotency-Key = %v; want %v", id, has, write)
+			continue
+		}
+		if !has {
+			continue
+		}
+		if at(t, op, "responses", "409", "headers", "Retry-After") == nil {
+			t.Errorf("%s: 409 without Retry-After", id)
+		}
+		success := "200"
+		if method == "POST" {
+			success = "201"
+		}
+		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {
+			t.Errorf("%s: %s without Idempotent-Replayed", id, success)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
+	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -53,12 +54,14 @@ type BulkEnvelope struct {
 	Data    BulkCreated `json:"data"`
 }
 
-// Pagination describes the page a list returned.
+// Pagination describes the page a list returned. With a cursor, page and pages are null
+// (docs/api-contract.md §9.2).
 type Pagination struct {
-	Page  int   `json:"page" minimum:"1"`
-	Limit int   `json:"limit" minimum:"1" maximum:"100"`
-	Total int64 `json:"total" minimum:"0" doc:"Subscribers matching the filter."`
-	Pages int64 `json:"pages" minimum:"0" doc:"ceil(total / limit)."`
+	Page       *int    `json:"page" minimum:"1" nullable:"true" doc:"The page number; null when the page was asked for with a cursor."`
+	Limit      int     `json:"limit" minimum:"1" maximum:"100"`
+	Total      int64   `json:"total" minimum:"0" doc:"Subscribers matching the filter."`
+	Pages      *int64  `json:"pages" minimum:"0" nullable:"true" doc:"ceil(total / limit); null when the page was asked for with a cursor."`
+	NextCursor *string `json:"next_cursor" nullable:"true" doc:"Pass as cursor (with the same status and email) to get the page after this one; null when no subscriber follows this page."`
 }
 
 // ListEnvelope is the success body of a list.
@@ -154,6 +157,8 @@ type (
 	pageParam   string
 	limitParam  string
 	statusParam string
+	emailParam  string
+	cursorParam string
 )
 
 func (pageParam) Schema(huma.Registry) *huma.Schema {
@@ -168,6 +173,12 @@ func (statusParam) Schema(huma.Registry) *huma.Schema {
 	return &huma.Schema{Type: huma.TypeString, Enum: []any{"active", "pending", "unsubscribed"}}
 }
 
+func (emailParam) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength)}
+}
+
+func (cursorParam) Schema(huma.Registry) *huma.Schema { return &huma.Schema{Type: huma.TypeString} }
+
 type (
 	createInput struct {
 		Body SubscriberInput
@@ -179,6 +190,8 @@ type (
 		Page   pageParam   `query:"page" doc:"Page number, from 1."`
 		Limit  limitParam  `query:"limit" doc:"Subscribers per page, 1 to 100."`
 		Status statusParam `query:"status" doc:"Only subscribers with this status."`
+		Email  emailParam  `query:"email" doc:"Only the subscriber with this address (trimmed, case-insensitive): data holds 0 or 1 subscriber."`
+		Cursor cursorParam `query:"cursor" doc:"The next_cursor of a previous page, with the same status and email: the page after it. Not with page."`
 	}
 	idInput struct {
 		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
@@ -213,32 +226,34 @@ func (s *Server) register() {
 	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
 		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
 
-	huma.Register(s.api, s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+	huma.Register(s.api, idempotent(s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody), handle(s, s.create))
-	huma.Register(s.api, s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
+		http.StatusCreated, bodyObject, withBody)), handle(s, s.create))
+	huma.Register(s.api, idempotent(s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
-		http.StatusCreated, bodyArray, withBody), handle(s, s.bulkCreate))
+		http.StatusCreated, bodyArray, withBody)), handle(s, s.bulkCreate))
 	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
-		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals.",
+		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals. "+
+			"`email` finds one subscriber by address; `cursor` (from `pagination.next_cursor`) walks the list at constant cost per page.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
 	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
-	huma.Register(s.api, s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
+	huma.Register(s.api, idempotent(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
-		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)), handle(s, s.update))
-	huma.Register(s.api, s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
+		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...))), handle(s, s.update))
+	huma.Register(s.api, idempotent(s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
-		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.unsubscribe))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never
-	// send it (a bad parameter is 400 or 404), so the document says only what is sent.
+	// send it (a bad parameter is 400 or 404), so the document says only what is sent. An
+	// idempotent one sends it for a reused Idempotency-Key.
 	for _, p := range s.api.OpenAPI().Paths {
 		for _, op := range []*huma.Operation{p.Get, p.Delete} {
-			if op != nil {
+			if op != nil && op.Metadata[metaIdempotent] != true {
 				delete(op.Responses, strconv.Itoa(http.StatusUnprocessableEntity))
 			}
 		}
@@ -322,22 +337,61 @@ func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInpu
 	return out, nil
 }
 
+// Messages of docs/api-contract.md §9.2.
+const (
+	MsgPageAndCursor = "Use either page or cursor, not both."
+	MsgCursorInvalid = "The cursor is invalid."
+)
+
 func (s *Server) list(ctx context.Context, p model.Principal, in *listInput) (*listOutput, error) {
 	q, err := model.ParseListQuery(string(in.Page), string(in.Limit), string(in.Status))
 	if err != nil {
 		return nil, err
 	}
+	if in.Email != "" {
+		if q.Email, err = model.ParseEmailFilter(string(in.Email)); err != nil {
+			return nil, err
+		}
+	}
+	binding := listBinding(p.NewsletterID, q)
+	if in.Cursor != "" {
+		if in.Page != "" {
+			return nil, newError(http.StatusBadRequest, MsgPageAndCursor)
+		}
+		pos, err := s.cursors.Decode(binding, string(in.Cursor))
+		if err != nil {
+			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
+		}
+		q.After = &model.Position{CreatedAt: pos.Time, ID: pos.ID}
+	}
 	subs, total, err := s.cfg.Store.List(ctx, p.NewsletterID, q)
 	if err != nil {
 		return nil, err
+	}
+	var next *string
+	if len(subs) > q.Limit { // the store read one more: a subscriber follows this page
+		subs = subs[:q.Limit]
+		last := subs[len(subs)-1]
+		c := s.cursors.Encode(binding, cursor.Position{Time: last.CreatedAt, ID: last.ID})
+		next = &c
 	}
 	data := make([]Subscriber, len(subs))
 	for i, sub := range subs {
 		data[i] = toSubscriber(sub)
 	}
-	pages := (total + int64(q.Limit) - 1) / int64(q.Limit)
-	return &listOutput{Body: ListEnvelope{Success: true, Data: data,
-		Pagination: Pagination{Page: q.Page, Limit: q.Limit, Total: total, Pages: pages}}}, nil
+	pg := Pagination{Limit: q.Limit, Total: total, NextCursor: next}
+	if q.After == nil {
+		pages := (total + int64(q.Limit) - 1) / int64(q.Limit)
+		pg.Page, pg.Pages = &q.Page, &pages
+	}
+	return &listOutput{Body: ListEnvelope{Success: true, Data: data, Pagination: pg}}, nil
+}
+
+// listBinding is what a list cursor is bound to (docs/api-contract.md §9.2): the newsletter
+// and the filter (status and email). The limit is not bound: a cursor marks a position, and
+// the page after it may be of any size.
+func listBinding(nl uuid.UUID, q model.ListQuery) string {
+	return cursor.Binding("subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email))
 }
 
 func (s *Server) get(ctx context.Context, p model.Principal, in *idInput) (*subscriberOutput, error) {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -215,19 +216,19 @@ func TestList(t *testing.T) {
 		raw   string // a substring the raw body must contain
 	}{
 		{"defaults, newest first, own newsletter only", "",
-			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `,` + sub("1", "active") + `],"pagination":{"page":1,"limit":25,"total":3,"pages":1}}`, ""},
+			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `,` + sub("1", "active") + `],"pagination":{"page":1,"limit":25,"total":3,"pages":1,"next_cursor":null}}`, ""},
 		{"first page", "?limit=2",
-			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `],"pagination":{"page":1,"limit":2,"total":3,"pages":2}}`, ""},
+			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `],"pagination":{"page":1,"limit":2,"total":3,"pages":2,"next_cursor":"CURSOR"}}`, ""},
 		{"second page", "?limit=2&page=2",
-			`{"success":true,"data":[` + sub("1", "active") + `],"pagination":{"page":2,"limit":2,"total":3,"pages":2}}`, ""},
+			`{"success":true,"data":[` + sub("1", "active") + `],"pagination":{"page":2,"limit":2,"total":3,"pages":2,"next_cursor":null}}`, ""},
 		{"page past the end", "?limit=2&page=9",
-			`{"success":true,"data":[],"pagination":{"page":9,"limit":2,"total":3,"pages":2}}`, `"data":[]`},
+			`{"success":true,"data":[],"pagination":{"page":9,"limit":2,"total":3,"pages":2,"next_cursor":null}}`, `"data":[]`},
 		{"status filter", "?status=pending",
-			`{"success":true,"data":[` + sub("2", "pending") + `],"pagination":{"page":1,"limit":25,"total":1,"pages":1}}`, ""},
+			`{"success":true,"data":[` + sub("2", "pending") + `],"pagination":{"page":1,"limit":25,"total":1,"pages":1,"next_cursor":null}}`, ""},
 		{"no match", "?status=unsubscribed",
-			`{"success":true,"data":[],"pagination":{"page":1,"limit":25,"total":0,"pages":0}}`, `"data":[]`},
+			`{"success":true,"data":[],"pagination":{"page":1,"limit":25,"total":0,"pages":0,"next_cursor":null}}`, `"data":[]`},
 		{"empty values are absent, unknown parameters ignored", "?page=&limit=&status=&sort=email",
-			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `,` + sub("1", "active") + `],"pagination":{"page":1,"limit":25,"total":3,"pages":1}}`, ""},
+			`{"success":true,"data":[` + sub("3", "active") + `,` + sub("2", "pending") + `,` + sub("1", "active") + `],"pagination":{"page":1,"limit":25,"total":3,"pages":1,"next_cursor":null}}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,7 +236,7 @@ func TestList(t *testing.T) {
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d, body %s; want 200", rec.Code, rec.Body)
 			}
-			jsonEqual(t, rec.Body.Bytes(), tt.want)
+			jsonEqual(t, maskCursor(t, rec.Body.Bytes()), tt.want)
 			if !strings.Contains(rec.Body.String(), tt.raw) {
 				t.Errorf("body %s; want it to contain %s", rec.Body, tt.raw)
 			}
@@ -251,10 +252,10 @@ func TestListPagesRoundUp(t *testing.T) {
 	rec := e.call(t, "GET", subs+"?limit=25&page=3", "")
 	var got struct {
 		Data       []map[string]any
-		Pagination map[string]int
+		Pagination map[string]any
 	}
 	decodeInto(t, rec, &got)
-	if diff := cmp.Diff(map[string]int{"page": 3, "limit": 25, "total": 51, "pages": 3}, got.Pagination); diff != "" {
+	if diff := cmp.Diff(map[string]any{"page": 3.0, "limit": 25.0, "total": 51.0, "pages": 3.0, "next_cursor": nil}, got.Pagination); diff != "" {
 		t.Errorf("pagination mismatch (-want +got):\n%s", diff)
 	}
 	if len(got.Data) != 1 {
@@ -341,4 +342,21 @@ func TestSuccessBodiesCarryOnlyContractFields(t *testing.T) {
 	if rec.Header().Get("Link") != "" {
 		t.Errorf("Link = %q; want none", rec.Header().Get("Link"))
 	}
+}
+
+// maskCursor replaces a string pagination.next_cursor of a list body with "CURSOR" (cursors
+// are signed with a per-process key in these tests).
+func maskCursor(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("body %s: %v", body, err)
+	}
+	if pg, ok := v["pagination"].(map[string]any); ok {
+		if _, ok := pg["next_cursor"].(string); ok {
+			pg["next_cursor"] = "CURSOR"
+		}
+	}
+	out, _ := json.Marshal(v)
+	return out
 }

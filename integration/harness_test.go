@@ -56,6 +56,7 @@ type env struct {
 	dsn      string
 	db       *bun.DB
 	accounts *repo.Accounts
+	idem     *repo.Idempotency
 	srv      *httptest.Server
 	base     string // …/api/v1
 	nl       uuid.UUID
@@ -68,6 +69,7 @@ type envOptions struct {
 	statementTimeout time.Duration
 	limiter          api.Limiter    // nil: no limits
 	trusted          []netip.Prefix // TRUSTED_PROXIES
+	idempotencyTTL   time.Duration  // 0: 24 h
 	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
 }
 
@@ -90,12 +92,23 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		db.AddQueryHook(o.queryHook)
 	}
 	e := &env{t: t, dsn: dsn, db: db, accounts: repo.NewAccounts(db)}
+	ttl := o.idempotencyTTL
+	if ttl == 0 {
+		ttl = 24 * time.Hour
+	}
+	e.idem = repo.NewIdempotency(db, ttl)
+	cursorKey, err := repo.Secret(context.Background(), db, "cursor")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
 		KeyCacheTTL:    o.keyCacheTTL,
 		Limiter:        o.limiter,
 		TrustedProxies: o.trusted,
+		Idempotency:    e.idem,
+		CursorKey:      cursorKey,
 	})
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close)

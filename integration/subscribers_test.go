@@ -528,7 +528,7 @@ func TestListPaginationWalk(t *testing.T) {
 	// An empty newsletter: data is [] and pages 0.
 	_, key := e.newKey(t, true)
 	r = e.do("GET", "/subscribers", nil, "Authorization: Bearer "+key).want(t, http.StatusOK, "")
-	if diff := cmp.Diff(map[string]any{"page": 1.0, "limit": 25.0, "total": 0.0, "pages": 0.0}, r.body["pagination"]); diff != "" || r.body["data"] == nil {
+	if diff := cmp.Diff(map[string]any{"page": 1.0, "limit": 25.0, "total": 0.0, "pages": 0.0, "next_cursor": nil}, r.body["pagination"]); diff != "" || r.body["data"] == nil {
 		t.Errorf("empty list = %s", r.raw)
 	}
 }

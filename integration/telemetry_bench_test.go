@@ -170,7 +170,7 @@ type memAuth struct{ p model.Principal }
 func (m memAuth) Authenticate(context.Context, []byte) (model.Principal, error) { return m.p, nil }
 
 // cpuTime is the user and system CPU time this process has used.
-func cpuTime(b *testing.B) time.Duration {
+func cpuTime(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)

@@ -129,3 +129,18 @@ func FuzzParseListQuery(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidIdempotencyKey checks the header rule of docs/api-contract.md §8 against its
+// definition: 1 to 255 bytes, each a visible ASCII character.
+func FuzzValidIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"", "a", "5f1c7a9e-3b1d-4c55-9d0e-2a6f4b8c1d2e", "a b", "tab\t", "é", "\x7f", "!~",
+		strings.Repeat("k", 255), strings.Repeat("k", 256), "\x00", "key\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := len(s) >= 1 && len(s) <= 255 && strings.IndexFunc(s, func(r rune) bool { return r < '!' || r > '~' }) < 0
+		if got := model.ValidIdempotencyKey(s); got != want {
+			t.Fatalf("ValidIdempotencyKey(%q) = %v; want %v", s, got, want)
+		}
+	})
+}

@@ -4,6 +4,7 @@
 package model
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -114,6 +115,27 @@ type ListQuery struct {
 	Page   int
 	Limit  int
 	Status Status // "" means every status
+	// Email, when set, selects the subscriber with this address (trimmed; compared by
+	// EmailKey), docs/api-contract.md §9.1.
+	Email string
+	// After, when set, starts the page after this position in the list order (a cursor,
+	// docs/api-contract.md §9.2); Page is then ignored.
+	After *Position
+}
+
+// Follows reports whether sub comes after the position p in the list order (newest first).
+func Follows(p *Position, sub Subscriber) bool {
+	if !sub.CreatedAt.Equal(p.CreatedAt) {
+		return sub.CreatedAt.Before(p.CreatedAt)
+	}
+	return bytes.Compare(sub.ID[:], p.ID[:]) < 0
+}
+
+// Position is a place in the list order (created_at descending, then id descending): the
+// keyset a cursor carries.
+type Position struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
 }
 
 // Offset is the number of rows before the page.

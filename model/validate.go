@@ -88,6 +88,7 @@ const (
 	msgQueryPage    = "The page parameter must be an integer greater than or equal to 1."
 	msgQueryLimit   = "The limit parameter must be an integer between 1 and 100."
 	msgQueryStatus  = "The status filter must be one of: active, pending, unsubscribed."
+	msgQueryEmail   = "The email filter must be a valid email address."
 	maxPage         = 1<<31 - 1
 	attrBody        = "body"
 	attrEmail       = "email"
@@ -403,6 +404,15 @@ func ParseListQuery(page, limit, status string) (ListQuery, error) {
 		q.Status = st
 	}
 	return q, nil
+}
+
+// ParseEmailFilter validates the list's email filter (docs/api-contract.md §9.1): the §3 email
+// rule after trimming. It returns the trimmed address or a *QueryError (400).
+func ParseEmailFilter(raw string) (string, error) {
+	if s, msg := checkEmail(raw, attrEmail); msg == "" {
+		return s, nil
+	}
+	return "", &QueryError{msgQueryEmail}
 }
 
 // parseBoundedInt accepts only plain decimal digits within [lo, hi].

@@ -121,6 +121,10 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 // transaction when needTx is set or on SQLite (where runInTx retries a busy database), else
 // straight on the database, for fn's single statement.
 func (s *Subscribers) atomically(ctx context.Context, needTx bool, fn func(context.Context, bun.IDB) error) error {
+	// In an idempotent request, its transaction (Idempotency.Run).
+	if joined, err := runJoined(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) }); joined {
+		return err
+	}
 	if needTx || s.sqlite {
 		return runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
 	}
@@ -143,8 +147,11 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	// only when it stored fewer rows than given (and rolls back) does the insert that names the
 	// taken emails run. Neither raises a unique violation, so a client's duplicate never makes
 	// the database server log the statement, addresses and all.
-	pending, err := s.insertMany(ctx, rows, false)
-	if errors.Is(err, model.ErrEmailTaken) {
+	// In an idempotent request's transaction (Idempotency.Run) the first insert's rows could
+	// not be undone on their own, so the insert that names conflicts goes first there.
+	_, joined := joinTx(ctx, s.db)
+	pending, err := s.insertMany(ctx, rows, joined)
+	if errors.Is(err, model.ErrEmailTaken) && !joined {
 		pending, err = s.insertMany(ctx, rows, true)
 	}
 	if err != nil {
@@ -222,7 +229,15 @@ func insertNamingConflicts(ctx context.Context, tx bun.Tx, sorted, rows []subscr
 
 // List returns one page of a newsletter's subscribers, newest first, and the total that
 // matches the filter. Page and total come from one statement, so they agree (on both stores).
+//
+// It returns up to q.Limit+1 subscribers: one more than the page when another follows it in
+// the order, so that the caller knows whether there is a next page (docs/api-contract.md
+// §9.2). With q.After the page starts after that position (keyset: every such page costs what
+// the first costs); with q.Email it holds the subscriber with that address, if any.
 func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
+	if q.Email != "" {
+		return s.lookupEmail(ctx, nl, q)
+	}
 	type pageRow struct {
 		Total int64 `bun:"total"`
 		subscriberRow
@@ -231,15 +246,23 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	// same statement, hence the same snapshot, as the page.
 	var rows []pageRow
 	var err error
+	var afterTime, afterID any
+	if q.After != nil {
+		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
+	}
 	switch {
 	case s.sqlite:
 		var statusFilter any
 		if q.Status != "" {
 			statusFilter = string(q.Status)
 		}
-		err = s.db.NewRaw(listSQLite, nl, statusFilter, q.Limit, q.Offset()).Scan(ctx, &rows)
+		stmt := listSQLite
+		if q.After != nil {
+			stmt = listAfterSQLite
+		}
+		err = s.db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
 	default:
-		err = s.db.NewRaw(listPostgres(q), nl, string(q.Status), q.Limit, q.Offset()).Scan(ctx, &rows)
+		err = s.db.NewRaw(listPostgres(q), nl, string(q.Status), q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
 	}
 	if err != nil {
 		return nil, 0, translate(err)
@@ -275,6 +298,10 @@ const listDirectMaxOffset = 2000
 func listPostgres(q model.ListQuery) string {
 	deep := q.Offset() > listDirectMaxOffset
 	switch {
+	case q.After != nil && q.Status == "":
+		return listAfterPostgres
+	case q.After != nil:
+		return listAfterStatusPostgres
 	case q.Status == "" && !deep:
 		return listFirstPostgres
 	case q.Status == "":
@@ -286,7 +313,8 @@ func listPostgres(q model.ListQuery) string {
 }
 
 // The list statements' arguments: ?0 newsletter id, ?1 status (only where filtered), ?2
-// limit, ?3 offset.
+// limit, ?3 offset, ?4 and ?5 the created_at and id of the position a keyset page starts
+// after. A keyset page reads the list index from that position on, like a first page.
 const (
 	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
     NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
@@ -307,6 +335,20 @@ UNION ALL (
     SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
     WHERE newsletter_id = ?0 AND status = ?1
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
+)` + listOrderPostgres
+
+	listAfterPostgres = listTotalPostgres + `
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    WHERE newsletter_id = ?0 AND (created_at, id) < (?4, ?5)
+    ORDER BY created_at DESC, id DESC LIMIT ?2
+)` + listOrderPostgres
+
+	listAfterStatusPostgres = listTotalPostgres + ` AND status = ?1
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    WHERE newsletter_id = ?0 AND status = ?1 AND (created_at, id) < (?4, ?5)
+    ORDER BY created_at DESC, id DESC LIMIT ?2
 )` + listOrderPostgres
 
 	listDeepPostgres = listTotalPostgres + `
@@ -341,6 +383,43 @@ LEFT JOIN (
     ) AS p JOIN subscribers AS s USING (id)
 ) AS s ON true
 ORDER BY s.created_at DESC, s.id DESC`
+
+// listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
+const listAfterSQLite = `
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at
+FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
+LEFT JOIN (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`
+
+// lookupEmail is List with an email filter (docs/api-contract.md §9.1): one read of the unique
+// index on (newsletter_id, email_key), the cost of a get. The total is 0 or 1, that of the
+// filter; the page and the position then apply to that one row.
+func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
+	var row subscriberRow
+	err := s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND email_key = ?", nl, model.EmailKey(q.Email)).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && q.Status != "" && row.Status != string(q.Status) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, translate(err)
+	}
+	sub := row.toModel()
+	switch {
+	case q.After != nil && !model.Follows(q.After, sub):
+		return nil, 1, nil
+	case q.After == nil && q.Offset() > 0:
+		return nil, 1, nil
+	}
+	return []model.Subscriber{sub}, 1, nil
+}
 
 // Get returns one subscriber of the newsletter, or model.ErrNotFound.
 func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {

@@ -106,6 +106,7 @@ type Metrics struct {
 	decisions         *prometheus.CounterVec
 	authFailures      *prometheus.CounterVec
 	lockouts          *prometheus.CounterVec
+	idempotency       *prometheus.CounterVec // see idempotency.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -186,6 +187,7 @@ func NewMetrics(version string) *Metrics {
 			ConstLabels: prometheus.Labels{"version": version},
 		}, func() float64 { return 1 }),
 	)
+	m.registerIdempotency()
 	return m
 }
 

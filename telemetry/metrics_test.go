@@ -335,3 +335,16 @@ func BenchmarkObserveRequest(b *testing.B) {
 		})
 	}
 }
+
+func TestIdempotencyOutcome(t *testing.T) {
+	m := NewMetrics("test")
+	m.IdempotencyOutcome(IdempotencyReplayed)
+	m.IdempotencyOutcome(IdempotencyReplayed)
+	m.IdempotencyOutcome(IdempotencyInUse)
+	m.IdempotencyOutcome("bogus")
+	for outcome, want := range map[string]float64{IdempotencyReplayed: 2, IdempotencyInUse: 1, IdempotencyReused: 0, labelOther: 1} {
+		if got := testutil.ToFloat64(m.idempotency.WithLabelValues(outcome)); got != want {
+			t.Errorf("idempotency_requests_total{outcome=%q} = %v; want %v", outcome, got, want)
+		}
+	}
+}

@@ -210,6 +210,11 @@ var plan = []pair{
 	{svc.CreateActive, true, []string{baseline.InsertOne}},
 	{svc.CreatePending, true, []string{baseline.InsertPending}},
 	{svc.Bulk100, true, []string{baseline.Insert100}},
+	// API 1.1: compared with the service scenarios above (targets in report.go).
+	{svc.ListCursorDeep, false, nil},
+	{svc.LookupEmail, false, nil},
+	{svc.Replay, false, nil},
+	{svc.CreateIdem, true, nil},
 }
 
 func serviceNames() []string {

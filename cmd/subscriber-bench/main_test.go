@@ -189,9 +189,9 @@ func TestRunAgainstTheService(t *testing.T) {
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
 		"-stall", "1m", "-pid", strconv.Itoa(srv.pid))
-	// 8 measured service scenarios, 10 baselines, 8 checks at 6 clients.
-	if len(rep.Runs) != 26 {
-		t.Errorf("%d runs, want 26", len(rep.Runs))
+	// 12 measured service scenarios, 10 baselines, 12 checks at 6 clients.
+	if len(rep.Runs) != 34 {
+		t.Errorf("%d runs, want 34", len(rep.Runs))
 	}
 	for _, r := range rep.Runs {
 		if r.OK != 12 {
@@ -221,7 +221,7 @@ func TestRunAgainstTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 26 {
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 34 {
 		t.Errorf("the JSON does not read back: %v", err)
 	}
 }

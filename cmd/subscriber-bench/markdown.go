@@ -77,6 +77,9 @@ func markdown(w io.Writer, rep *Report) {
 				continue
 			}
 			b := rep.find("baseline", c.Baseline, "measure", m.Clients)
+			if b == nil { // a target against another service scenario (API 1.1)
+				b = rep.find("service", c.Baseline, "measure", m.Clients)
+			}
 			left := fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s ", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
 				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
 			if !first {

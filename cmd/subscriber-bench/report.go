@@ -202,6 +202,7 @@ func (rep *Report) against(ref *Report, path string) {
 // target is one of the issue's ratio targets.
 type target struct {
 	service, baseline string
+	vsService         bool    // baseline names a service scenario, not a raw-SQL baseline
 	rows              bool    // compare rows/s instead of requests/s
 	min               float64 // 0 = shown for information
 	strict            bool    // the ratio must exceed min
@@ -218,6 +219,20 @@ var targets = []target{
 	{service: svc.ListStatus, baseline: baseline.PageStatus},
 	{service: svc.Get, baseline: baseline.SelectByID, min: 0.3},
 	{service: svc.Update, baseline: baseline.UpdateByID},
+	// API 1.1 (issue #21): against the service's own scenarios.
+	{service: svc.CreateIdem, baseline: svc.CreateActive, vsService: true, min: 0.85},
+	{service: svc.Replay, baseline: svc.Get, vsService: true, min: 1},
+	{service: svc.LookupEmail, baseline: svc.Get, vsService: true, min: 0.8},
+	{service: svc.ListCursorDeep, baseline: svc.ListFirst, vsService: true, min: 0.8},
+	{service: svc.ListCursorDeep, baseline: svc.ListDeep, vsService: true, min: 10},
+}
+
+// kind is the run kind of the target's baseline.
+func (t target) kind() string {
+	if t.vsService {
+		return "service"
+	}
+	return "baseline"
 }
 
 // rssTargetMiB is the issue's bound on peak RSS at 64 clients.
@@ -245,7 +260,7 @@ func (rep *Report) compare() {
 	rep.Comparisons = nil
 	for _, t := range targets {
 		s := rep.find("service", t.service, "measure", rep.Meta.Clients)
-		b := rep.find("baseline", t.baseline, "measure", rep.Meta.Clients)
+		b := rep.find(t.kind(), t.baseline, "measure", rep.Meta.Clients)
 		if s == nil || b == nil {
 			continue
 		}
@@ -360,7 +375,7 @@ func printReport(w io.Writer, rep *Report) {
 			if t.service != p.service {
 				continue
 			}
-			b := rep.find("baseline", t.baseline, "measure", m.Clients)
+			b := rep.find(t.kind(), t.baseline, "measure", m.Clients)
 			if b == nil {
 				continue
 			}

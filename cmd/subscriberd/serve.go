@@ -120,7 +120,16 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics)
 	defer closeLimiter()
 	accounts := repo.NewAccounts(db)
+	// Cursors are signed with a key kept in the database, so that every instance, and the
+	// next start, accepts the cursors of the others (docs/api-contract.md §9.2).
+	cursorKey, err := repo.Secret(ctx, db, "cursor")
+	if err != nil {
+		return cfg.dbErr(err)
+	}
+	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
 	public := api.New(api.Config{
+		Idempotency:    idem,
+		CursorKey:      cursorKey,
 		Store:          repo.NewSubscribers(db),
 		Auth:           accounts,
 		Logger:         log,
@@ -136,6 +145,16 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	defer func() {
 		stopWorker()
 		<-workerDone
+	}()
+	// Expired Idempotency-Key records are purged in small batches, apart from the writes.
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		idem.PurgeLoop(workerCtx, time.Minute, func(err error) { log.Warn("purging idempotency keys", "error", err) })
+	}()
+	defer func() {
+		stopWorker()
+		<-purgeDone
 	}()
 
 	var draining atomic.Bool

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,7 +38,15 @@ const (
 	ListStatus    = "list_status"
 	Get           = "get"
 	Update        = "update"
+	// API 1.1 (docs/api-contract.md §8, §9).
+	CreateIdem     = "create_idem"      // create_active with a fresh Idempotency-Key each time
+	Replay         = "replay"           // the same create with the same key again: the stored response
+	LookupEmail    = "lookup_email"     // GET ?email= of a known subscriber
+	ListCursorDeep = "list_cursor_deep" // GET the page after CursorDepth subscribers by cursor
 )
+
+// CursorDepth is how many subscribers precede the page of list_cursor_deep.
+const CursorDepth = 50000
 
 // PageSize and DeepPage are the page size and the deep page number of the list scenarios.
 const (
@@ -59,6 +68,12 @@ type Client struct {
 	timeout time.Duration
 	prefix  string
 	seq     atomic.Int64
+
+	// State of the API 1.1 scenarios, set by their probes.
+	mu         sync.Mutex
+	replayBody []byte   // the create replay sends again
+	deepCursor string   // next_cursor after CursorDepth subscribers
+	emails     []string // known addresses lookup_email picks from
 
 	// IDs are subscribers of the key's newsletter that get and update pick from.
 	IDs []string
@@ -116,6 +131,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, keep 
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Accept", "application/json")
+	if k, ok := ctx.Value(idemKey{}).(string); ok {
+		req.Header.Set("Idempotency-Key", k)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -181,7 +199,161 @@ func (c *Client) Scenarios() []Scenario {
 		{CreateActive, "POST one active subscriber", true, c.CreateOp("active"), checkOne(201)},
 		{CreatePending, "POST one pending subscriber (queues a confirmation email)", true, c.CreateOp("pending"), checkOne(201)},
 		{Bulk100, "POST /bulk of 100 active subscribers", true, c.BulkOp(), checkBulk},
+		{LookupEmail, "GET ?email= of a known subscriber", false, c.lookupOp(), checkLookup},
+		{ListCursorDeep, fmt.Sprintf("GET the page of %d after %d subscribers, by cursor", PageSize, CursorDepth), false, c.cursorOp(), listCheck(true)},
+		{Replay, "POST one create again with its Idempotency-Key (the stored response)", false, c.replayOp(), checkOne(201)},
+		{CreateIdem, "POST one active subscriber with a fresh Idempotency-Key", true, c.createIdemOp(), checkOne(201)},
 	}
+}
+
+// idemKey is the context key of the Idempotency-Key do sends.
+type idemKey struct{}
+
+func withIdem(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idemKey{}, key)
+}
+
+// createIdemOp is CreateOp("active") with a new Idempotency-Key each time.
+func (c *Client) createIdemOp() load.Op {
+	return func(ctx context.Context, _ int, seq int64) load.Result {
+		body := fmt.Appendf(nil, `{"email":%q,"name":"Bench Person %d","status":"active"}`, c.Email("i"), seq)
+		return result(c.do(withIdem(ctx, fmt.Sprintf("bench-%s-%d", c.prefix, c.seq.Add(1))), http.MethodPost, subscribersPath, body, false), 1)
+	}
+}
+
+// replayKey is the Idempotency-Key of the replay scenario's stored create.
+func (c *Client) replayKey() string { return "bench-replay-" + c.prefix }
+
+// replayOp sends the probe's create again with its key: every answer is the stored response.
+func (c *Client) replayOp() load.Op {
+	return func(ctx context.Context, _ int, _ int64) load.Result {
+		c.mu.Lock()
+		body := c.replayBody
+		c.mu.Unlock()
+		return result(c.do(withIdem(ctx, c.replayKey()), http.MethodPost, subscribersPath, body, false), 1)
+	}
+}
+
+// lookupOp looks a random known address up, in another case than stored.
+func (c *Client) lookupOp() load.Op {
+	return func(ctx context.Context, _ int, _ int64) load.Result {
+		c.mu.Lock()
+		var email string
+		if len(c.emails) > 0 {
+			email = c.emails[rand.IntN(len(c.emails))]
+		}
+		c.mu.Unlock()
+		return result(c.do(ctx, http.MethodGet, subscribersPath+"?email="+url.QueryEscape(strings.ToUpper(email)), nil, false), 1)
+	}
+}
+
+// cursorOp gets the page after CursorDepth subscribers with the cursor its probe found.
+func (c *Client) cursorOp() load.Op {
+	return func(ctx context.Context, _ int, _ int64) load.Result {
+		c.mu.Lock()
+		cur := c.deepCursor
+		c.mu.Unlock()
+		return result(c.do(ctx, http.MethodGet, cursorPath(cur), nil, false), 1)
+	}
+}
+
+func cursorPath(cur string) string {
+	return fmt.Sprintf("%s?limit=%d&cursor=%s", subscribersPath, PageSize, url.QueryEscape(cur))
+}
+
+// checkLookup validates a lookup: one subscriber, total 1.
+func checkLookup(status int, body []byte) error {
+	env, err := decode(status, 200, body)
+	if err != nil {
+		return err
+	}
+	var subs []Subscriber
+	if err := json.Unmarshal(env.Data, &subs); err != nil {
+		return fmt.Errorf("data is not a list of subscribers: %v", err)
+	}
+	if len(subs) != 1 || env.Pagination == nil || env.Pagination.Total != 1 {
+		return fmt.Errorf("lookup found %d subscribers: %.300s", len(subs), body)
+	}
+	return subs[0].check()
+}
+
+// probe11 prepares and checks the API 1.1 scenarios: it stores the replayed create, finds
+// the deep cursor, and collects known addresses.
+func (c *Client) probe11(ctx context.Context, name string) (int, []byte, error) {
+	switch name {
+	case Replay:
+		c.mu.Lock()
+		if c.replayBody == nil {
+			c.replayBody = fmt.Appendf(nil, `{"email":%q,"name":"Replay Person","status":"active"}`, c.Email("r"))
+		}
+		body := c.replayBody
+		c.mu.Unlock()
+		r := c.do(withIdem(ctx, c.replayKey()), http.MethodPost, subscribersPath, body, true)
+		return r.status, r.body, r.err
+	case LookupEmail:
+		// Addresses from the middle of the seeded table (the newest when it is small).
+		var subs []Subscriber
+		for _, page := range []int{CursorDepth / 100 / 2, 1} {
+			r := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?page=%d&limit=100", subscribersPath, page), nil, true)
+			if r.err != nil {
+				return 0, nil, r.err
+			}
+			env, err := decode(r.status, 200, r.body)
+			if err != nil {
+				return 0, nil, err
+			}
+			if err := json.Unmarshal(env.Data, &subs); err != nil {
+				return 0, nil, fmt.Errorf("data is not a list of subscribers: %v", err)
+			}
+			if len(subs) > 0 {
+				break
+			}
+		}
+		if len(subs) == 0 {
+			return 0, nil, errors.New("no subscribers to look up")
+		}
+		c.mu.Lock()
+		c.emails = c.emails[:0]
+		for _, s := range subs {
+			c.emails = append(c.emails, s.Email)
+		}
+		c.mu.Unlock()
+		r := c.do(ctx, http.MethodGet, subscribersPath+"?email="+url.QueryEscape(subs[0].Email), nil, true)
+		return r.status, r.body, r.err
+	case ListCursorDeep:
+		// The cursor after CursorDepth subscribers (after the first page on a smaller table).
+		var next *string
+		for _, page := range []int{CursorDepth / PageSize, 1} {
+			r := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, PageSize), nil, true)
+			if r.err != nil {
+				return 0, nil, r.err
+			}
+			var env struct {
+				Pagination struct {
+					NextCursor *string `json:"next_cursor"`
+				} `json:"pagination"`
+			}
+			if err := json.Unmarshal(r.body, &env); err != nil {
+				return 0, nil, fmt.Errorf("list body: %v: %.300s", err, r.body)
+			}
+			if next = env.Pagination.NextCursor; next != nil {
+				break
+			}
+		}
+		if next == nil {
+			return 0, nil, errors.New("no next_cursor on the list")
+		}
+		c.mu.Lock()
+		c.deepCursor = *next
+		c.mu.Unlock()
+		r := c.do(ctx, http.MethodGet, cursorPath(*next), nil, true)
+		return r.status, r.body, r.err
+	case CreateIdem:
+		r := c.do(withIdem(ctx, "bench-probe-"+c.Email("k")), http.MethodPost, subscribersPath,
+			fmt.Appendf(nil, `{"email":%q,"name":"Probe Person","status":"active"}`, c.Email("p")), true)
+		return r.status, r.body, r.err
+	}
+	return 0, nil, fmt.Errorf("no probe for scenario %q", name)
 }
 
 func listPath(page int, status string) string {
@@ -274,6 +446,8 @@ func (c *Client) Probe(ctx context.Context, sc Scenario) error {
 			fmt.Appendf(nil, `{"email":%q,"name":"Probe Person","status":%q}`, c.Email("p"), st))
 	case Bulk100:
 		status, body, err = c.probe(ctx, http.MethodPost, bulkPath, c.bulkBody("p", BulkSize))
+	case CreateIdem, Replay, LookupEmail, ListCursorDeep:
+		status, body, err = c.probe11(ctx, sc.Name)
 	default:
 		return fmt.Errorf("no probe for scenario %q", sc.Name)
 	}

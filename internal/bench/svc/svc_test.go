@@ -1,6 +1,7 @@
 package svc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -25,10 +26,11 @@ type fakeAPI struct {
 	subs   map[string]Subscriber
 	order  []string
 	calls  map[string]int
+	idem   map[string][]byte // Idempotency-Key → stored body
 }
 
 func newFakeAPI() *fakeAPI {
-	return &fakeAPI{emails: map[string]bool{}, subs: map[string]Subscriber{}, calls: map[string]int{}}
+	return &fakeAPI{emails: map[string]bool{}, subs: map[string]Subscriber{}, calls: map[string]int{}, idem: map[string][]byte{}}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -84,6 +86,37 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.calls[r.Method+" "+r.URL.Path]++
 	f.mu.Unlock()
 	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/subscribers" && r.Header.Get("Idempotency-Key") != "":
+		// A stand-in for docs/api-contract.md §8: the first request with a key runs, later
+		// ones get its body again.
+		key := r.Header.Get("Idempotency-Key")
+		f.mu.Lock()
+		stored, ok := f.idem[key]
+		f.mu.Unlock()
+		if ok {
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			w.Write(stored)
+			return
+		}
+		var in input
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			fail(w, 400, "validation_error")
+			return
+		}
+		out, ok := f.add([]input{in})
+		if !ok {
+			fail(w, 422, "email_already_subscribed")
+			return
+		}
+		body, _ := json.Marshal(map[string]any{"success": true, "data": out[0]})
+		f.mu.Lock()
+		f.idem[key] = body
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		w.Write(body)
 	case r.Method == http.MethodPost && r.URL.Path == "/api/v1/subscribers":
 		var in input
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
@@ -109,25 +142,42 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, 201, map[string]any{"success": true, "data": map[string]any{"created": out}})
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/subscribers":
-		page, _ := strconv.Atoi(r.URL.Query().Get("page"))
-		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-		if page < 1 || limit < 1 || limit > 100 {
+		q := r.URL.Query()
+		page, _ := strconv.Atoi(cmp.Or(q.Get("page"), "1"))
+		limit, _ := strconv.Atoi(cmp.Or(q.Get("limit"), "25"))
+		// A stand-in for the cursors of docs/api-contract.md §9.2: "o<offset>".
+		cursor, hasCursor := strings.CutPrefix(q.Get("cursor"), "o")
+		offset, _ := strconv.Atoi(cursor)
+		if hasCursor {
+			page = 1
+		}
+		if page < 1 || limit < 1 || limit > 100 || (q.Get("cursor") != "" && !hasCursor) {
 			fail(w, 400, "validation_error")
 			return
 		}
-		status := r.URL.Query().Get("status")
+		if !hasCursor {
+			offset = (page - 1) * limit
+		}
+		status, email := q.Get("status"), strings.ToLower(q.Get("email"))
 		f.mu.Lock()
 		var match []Subscriber
 		for i := len(f.order) - 1; i >= 0; i-- {
-			if s := f.subs[f.order[i]]; status == "" || s.Status == status {
+			if s := f.subs[f.order[i]]; (status == "" || s.Status == status) && (email == "" || strings.ToLower(s.Email) == email) {
 				match = append(match, s)
 			}
 		}
 		f.mu.Unlock()
-		from, to := min((page-1)*limit, len(match)), min(page*limit, len(match))
+		from, to := min(offset, len(match)), min(offset+limit, len(match))
 		total := len(match)
-		writeJSON(w, 200, map[string]any{"success": true, "data": append([]Subscriber{}, match[from:to]...),
-			"pagination": map[string]any{"page": page, "limit": limit, "total": total, "pages": (total + limit - 1) / limit}})
+		var next any
+		if to < len(match) {
+			next = "o" + strconv.Itoa(to)
+		}
+		pg := map[string]any{"page": page, "limit": limit, "total": total, "pages": (total + limit - 1) / limit, "next_cursor": next}
+		if hasCursor {
+			pg["page"], pg["pages"] = nil, nil
+		}
+		writeJSON(w, 200, map[string]any{"success": true, "data": append([]Subscriber{}, match[from:to]...), "pagination": pg})
 	case strings.HasPrefix(r.URL.Path, "/api/v1/subscribers/"):
 		id := strings.TrimPrefix(r.URL.Path, "/api/v1/subscribers/")
 		f.mu.Lock()
@@ -216,7 +266,8 @@ func TestScenariosProbeAndRunAgainstTheContract(t *testing.T) {
 			t.Errorf("%s: ok %d rows %d errors %v %v; want 9 ok, %d rows", sc.Name, s.OK, s.Rows, s.Errors, out.Details, wantRows)
 		}
 	}
-	if api.calls["POST /api/v1/subscribers"] != 2+18 || api.calls["POST /api/v1/subscribers/bulk"] != 1+1+9 {
+	// create_active, create_pending, replay and create_idem: a probe and 9 each.
+	if api.calls["POST /api/v1/subscribers"] != 4+36 || api.calls["POST /api/v1/subscribers/bulk"] != 1+1+9 {
 		t.Errorf("calls = %v", api.calls)
 	}
 }
