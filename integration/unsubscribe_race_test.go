@@ -12,6 +12,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/mail"
 )
 
@@ -82,4 +83,40 @@ func TestEmailUnsubscribeRaceSendsNothingAfter(t *testing.T) {
 		t.Errorf("outbox says %d sent, the server accepted %d", n, accepted.Load())
 	}
 	t.Logf("%d rounds: %d emails sent before the unsubscribe, the rest cancelled", rounds, accepted.Load())
+}
+
+// TestEmailUnsubscribeWaitsOnlyForTheServersLastReply: an unsubscribe that arrives while the
+// SMTP server is answering the end of DATA waits for that reply — the worker holds the
+// subscriber's row across it — and no longer; the email went out before the unsubscribe.
+func TestEmailUnsubscribeWaitsOnlyForTheServersLastReply(t *testing.T) {
+	t.Parallel()
+	m := newMailEnv(t)
+	id := m.create("slow@example.com", "pending")
+	const reply = 700 * time.Millisecond
+	inData := make(chan struct{})
+	m.smtp.OnData(func(string) error {
+		close(inData)
+		time.Sleep(reply) // a slow server's last reply
+		return nil
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); m.worker(testWorkerConfig()).RunOnce(context.Background()) }() //nolint:errcheck
+	<-inData
+	start := time.Now()
+	m.do("DELETE", "/subscribers/"+id, nil).want(t, http.StatusOK, "")
+	waited := time.Since(start)
+	<-done
+	if waited > reply+2*time.Second {
+		t.Errorf("the unsubscribe waited %v, want about the server's reply (%v)", waited, reply)
+	}
+	if testdb.Store() == testdb.Postgres && waited < reply/2 {
+		t.Errorf("the unsubscribe waited %v: it did not wait for the send it raced", waited)
+	}
+	if n := len(m.smtp.Messages()); n != 1 {
+		t.Errorf("%d messages, want the one accepted before the unsubscribe", n)
+	}
+	if n := m.count("SELECT count(*) FROM email_outbox WHERE state = 'sent'"); n != 1 {
+		t.Errorf("sent rows = %d, want 1", n)
+	}
+	t.Logf("the unsubscribe waited %v for a %v reply", waited.Round(time.Millisecond), reply)
 }
