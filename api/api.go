@@ -70,6 +70,9 @@ type Config struct {
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
+	// DisableDocs turns off the reference page at /api/v1/docs (DOCS_UI=off); the OpenAPI
+	// document is served regardless.
+	DisableDocs bool
 	// Idempotency stores idempotent responses (docs/api-contract.md §8); nil ignores
 	// Idempotency-Key.
 	Idempotency IdempotencyStore
@@ -123,7 +126,15 @@ func New(cfg Config) *Server {
 	// Idempotency-Key (docs/api-contract.md §8), then the body.
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.idempotency, s.preflight)
 	s.register()
+	s.documentErrors()
 	s.documentLimits()
+	// Paths in the document are absolute (/api/v1/...): the server is the origin that serves
+	// it, whatever name it is reached by, which keeps the docs page's requests same-origin.
+	s.api.OpenAPI().Servers = []*huma.Server{{URL: "/",
+		Description: "The service serving this document (paths include /api/v1)."}}
+	if !cfg.DisableDocs {
+		s.registerDocs()
+	}
 	s.documentIdempotency()
 	// recoverer sits inside observe so that a panic's 500 is logged and counted like any answer;
 	// bound refuses oversized queries and bodies before anything parses them.
@@ -145,7 +156,7 @@ func humaConfig() huma.Config {
 	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
 	cfg.CreateHooks = nil
 	cfg.OpenAPIPath = BasePath + "/openapi"
-	cfg.DocsPath = BasePath + "/docs"
+	cfg.DocsPath = "" // served by registerDocs from the binary, not from a CDN
 	cfg.SchemasPath = BasePath + "/schemas"
 	cfg.Formats = map[string]huma.Format{
 		"application/json": huma.DefaultJSONFormat,

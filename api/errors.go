@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,8 @@ const (
 	MsgMediaType       = "The request body must be sent as application/json."
 	MsgInvalidData     = "The given data was invalid."
 	MsgRateLimited     = "Too many requests. Please try again later."
+	MsgClientLocked    = "Too many failed authentication attempts from this address. Please try again later."
+	MsgKeyLocked       = "Too many rejected requests with this API key. Please try again later."
 	MsgInternal        = "An unexpected error occurred."
 	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
 	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503
@@ -73,10 +76,48 @@ type Error struct {
 	status  int
 	headers http.Header
 
-	Success bool   `json:"success" doc:"Always false."`
-	Code    string `json:"code" doc:"Machine-readable error code." example:"validation_error"`
-	Message string `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
-	Errors  any    `json:"errors,omitempty" doc:"Present on 422 (messages keyed by field, each an array of strings) and 429 (retry_after in seconds)."`
+	Success bool   `json:"success" doc:"Always false." example:"false"`
+	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
+	Message string `json:"message" doc:"Human-readable description."`
+	// Errors is FieldErrors on 422 and RetryAfter on 429, absent otherwise. Those two
+	// responses are documented with their own schemas (ValidationError, RateLimitError), so
+	// that a generated client gets typed fields rather than an untyped value.
+	Errors any `json:"errors,omitempty" hidden:"true"`
+}
+
+// ValidationError documents the 422 body: the envelope with the messages of each failing field.
+type ValidationError struct {
+	Success bool        `json:"success" doc:"Always false." example:"false"`
+	Code    string      `json:"code" enum:"validation_error,email_already_subscribed" doc:"Machine-readable error code."`
+	Message string      `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
+	Errors  FieldErrors `json:"errors"`
+}
+
+// FieldErrors are the messages of a 422 keyed by field: email, name, status, another property
+// that is not allowed, <index>.<field> in bulk, or body for the body as a whole.
+type FieldErrors map[string][]string
+
+// Schema implements huma.SchemaProvider.
+func (FieldErrors) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeObject,
+		Description: "Messages keyed by field (`email`, `name`, `status`, `<index>.<field>` in bulk, or `body`), " +
+			"each an array of one or more strings.",
+		AdditionalProperties: &huma.Schema{Type: huma.TypeArray, MinItems: ptr(1), Items: &huma.Schema{Type: huma.TypeString}},
+		Examples:             []any{map[string][]string{"email": {"The email field must be a valid email address."}}},
+	}
+}
+
+// RateLimitError documents the 429 body: the envelope with the wait before a retry can succeed.
+type RateLimitError struct {
+	Success bool       `json:"success" doc:"Always false." example:"false"`
+	Code    string     `json:"code" enum:"rate_limit_exceeded" doc:"Machine-readable error code."`
+	Message string     `json:"message" doc:"Says which applies: a rate limit, the client's lockout or the key's." example:"Too many requests. Please try again later."`
+	Errors  RetryAfter `json:"errors"`
+}
+
+// RetryAfter is the errors member of a 429.
+type RetryAfter struct {
+	RetryAfter int `json:"retry_after" minimum:"1" doc:"Whole seconds until a retry can succeed; equal to the Retry-After header."`
 }
 
 // Error implements error.
@@ -228,4 +269,28 @@ func writeError(w http.ResponseWriter, e *Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	json.NewEncoder(w).Encode(e) //nolint:errcheck // the client may be gone; nothing to do
+}
+
+// documentErrors gives the 422 and 429 responses of every operation their own envelope
+// schemas, so that the document types errors as the server sends them
+// (docs/api-contract.md §1, §3, §5).
+func (s *Server) documentErrors() {
+	oapi := s.api.OpenAPI()
+	reg := oapi.Components.Schemas
+	bodies := map[string]*huma.Schema{
+		strconv.Itoa(http.StatusUnprocessableEntity): reg.Schema(reflect.TypeFor[ValidationError](), true, ""),
+		strconv.Itoa(http.StatusTooManyRequests):     reg.Schema(reflect.TypeFor[RateLimitError](), true, ""),
+	}
+	for _, p := range oapi.Paths {
+		for _, op := range []*huma.Operation{p.Get, p.Post, p.Put, p.Patch, p.Delete} {
+			if op == nil {
+				continue
+			}
+			for code, schema := range bodies {
+				if resp := op.Responses[code]; resp != nil {
+					resp.Content = map[string]*huma.MediaType{"application/json": {Schema: schema}}
+				}
+			}
+		}
+	}
 }

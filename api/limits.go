@@ -47,7 +47,7 @@ func (s *Server) clientLockout(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	if d := s.limiter.CheckClient(ctx.Context(), s.clientIP(ctx)); !d.Allowed {
-		s.writeErr(ctx, tooManyRequests(d))
+		s.writeErr(ctx, tooManyRequests(d, MsgClientLocked))
 		return
 	}
 	next(ctx)
@@ -65,7 +65,11 @@ func (s *Server) limit(ctx huma.Context, next func(huma.Context)) {
 	keyID := principalFrom(ctx.Context()).KeyID.String()
 	d := s.limiter.CheckKey(ctx.Context(), keyID, ctx.Operation().OperationID == opBulk)
 	if !d.Allowed {
-		s.writeErr(ctx, tooManyRequests(d))
+		msg := MsgRateLimited
+		if d.Locked {
+			msg = MsgKeyLocked
+		}
+		s.writeErr(ctx, tooManyRequests(d, msg))
 		return
 	}
 	r, w := humago.Unwrap(ctx)
@@ -77,10 +81,11 @@ func (s *Server) limit(ctx huma.Context, next func(huma.Context)) {
 }
 
 // tooManyRequests is the contract's 429: errors.retry_after equals Retry-After, and the
-// RateLimit-* headers when a window applies.
-func tooManyRequests(d limits.Decision) *Error {
-	e := newError(http.StatusTooManyRequests, MsgRateLimited)
-	e.Errors = map[string]int{"retry_after": d.RetryAfter}
+// RateLimit-* headers when a window applies. msg says which of the three causes of
+// docs/api-contract.md §5 applies: a rate limit, the client's lockout or the key's.
+func tooManyRequests(d limits.Decision, msg string) *Error {
+	e := newError(http.StatusTooManyRequests, msg)
+	e.Errors = RetryAfter{RetryAfter: d.RetryAfter}
 	e.headers = http.Header{}
 	d.SetHeaders(e.headers)
 	return e
@@ -125,7 +130,7 @@ func (s *Server) documentLimits() {
 				if code == strconv.Itoa(http.StatusTooManyRequests) {
 					resp.Headers["Retry-After"] = ref("Retry-After")
 					resp.Description = "Too many requests: a rate window of the key is empty, or the key or the client is " +
-						"temporarily locked out. The RateLimit-* headers are absent when the client is locked out."
+						"temporarily locked out; the message says which. The RateLimit-* headers are absent when the client is locked out."
 				}
 			}
 		}

@@ -140,7 +140,7 @@ func TestLockedClientLearnsNothing(t *testing.T) {
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" {
 			t.Fatalf("%s while locked: %d, Retry-After %q; want 429 with 60", h, rec.Code, rec.Header().Get("Retry-After"))
 		}
-		if got := strings.TrimSpace(rec.Body.String()); got != `{"success":false,"code":"rate_limit_exceeded","message":"Too many requests. Please try again later.","errors":{"retry_after":60}}` {
+		if got := strings.TrimSpace(rec.Body.String()); got != `{"success":false,"code":"rate_limit_exceeded","message":"Too many failed authentication attempts from this address. Please try again later.","errors":{"retry_after":60}}` {
 			t.Errorf("429 body %s", got)
 		}
 	}
@@ -181,5 +181,43 @@ func TestClientIPFromTrustedProxy(t *testing.T) {
 	e.call(t, "GET", "/api/v1/subscribers", "", "X-Forwarded-For: 1.1.1.1, 203.0.113.7")
 	if len(spy.client) != 1 || spy.client[0] != netip.MustParseAddr("203.0.113.7") {
 		t.Errorf("client addresses %v, want [203.0.113.7]", spy.client)
+	}
+}
+
+// TestTooManyRequestsSaysWhy: the three 429s of docs/api-contract.md §5 share the code and
+// differ in the message, so that a developer who locked themselves out knows it.
+func TestTooManyRequestsSaysWhy(t *testing.T) {
+	bad := "Authorization: Bearer sk_" + strings.Repeat("Z", 40)
+	tests := []struct {
+		name    string
+		cfg     limits.Config
+		prepare []req
+		golden  string
+		want    string
+	}{
+		{"rate limit", limits.Config{Rate: []limits.Window{{Limit: 1, Period: time.Hour}}},
+			[]req{{method: "GET", path: subs, headers: []string{bearer(keyA)}}}, "429_rate_limit.json", api.MsgRateLimited},
+		{"client lockout", limits.Config{AuthLockout: limits.Lockout{Failures: 1, Window: time.Minute, Lock: time.Minute}},
+			[]req{{method: "GET", path: subs, headers: []string{bad}}}, "429_client_lockout.json", api.MsgClientLocked},
+		{"key lockout", limits.Config{WriteLockout: limits.Lockout{Failures: 1, Window: time.Minute, Lock: 10 * time.Minute}},
+			[]req{{method: "POST", path: subs, body: strings.NewReader(`{"email":"nope"}`), headers: []string{bearer(keyA)}}},
+			"429_key_lockout.json", api.MsgKeyLocked},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opt, _ := withLimiter(tt.cfg)
+			e := newEnv(t, opt)
+			for _, r := range tt.prepare {
+				e.do(t, r)
+			}
+			rec := e.do(t, req{method: "GET", path: subs, headers: []string{bearer(keyA)}})
+			if rec.Code != http.StatusTooManyRequests {
+				t.Fatalf("status %d, want 429; body %s", rec.Code, rec.Body)
+			}
+			if !strings.Contains(rec.Body.String(), `"message":"`+tt.want+`"`) {
+				t.Errorf("body %s; want the message %q", rec.Body, tt.want)
+			}
+			golden(t, "errors/"+tt.golden, rec.Body.Bytes())
+		})
 	}
 }

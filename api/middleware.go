@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -27,6 +28,9 @@ import (
 
 // MaxBodyBytes is the largest request body accepted (API.md §4.7).
 const MaxBodyBytes = 1 << 20
+
+// bulkPath is the path of the bulk create, whose only method is POST.
+const bulkPath = BasePath + "/subscribers/bulk"
 
 // RouteUnmatched is the route of requests that matched no operation.
 const RouteUnmatched = "unmatched"
@@ -175,6 +179,13 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !cleanPath(r.URL.Path) {
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+			return
+		}
+		// GET /subscribers/{id} would take /subscribers/bulk as an id and answer 404; the path
+		// is known, so another method than POST is 405 (docs/api-contract.md §4.7).
+		if r.URL.Path == bulkPath && r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, newError(http.StatusMethodNotAllowed, MsgMethod))
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern != "" {
@@ -371,6 +382,9 @@ const (
 	bodyArray  = "array"
 )
 
+// metaBulkPath is operation metadata set on create: the bulk path an array body was meant for.
+const metaBulkPath = "bulk_path"
+
 // preflight answers malformed bodies before Huma parses them: 415 for another media type,
 // 413 above MaxBodyBytes, 400 for a body that is empty, not UTF-8, not one JSON value or of
 // the wrong top-level type. What passes is valid JSON of the right shape.
@@ -402,7 +416,8 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 		s.writeErr(ctx, newError(http.StatusRequestEntityTooLarge, MsgTooLarge))
 		return
 	}
-	if msg := malformed(body, want); msg != "" {
+	bulkPath, _ := ctx.Operation().Metadata[metaBulkPath].(string)
+	if msg := malformed(body, want, bulkPath); msg != "" {
 		s.writeErr(ctx, newError(http.StatusBadRequest, msg))
 		return
 	}
@@ -411,7 +426,8 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 }
 
 // malformed says what is wrong with a body that must be one JSON value of kind want, or "".
-func malformed(body []byte, want string) string {
+// bulkPath, when set, is where an array sent to this operation belongs.
+func malformed(body []byte, want, bulkPath string) string {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	switch {
 	case len(trimmed) == 0:
@@ -419,13 +435,36 @@ func malformed(body []byte, want string) string {
 	case !utf8.Valid(body):
 		return "The request body is not valid UTF-8."
 	case !json.Valid(body):
-		return "The request body is not valid JSON."
+		return invalidJSON(body)
+	case want == bodyObject && trimmed[0] == '[' && bulkPath != "":
+		return "The request body must be a JSON object. To create several subscribers at once, send the array to POST " + bulkPath + "."
 	case want == bodyObject && trimmed[0] != '{':
 		return "The request body must be a JSON object."
 	case want == bodyArray && trimmed[0] != '[':
 		return "The request body must be a JSON array."
 	}
 	return ""
+}
+
+// invalidJSON is the 400 message for a body that is not valid JSON: where the parser stopped,
+// as a line and a column (characters, from 1), and why (docs/api-contract.md §3).
+func invalidJSON(body []byte) string {
+	var v any
+	err := json.Unmarshal(body, &v)
+	var syn *json.SyntaxError
+	if !errors.As(err, &syn) {
+		return "The request body is not valid JSON."
+	}
+	// Offset counts the bytes read, the offending one included; at the end of input there is
+	// none, and the position is just past the last byte.
+	pos := int(syn.Offset)
+	if pos > 0 && pos <= len(body) && !strings.HasPrefix(syn.Error(), "unexpected end") {
+		pos--
+	}
+	pos = min(pos, len(body))
+	line := 1 + bytes.Count(body[:pos], []byte{'\n'})
+	col := 1 + utf8.RuneCount(body[bytes.LastIndexByte(body[:pos], '\n')+1:pos])
+	return fmt.Sprintf("The request body is not valid JSON: %s at line %d, column %d.", syn.Error(), line, col)
 }
 
 // writeErr writes an error from a Huma middleware in the envelope.

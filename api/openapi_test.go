@@ -152,8 +152,10 @@ func TestOpenAPIResponses(t *testing.T) {
 			}
 			for code, resp := range responses {
 				ref := at(t, resp, "content", "application/json", "schema", "$ref")
-				if code >= "400" && ref != "#/components/schemas/Error" {
-					t.Errorf("%s %s schema = %v; want the Error envelope", key, code, ref)
+				// 422 and 429 carry typed errors (docs/api-contract.md §3, §5); the others none.
+				wantErr := map[string]string{"422": "ValidationError", "429": "RateLimitError"}[code]
+				if code >= "400" && ref != "#/components/schemas/"+or(wantErr, "Error") {
+					t.Errorf("%s %s schema = %v; want the %s envelope", key, code, ref, or(wantErr, "Error"))
 				}
 				if code < "400" && !strings.HasSuffix(ref.(string), "Envelope") {
 					t.Errorf("%s %s schema = %v; want a success envelope", key, code, ref)
@@ -308,9 +310,11 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 			t.Errorf("%s properties mismatch (-want +got):\n%s", name, diff)
 		}
 	}
-	for _, name := range []string{"Subscriber", "Error"} {
+	for _, name := range []string{"Subscriber", "Error", "ValidationError", "RateLimitError", "RetryAfter"} {
 		props := slices.Sorted(maps.Keys(at(t, doc, s(name, "properties")...).(map[string]any)))
-		want := map[string][]string{"Subscriber": {"created_at", "email", "id", "name", "status"}, "Error": {"code", "errors", "message", "success"}}[name]
+		want := map[string][]string{"Subscriber": {"created_at", "email", "id", "name", "status"}, "Error": {"code", "message", "success"},
+			"ValidationError": {"code", "errors", "message", "success"}, "RateLimitError": {"code", "errors", "message", "success"},
+			"RetryAfter": {"retry_after"}}[name]
 		if diff := cmp.Diff(want, props); diff != "" {
 			t.Errorf("%s properties mismatch (-want +got):\n%s", name, diff)
 		}
@@ -372,6 +376,36 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestOpenAPIForGeneratedClients: what a client generator needs to type the API (issue
+// "OpenAPI for generated clients"): errors typed on 422 and 429, a server, and email formats
+// that do not refuse the Unicode addresses the API accepts.
+func TestOpenAPIForGeneratedClients(t *testing.T) {
+	raw, doc := openAPIDoc(t)
+	sc := func(p ...string) any { return at(t, doc, append([]string{"components", "schemas"}, p...)...) }
+	checks := []struct {
+		got, want any
+	}{
+		{sc("ValidationError", "properties", "errors", "type"), "object"},
+		{sc("ValidationError", "properties", "errors", "additionalProperties", "type"), "array"},
+		{sc("ValidationError", "properties", "errors", "additionalProperties", "items", "type"), "string"},
+		{sc("RateLimitError", "properties", "errors", "$ref"), "#/components/schemas/RetryAfter"},
+		{sc("RetryAfter", "properties", "retry_after", "type"), "integer"},
+		{sc("RetryAfter", "required"), []any{"retry_after"}},
+		{sc("SubscriberInput", "properties", "email", "format"), "idn-email"},
+		{sc("SubscriberUpdate", "properties", "email", "format"), "idn-email"},
+		{sc("Subscriber", "properties", "email", "format"), "idn-email"},
+		{at(t, doc, "servers"), []any{map[string]any{"url": "/", "description": "The service serving this document (paths include /api/v1)."}}},
+	}
+	for i, c := range checks {
+		if diff := cmp.Diff(c.want, c.got); diff != "" {
+			t.Errorf("check %d mismatch (-want +got):\n%s", i, diff)
+		}
+	}
+	if bytes.Contains(raw, []byte(`"format":"email"`)) {
+		t.Error(`the document still has format "email" (ASCII only in JSON Schema)`)
+	}
 }
 
 // TestOpenAPIIdempotency: every write declares the Idempotency-Key header (docs/api-contract.md

@@ -17,9 +17,9 @@ import (
 
 // Subscriber is the public shape of a subscriber.
 type Subscriber struct {
-	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)."`
-	Email     string `json:"email" format:"email" doc:"Email address, as given."`
-	Name      string `json:"name" doc:"Full name; an empty string when none was given."`
+	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
+	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
+	Name      string `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
 	Status    string `json:"status" enum:"active,pending,unsubscribed"`
 	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
 }
@@ -131,13 +131,22 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 			AdditionalProperties: false,
 			Required:             required,
 			Properties: map[string]*huma.Schema{
-				"email": {Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength),
-					Description: "One address local@domain; surrounding white space is trimmed. Unique per newsletter, case-insensitively."},
-				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
+				// idn-email, not email: JSON Schema's email is ASCII only, and generated clients
+				// and validators that check it refuse the Unicode addresses the API accepts.
+				"email": {Type: huma.TypeString, Format: "idn-email", MaxLength: ptr(model.MaxEmailLength),
+					Description: "One plain address local@domain, at most 254 characters: no display name, no spaces or quotes; " +
+						"a local part of at most 64 characters (letters of any script, digits, !#$%&'*+/=?^_`{|}~- and inner dots); " +
+						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
+						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively.",
+					Examples: []any{"john@example.com"}},
+				// Not nullable, though null is accepted: a generator sends a nullable field it
+				// was not given as null, and on update null clears the name.
+				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
 					// The format and bidi controls are written as themselves: Go's regexp
 					// (Huma's) and JSON Schema's ECMA-262 share no escape for them.
 					Pattern:     "^[^\\x00-\\x1f\\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]*$",
-					Description: "Full name, stored as first name and last name split at the first space. null or \"\" clears it."},
+					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
+					Examples:    []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
@@ -174,7 +183,8 @@ func (statusParam) Schema(huma.Registry) *huma.Schema {
 }
 
 func (emailParam) Schema(huma.Registry) *huma.Schema {
-	return &huma.Schema{Type: huma.TypeString, Format: "email", MaxLength: ptr(model.MaxEmailLength)}
+	// idn-email, as the input schemas: the lookup takes any address the API accepts.
+	return &huma.Schema{Type: huma.TypeString, Format: "idn-email", MaxLength: ptr(model.MaxEmailLength)}
 }
 
 func (cursorParam) Schema(huma.Registry) *huma.Schema { return &huma.Schema{Type: huma.TypeString} }
@@ -226,10 +236,12 @@ func (s *Server) register() {
 	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
 		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
 
-	huma.Register(s.api, idempotent(s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+	create := s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody)), handle(s, s.create))
+		http.StatusCreated, bodyObject, withBody)
+	create.Metadata[metaBulkPath] = coll + "/bulk"
+	huma.Register(s.api, idempotent(create), handle(s, s.create))
 	huma.Register(s.api, idempotent(s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",

@@ -292,7 +292,7 @@ func TestGetUpdateUnsubscribe(t *testing.T) {
 		{"email of another subscriber", "PUT", item, `{"email":"TAKEN@example.com"}`, 422,
 			`{"success":false,"code":"email_already_subscribed","message":"Email is already subscribed to this newsletter.","errors":{"email":["Email is already subscribed to this newsletter."]}}`},
 		{"status unsubscribed is not an input", "PUT", item, `{"status":"unsubscribed"}`, 422,
-			`{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{"status":["The selected status is invalid."]}}`},
+			`{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{"status":["The selected status is invalid; it must be active or pending. To unsubscribe, send DELETE /api/v1/subscribers/{id}."]}}`},
 		{"unsubscribe", "DELETE", item, "", 200, one("New@Example.com", "", "unsubscribed")},
 		{"unsubscribe again is the same", "DELETE", item, "", 200, one("New@Example.com", "", "unsubscribed")},
 		{"re-subscribe with active", "PUT", item, `{"status":"active","name":"Cher"}`, 200, one("New@Example.com", "Cher", "active")},

@@ -46,16 +46,20 @@ func withLimits(cfg limits.Config) func(*envOptions) {
 	return func(o *envOptions) { o.limiter = limits.New(cfg, limits.NewMemory(nil, 0)) }
 }
 
-// want429 checks the contract's 429: the exact envelope, and errors.retry_after equal to
-// Retry-After, within (0, max].
-func want429(t *testing.T, r response, max int) int {
+// want429 checks the contract's 429: the exact envelope with the message of its cause (msg:
+// api.MsgRateLimited when not given, api.MsgClientLocked, api.MsgKeyLocked), and
+// errors.retry_after equal to Retry-After, within (0, max].
+func want429(t *testing.T, r response, max int, msg ...string) int {
 	t.Helper()
+	if len(msg) == 0 { // a rate limit unless the caller names a lockout's message
+		msg = []string{api.MsgRateLimited}
+	}
 	r.want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
 	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 	if err != nil || ra < 1 || ra > max {
 		t.Fatalf("Retry-After = %q, want whole seconds in 1..%d", r.header.Get("Retry-After"), max)
 	}
-	want := fmt.Sprintf(`{"success":false,"code":"rate_limit_exceeded","message":"Too many requests. Please try again later.","errors":{"retry_after":%d}}`, ra)
+	want := fmt.Sprintf(`{"success":false,"code":"rate_limit_exceeded","message":%q,"errors":{"retry_after":%d}}`, msg[0], ra)
 	if got := strings.TrimSpace(string(r.raw)); got != want {
 		t.Fatalf("429 body = %s, want %s", got, want)
 	}
@@ -84,10 +88,10 @@ func TestRateLimit(t *testing.T) {
 		wantRateHeaders(t, r, 5, 4-i, time.Minute)
 	}
 	r := e.do("GET", "/subscribers", nil)
-	ra := want429(t, r, 12)
+	ra := want429(t, r, 12, api.MsgRateLimited)
 	wantRateHeaders(t, r, 5, 0, time.Minute)
 	// A denied request took nothing: the next answer names the same wait or less.
-	if ra2 := want429(t, e.do("POST", "/subscribers", map[string]any{"email": "x@x.io"}), ra); ra2 > ra {
+	if ra2 := want429(t, e.do("POST", "/subscribers", map[string]any{"email": "x@x.io"}), ra, api.MsgRateLimited); ra2 > ra {
 		t.Errorf("second 429 retry_after %d > first %d", ra2, ra)
 	}
 	if n := e.count("SELECT count(*) FROM subscribers"); n != 0 {
@@ -113,7 +117,7 @@ func TestBulkRateLimit(t *testing.T) {
 		r := e.do("POST", "/subscribers/bulk", []any{map[string]any{"email": fmt.Sprintf("b%d@x.io", i)}}).want(t, http.StatusCreated, "")
 		wantRateHeaders(t, r, 2, 1-i, time.Minute)
 	}
-	want429(t, e.do("POST", "/subscribers/bulk", []any{map[string]any{"email": "b9@x.io"}}), 30)
+	want429(t, e.do("POST", "/subscribers/bulk", []any{map[string]any{"email": "b9@x.io"}}), 30, api.MsgRateLimited)
 	// The bulk requests counted in the general window too: 10 - 2 = 8, and this one leaves 7.
 	r := e.do("GET", "/subscribers", nil).want(t, http.StatusOK, "")
 	wantRateHeaders(t, r, 10, 7, time.Minute)
@@ -131,11 +135,11 @@ func TestAuthLockout(t *testing.T) {
 	e.do("POST", "/subscribers", map[string]any{"email": "a@x.io"}, bad).want(t, http.StatusUnauthorized, "unauthorized")
 	// ... and from then on everything from this client is 429, the valid key included, and a
 	// bad key learns nothing.
-	if ra := want429(t, e.do("GET", "/subscribers", nil), 900); ra < 899 {
+	if ra := want429(t, e.do("GET", "/subscribers", nil), 900, api.MsgClientLocked); ra < 899 {
 		t.Errorf("retry_after %d, want about 15 minutes", ra)
 	}
-	want429(t, e.do("GET", "/subscribers", nil, bad), 900)
-	want429(t, e.do("POST", "/subscribers", map[string]any{"email": "b@x.io"}), 900)
+	want429(t, e.do("GET", "/subscribers", nil, bad), 900, api.MsgClientLocked)
+	want429(t, e.do("POST", "/subscribers", map[string]any{"email": "b@x.io"}), 900, api.MsgClientLocked)
 	// Routing and the key-free documents answer as before.
 	e.do("GET", "/nowhere", nil).want(t, http.StatusNotFound, "not_found")
 	if r := e.do("GET", "/openapi.json", nil); r.status != http.StatusOK {
@@ -152,7 +156,7 @@ func TestSpoofedForwardedForDoesNotEscape(t *testing.T) {
 		e.do("GET", "/subscribers", nil, bad, fmt.Sprintf("X-Forwarded-For: 198.51.100.%d", i)).
 			want(t, http.StatusUnauthorized, "unauthorized")
 	}
-	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.99"), 900)
+	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.99"), 900, api.MsgClientLocked)
 }
 
 func TestTrustedProxy(t *testing.T) {
@@ -165,11 +169,11 @@ func TestTrustedProxy(t *testing.T) {
 	for range 3 {
 		e.do("GET", "/subscribers", nil, bad, "X-Forwarded-For: 203.0.113.1").want(t, http.StatusUnauthorized, "unauthorized")
 	}
-	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.1"), 900)
+	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.1"), 900, api.MsgClientLocked)
 	// Another client behind the same proxy is not locked out.
 	e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.2").want(t, http.StatusOK, "")
 	// The locked client cannot escape by sending its own header: the proxy appends its address.
-	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.2, 203.0.113.1"), 900)
+	want429(t, e.do("GET", "/subscribers", nil, "X-Forwarded-For: 203.0.113.2, 203.0.113.1"), 900, api.MsgClientLocked)
 }
 
 func TestWriteLockout(t *testing.T) {
@@ -184,7 +188,7 @@ func TestWriteLockout(t *testing.T) {
 	}
 	e.do("POST", "/subscribers", map[string]any{"email": "dup@x.io"}).want(t, http.StatusUnprocessableEntity, "email_already_subscribed")
 	r := e.do("GET", "/subscribers", nil)
-	if ra := want429(t, r, 600); ra < 599 {
+	if ra := want429(t, r, 600, api.MsgKeyLocked); ra < 599 {
 		t.Errorf("retry_after %d, want about 10 minutes", ra)
 	}
 	if got := r.header.Get("RateLimit-Remaining"); got != "0" {
@@ -218,7 +222,7 @@ func TestWriteLockoutIgnores401403429(t *testing.T) {
 	// 429: the bulk window allows one an hour.
 	e.do("POST", "/subscribers/bulk", one).want(t, http.StatusCreated, "")
 	for range 3 {
-		want429(t, e.do("POST", "/subscribers/bulk", one), 3600)
+		want429(t, e.do("POST", "/subscribers/bulk", one), 3600, api.MsgRateLimited)
 	}
 	// 401: no key at all.
 	for range 3 {
@@ -231,7 +235,7 @@ func TestWriteLockoutIgnores401403429(t *testing.T) {
 	for range 2 {
 		e.do("POST", "/subscribers", map[string]any{"email": "bad"}).want(t, http.StatusUnprocessableEntity, "validation_error")
 	}
-	want429(t, e.do("GET", "/subscribers", nil), 600)
+	want429(t, e.do("GET", "/subscribers", nil), 600, api.MsgKeyLocked)
 }
 
 // instance is another service instance on e's database with its own limiter.
@@ -278,16 +282,16 @@ func TestInstancesShareOneBudget(t *testing.T) {
 		r := e.do("GET", base+"/subscribers", nil).want(t, http.StatusOK, "")
 		wantRateHeaders(t, r, 5, 4-i, time.Minute)
 	}
-	want429(t, e.do("GET", b+"/subscribers", nil), 12)
-	want429(t, e.do("GET", "/subscribers", nil), 12)
+	want429(t, e.do("GET", b+"/subscribers", nil), 12, api.MsgRateLimited)
+	want429(t, e.do("GET", "/subscribers", nil), 12, api.MsgRateLimited)
 
 	// One auth failure on each instance locks the client out of both.
 	_, other := e.newKey(t, true)
 	bad := "Authorization: Bearer sk_" + strings.Repeat("q", 40)
 	e.do("GET", "/subscribers", nil, bad).want(t, http.StatusUnauthorized, "unauthorized")
 	e.do("GET", b+"/subscribers", nil, bad).want(t, http.StatusUnauthorized, "unauthorized")
-	want429(t, e.do("GET", "/subscribers", nil, "Authorization: Bearer "+other), 900)
-	want429(t, e.do("GET", b+"/subscribers", nil, "Authorization: Bearer "+other), 900)
+	want429(t, e.do("GET", "/subscribers", nil, "Authorization: Bearer "+other), 900, api.MsgClientLocked)
+	want429(t, e.do("GET", b+"/subscribers", nil, "Authorization: Bearer "+other), 900, api.MsgClientLocked)
 }
 
 // TestRedisOutage: Redis becomes unreachable mid-test and both instances keep serving, each
@@ -339,7 +343,7 @@ func TestRedisOutage(t *testing.T) {
 		}
 		wantRateHeaders(t, e.do("GET", base+"/subscribers", nil, k3).want(t, http.StatusOK, ""), 4, 3-i, time.Hour)
 	}
-	want429(t, e.do("GET", "/subscribers", nil, k3), 900)
+	want429(t, e.do("GET", "/subscribers", nil, k3), 900, api.MsgRateLimited)
 }
 
 // TestOpenAPIDocumentsLimitHeaders: the document declares the headers the server sends.

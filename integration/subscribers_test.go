@@ -211,13 +211,13 @@ func TestBulkIsAllOrNothing(t *testing.T) {
 			"2.email":  {"The 2.email field must be a valid email address."},
 			"2.zzz":    {"The 2.zzz field is prohibited."},
 			"3.email":  {"The 3.email field is required."},
-			"3.status": {"The selected 3.status is invalid."},
+			"3.status": {"The selected 3.status is invalid; it must be active or pending."},
 		}},
 		{"stored email", []any{
 			map[string]any{"email": "ok1@x.io", "status": "pending"},
 			map[string]any{"email": "TAKEN@x.io"},
 		}, map[string][]string{"1.email": {"Email is already subscribed to this newsletter."}}},
-		{"empty", []any{}, map[string][]string{"body": {"The body field must have at least 1 items."}}},
+		{"empty", []any{}, map[string][]string{"body": {"The body field must have at least 1 item."}}},
 		{"101 items", manyItems(101), map[string][]string{"body": {"The body field must not have more than 100 items."}}},
 		{"not objects", []any{1, "x"}, map[string][]string{"0": {"The 0 field must be an object."}, "1": {"The 1 field must be an object."}}},
 	}
@@ -287,7 +287,7 @@ func TestValidation(t *testing.T) {
 		{"name not a string", map[string]any{"email": "n5@x.io", "name": []int{1}},
 			map[string][]string{"name": {"The name field must be a string."}}},
 		{"status unsubscribed", map[string]any{"email": "s@x.io", "status": "unsubscribed"},
-			map[string][]string{"status": {"The selected status is invalid."}}},
+			map[string][]string{"status": {"The selected status is invalid; it must be active or pending."}}},
 		{"unknown properties", map[string]any{"email": "u@x.io", "id": "x", "created_at": "y"},
 			map[string][]string{"created_at": {"The created_at field is prohibited."}, "id": {"The id field is prohibited."}}},
 	}
@@ -634,7 +634,7 @@ func TestUpdate(t *testing.T) {
 		want map[string][]string
 	}{
 		{"empty object", map[string]any{}, map[string][]string{"body": {"At least one of email, name or status must be provided."}}},
-		{"unsubscribed status", map[string]any{"status": "unsubscribed"}, map[string][]string{"status": {"The selected status is invalid."}}},
+		{"unsubscribed status", map[string]any{"status": "unsubscribed"}, map[string][]string{"status": {"The selected status is invalid; it must be active or pending. To unsubscribe, send DELETE /api/v1/subscribers/{id}."}}},
 		{"bad email", map[string]any{"email": "nope"}, map[string][]string{"email": {"The email field must be a valid email address."}}},
 		{"unknown property", map[string]any{"id": uuid.NewString()}, map[string][]string{"id": {"The id field is prohibited."}}},
 	} {

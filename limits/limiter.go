@@ -71,6 +71,9 @@ type Decision struct {
 	// Limit, Remaining and Reset describe the window closest to running out, for the
 	// RateLimit-* headers; Limit is 0 when no rate window applies (no headers).
 	Limit, Remaining, Reset int
+	// Locked is true when the refusal is a lockout (the client's or the key's) rather than
+	// an empty rate window; the 429's message says which (docs/api-contract.md §5).
+	Locked bool
 }
 
 // SetHeaders writes the RateLimit-* headers when a window applies, and Retry-After when the
@@ -156,7 +159,7 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 	d := Decision{Allowed: left <= 0}
 	outcome := OutcomeAllowed
 	if !d.Allowed {
-		d.RetryAfter = seconds(left)
+		d.RetryAfter, d.Locked = seconds(left), true
 		outcome = OutcomeLocked
 	}
 	l.record(parent, span, ScopeClientLockout, outcome, d, "")
@@ -238,7 +241,7 @@ func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decisio
 		return Decision{Allowed: true}
 	}
 	if out.Locked > 0 {
-		d := Decision{RetryAfter: seconds(out.Locked)}
+		d := Decision{RetryAfter: seconds(out.Locked), Locked: true}
 		if len(buckets) > 0 {
 			// Nothing can be used until the lock ends: say so in the headers too.
 			d.Limit, d.Reset = buckets[0].Window.Limit, d.RetryAfter

@@ -282,10 +282,10 @@ func testAuthLockout(t *testing.T, nb newBackend) {
 	wantDecision(t, "2 failures within the window", l.CheckClient(ctx, ip), Decision{Allowed: true})
 	c.Advance(9*time.Minute + 59*time.Second)
 	l.AuthFailed(ctx, ip)
-	wantDecision(t, "3rd failure within the window", l.CheckClient(ctx, ip), Decision{RetryAfter: 900})
+	wantDecision(t, "3rd failure within the window", l.CheckClient(ctx, ip), Decision{RetryAfter: 900, Locked: true})
 	wantDecision(t, "another client", l.CheckClient(ctx, other), Decision{Allowed: true})
 	c.Advance(15*time.Minute - 1500*time.Millisecond)
-	wantDecision(t, "1.5 s before the end", l.CheckClient(ctx, ip), Decision{RetryAfter: 2})
+	wantDecision(t, "1.5 s before the end", l.CheckClient(ctx, ip), Decision{RetryAfter: 2, Locked: true})
 	c.Advance(1500 * time.Millisecond)
 	wantDecision(t, "at the end of the lock", l.CheckClient(ctx, ip), Decision{Allowed: true})
 	// The lock cleared the log: a single failure does not lock again.
@@ -311,7 +311,7 @@ func testWriteLockout(t *testing.T, nb newBackend) {
 	}
 	l.WriteFailed(ctx, "k")
 	for range 20 {
-		wantDecision(t, "after 2 write failures", l.CheckKey(ctx, "k", false), Decision{Limit: 10, Reset: 600, RetryAfter: 600})
+		wantDecision(t, "after 2 write failures", l.CheckKey(ctx, "k", false), Decision{Limit: 10, Reset: 600, RetryAfter: 600, Locked: true})
 	}
 	wantDecision(t, "another key", l.CheckKey(ctx, "k2", false), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
 	c.Advance(10 * time.Minute)
@@ -326,7 +326,7 @@ func testWriteLockout(t *testing.T, nb newBackend) {
 	l2, _, _ := newLimiter(t, nb, Config{WriteLockout: Lockout{Failures: 1, Window: time.Minute, Lock: time.Minute}})
 	wantDecision(t, "no windows, not locked", l2.CheckKey(ctx, "k", false), Decision{Allowed: true})
 	l2.WriteFailed(ctx, "k")
-	wantDecision(t, "no windows, locked", l2.CheckKey(ctx, "k", false), Decision{RetryAfter: 60})
+	wantDecision(t, "no windows, locked", l2.CheckKey(ctx, "k", false), Decision{RetryAfter: 60, Locked: true})
 }
 
 func testKeysAreIndependent(t *testing.T, nb newBackend) {

@@ -78,11 +78,11 @@ const (
 	msgEmail        = "The %s field must be a valid email address."
 	msgMax          = "The %s field must not be greater than %d characters."
 	msgInvalidChars = "The %s field contains invalid characters."
-	msgSelected     = "The selected %s is invalid."
+	msgSelected     = "The selected %s is invalid; it must be active or pending."
 	msgProhibited   = "The %s field is prohibited."
 	msgObject       = "The %s field must be an object."
 	msgDistinct     = "The %s field has a duplicate value."
-	msgBulkMin      = "The body field must have at least 1 items."
+	msgBulkMin      = "The body field must have at least 1 item."
 	msgBulkMax      = "The body field must not have more than %d items."
 	msgPatchEmpty   = "At least one of email, name or status must be provided."
 	msgQueryPage    = "The page parameter must be an integer greater than or equal to 1."
@@ -95,6 +95,9 @@ const (
 	attrName        = "name"
 	attrStatus      = "status"
 )
+
+// msgUnsubscribe is msgSelected for status "unsubscribed" on update: that is DELETE's job.
+const msgUnsubscribe = "The selected %s is invalid; it must be active or pending. To unsubscribe, send DELETE /api/v1/subscribers/{id}."
 
 // EmailTakenMessage is the message for an email that already exists in the newsletter.
 const EmailTakenMessage = "Email is already subscribed to this newsletter."
@@ -178,6 +181,9 @@ func ParsePatch(obj map[string]any) (SubscriberPatch, *ValidationError) {
 	}
 	if raw, ok := obj[attrStatus]; ok {
 		st, msg := checkStatus(raw, attrStatus)
+		if raw == string(StatusUnsubscribed) {
+			msg = fmt.Sprintf(msgUnsubscribe, attrStatus)
+		}
 		if msg != "" {
 			verr = verr.Add(attrStatus, msg)
 		} else {

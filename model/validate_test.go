@@ -22,7 +22,8 @@ const (
 	msgNameString    = "The name field must be a string."
 	msgNameMax       = "The name field must not be greater than 255 characters."
 	msgNameChars     = "The name field contains invalid characters."
-	msgStatus        = "The selected status is invalid."
+	msgStatus        = "The selected status is invalid; it must be active or pending."
+	msgStatusUnsub   = "The selected status is invalid; it must be active or pending. To unsubscribe, send DELETE /api/v1/subscribers/{id}."
 )
 
 // emailOfLength builds a valid address of exactly n code points (n ≥ 8) whose characters are
@@ -460,12 +461,12 @@ func TestParseBulk(t *testing.T) {
 		{
 			name:     "empty array",
 			in:       []any{},
-			wantErrs: map[string][]string{"body": {"The body field must have at least 1 items."}},
+			wantErrs: map[string][]string{"body": {"The body field must have at least 1 item."}},
 		},
 		{
 			name:     "nil array",
 			in:       nil,
-			wantErrs: map[string][]string{"body": {"The body field must have at least 1 items."}},
+			wantErrs: map[string][]string{"body": {"The body field must have at least 1 item."}},
 		},
 		{
 			name:     "101 items",
@@ -484,7 +485,7 @@ func TestParseBulk(t *testing.T) {
 				"2.email":  {"The 2.email field must be a valid email address."},
 				"2.zzz":    {"The 2.zzz field is prohibited."},
 				"3.email":  {"The 3.email field is required."},
-				"3.status": {"The selected 3.status is invalid."},
+				"3.status": {"The selected 3.status is invalid; it must be active or pending."},
 			},
 		},
 		{
@@ -565,7 +566,7 @@ func TestParseBulkDuplicateOfInvalidItem(t *testing.T) {
 		map[string]any{"email": "A@example.com"},
 	})
 	want := map[string][]string{
-		"0.status": {"The selected 0.status is invalid."},
+		"0.status": {"The selected 0.status is invalid; it must be active or pending."},
 		"1.email":  {"The 1.email field has a duplicate value."},
 	}
 	if diff := cmp.Diff(want, fieldsOf(verr)); diff != "" {
@@ -639,9 +640,9 @@ func TestParsePatch(t *testing.T) {
 			want: model.SubscriberPatch{Email: str("a@example.com"), Name: str("A B"), Status: st(model.StatusActive)},
 		},
 		{
-			name:     "status unsubscribed",
+			name:     "status unsubscribed points to DELETE",
 			in:       map[string]any{"status": "unsubscribed"},
-			wantErrs: map[string][]string{"status": {msgStatus}},
+			wantErrs: map[string][]string{"status": {msgStatusUnsub}},
 		},
 		{
 			name:     "email null",

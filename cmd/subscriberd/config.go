@@ -104,7 +104,7 @@ func (c *Config) settings() []setting {
 		{"IDEMPOTENCY_TTL", defaultIdempotencyTTL, "how long a stored response is replayed for its Idempotency-Key", false, to(&c.IdempotencyTTL, parseDuration)},
 		{"WEBHOOK_TIMEOUT", defaultWebhookTimeout, "per webhook delivery attempt", false, to(&c.WebhookTimeout, parseDuration)},
 		{"WEBHOOK_ALLOW_PRIVATE", defaultWebhookAllowPrivate, "allow webhook URLs on loopback and private networks", false, to(&c.WebhookAllowPrivate, parseBool)},
-		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (false turns it off)", false, to(&c.DocsUI, parseBool)},
+		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (off turns it off; the OpenAPI document stays)", false, to(&c.DocsUI, parseBool)},
 	}
 }
 
@@ -295,9 +295,15 @@ func parseDuration(name, raw string) (time.Duration, error) {
 }
 
 func parseBool(name, raw string) (bool, error) {
+	switch raw { // on and off, as other settings say off (RATE_LIMITS=off)
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
 	b, err := strconv.ParseBool(raw)
 	if err != nil {
-		return false, fmt.Errorf("%s: %q is not true or false", name, raw)
+		return false, fmt.Errorf("%s: %q is not true or false (on or off)", name, raw)
 	}
 	return b, nil
 }

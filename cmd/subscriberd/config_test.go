@@ -129,3 +129,14 @@ func TestConfigLogMasksPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigBoolsSayOnAndOff: booleans take on and off as well, as DOCS_UI=off is written in
+// the docs and other settings say off (RATE_LIMITS=off).
+func TestConfigBoolsSayOnAndOff(t *testing.T) {
+	for raw, want := range map[string]bool{"off": false, "on": true, "false": false, "true": true} {
+		cfg, err := loadConfig(t, map[string]string{"DOCS_UI": raw}, false)
+		if err != nil || cfg.DocsUI != want {
+			t.Errorf("DOCS_UI=%s: DocsUI %v, %v; want %v", raw, cfg.DocsUI, err, want)
+		}
+	}
+}

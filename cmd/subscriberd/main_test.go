@@ -69,6 +69,7 @@ func TestRunRejectsBadUsageAndConfig(t *testing.T) {
 		{"sqlite url without slashes", []string{"serve"}, map[string]string{"DATABASE_URL": "sqlite:x.db"}, "DATABASE_URL"},
 		{"sqlite url with a query", []string{"migrate"}, map[string]string{"DATABASE_URL": "sqlite:///tmp/x.db?mode=ro"}, "DATABASE_URL"},
 		{"empty data dir flag", []string{"serve", "--data-dir="}, nil, "DATA_DIR"},
+		{"bad docs ui", []string{"serve"}, map[string]string{"DOCS_UI": "no"}, "DOCS_UI"},
 		{"bad public base url", []string{"serve"}, map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
 		{"bad smtp url", []string{"serve"}, map[string]string{"SMTP_URL": "smtp://mail.example.com:99999"}, "SMTP_URL"},
 		{"bad smtp scheme flag", []string{"serve", "--smtp-url", "http://mail.example.com"}, nil, "SMTP_URL"},

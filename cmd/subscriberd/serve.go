@@ -136,6 +136,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Metrics:        metrics,
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
+		DisableDocs:    !cfg.DocsUI,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 

@@ -1,0 +1,88 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"net/http"
+	"path"
+	"time"
+)
+
+// docsUI holds the reference page and its assets: Swagger UI from the npm package
+// swagger-ui-dist (pinned, licence beside it; see docsui/README.md) and our page and starter.
+//
+//go:embed docsui
+var docsUI embed.FS
+
+// DocsPath is the reference page; DocsAssetsPath the prefix of what it loads.
+const (
+	DocsPath       = BasePath + "/docs"
+	DocsAssetsPath = DocsPath + "/assets/"
+)
+
+// docsCSP lets the page load scripts, styles and the OpenAPI document from its own origin
+// only, and nothing else. data: images are the icons inlined in swagger-ui.css; they fetch
+// nothing. No inline script or style attribute runs.
+const docsCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"font-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// docsAssets are the files under DocsAssetsPath, by name, with their media types.
+var docsAssets = map[string]string{
+	"swagger-ui-bundle.js":             "text/javascript; charset=utf-8",
+	"swagger-ui.css":                   "text/css; charset=utf-8",
+	"docs.js":                          "text/javascript; charset=utf-8",
+	"LICENSE":                          "text/plain; charset=utf-8",
+	"NOTICE":                           "text/plain; charset=utf-8",
+	"swagger-ui-bundle.js.LICENSE.txt": "text/plain; charset=utf-8",
+}
+
+// staticFile is an embedded file ready to serve.
+type staticFile struct {
+	body        []byte
+	contentType string
+	etag        string
+}
+
+func loadStatic(name, contentType string) staticFile {
+	b, err := docsUI.ReadFile(path.Join("docsui", name))
+	if err != nil {
+		panic("api: embedded docs file missing: " + name)
+	}
+	sum := sha256.Sum256(b)
+	return staticFile{body: b, contentType: contentType, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+}
+
+// registerDocs mounts the reference page and its assets on the public mux. The page works
+// without internet access; without JavaScript it names the OpenAPI document
+// (docs/api-contract.md §1).
+func (s *Server) registerDocs() {
+	page := loadStatic("docs.html", "text/html; charset=utf-8")
+	assets := map[string]staticFile{}
+	for name, ct := range docsAssets {
+		assets[name] = loadStatic(name, ct)
+	}
+	s.mux.HandleFunc("GET "+DocsPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", docsCSP)
+		serveStatic(w, r, page)
+	})
+	s.mux.HandleFunc("GET "+DocsAssetsPath+"{file}", func(w http.ResponseWriter, r *http.Request) {
+		f, ok := assets[r.PathValue("file")]
+		if !ok {
+			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
+			return
+		}
+		serveStatic(w, r, f)
+	})
+}
+
+// serveStatic answers with f, or 304 when the client's copy is current: the assets are large
+// and change only with the binary.
+func serveStatic(w http.ResponseWriter, r *http.Request, f staticFile) {
+	h := w.Header()
+	h.Set("Content-Type", f.contentType)
+	h.Set("Cache-Control", "no-cache") // revalidate: one small 304 per load
+	h.Set("ETag", f.etag)              // ServeContent answers If-None-Match with it
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
+}
