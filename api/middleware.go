@@ -110,12 +110,20 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) envelope(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
+		h["Cache-Control"] = noStore
+		h["X-Content-Type-Options"] = noSniff
 		h.Set("X-Request-Id", requestID(r.Header.Get("X-Request-Id")))
 		next.ServeHTTP(w, r)
 	})
 }
+
+// The values of the constant headers, shared by every response: Header.Set would allocate a
+// one-element slice for each, on every request. Nothing changes a header value in place, and
+// Header.Add appends to a full slice, which copies it.
+var (
+	noStore = []string{"no-store"}
+	noSniff = []string{"nosniff"}
+)
 
 // requestID keeps the caller's id when it is 1–128 characters of [A-Za-z0-9._-], else makes one.
 func requestID(given string) string {
@@ -133,8 +141,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		s.metrics.RequestStarted()
-		info := &requestInfo{route: RouteUnmatched}
-		sw := &statusWriter{ResponseWriter: w}
+		// One allocation for both: they live exactly as long as the request.
+		o := &struct {
+			sw   statusWriter
+			info requestInfo
+		}{statusWriter{ResponseWriter: w}, requestInfo{route: RouteUnmatched}}
+		info, sw := &o.info, &o.sw
 		ctx := context.WithValue(r.Context(), infoKey, info)
 		defer s.metrics.RequestDone()
 		next.ServeHTTP(sw, r.WithContext(ctx))
