@@ -62,7 +62,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics Metrics
-	// Limiter applies the client lockout, the key lockout and the rate limits (API.md §5);
+	// Limiter applies the client lockout, the key lockout and the rate limits (docs/api-contract.md §5);
 	// nil applies none.
 	Limiter Limiter
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client (TRUSTED_PROXIES).
@@ -128,8 +128,8 @@ func New(cfg Config) *Server {
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		idem: cfg.Idempotency, cursors: cursor.New(cfg.CursorKey)}
 	s.api = humago.New(s.mux, humaConfig())
-	// The order of API.md §5: client lockout, key, plan, key lockout and rate limits, then
-	// Idempotency-Key (docs/api-contract.md §8), then the body.
+	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
+	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body.
 	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.idempotency, s.preflight)
 	s.register()
 	s.documentErrors()

@@ -11,7 +11,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// ConfirmRoute is the route of the double-opt-in pages (API.md §6), on the public listener,
+// ConfirmRoute is the route of the double-opt-in pages (docs/api-contract.md §6), on the public listener,
 // without an API key.
 const ConfirmRoute = "/confirm/{token}"
 

@@ -357,7 +357,7 @@ func TestStoreNotCalledOnInvalidInput(t *testing.T) {
 }
 
 // TestLargeNumberIsAFieldError: a number too large for float64 is still valid JSON, so it is a
-// wrong type for its field like any other number (API.md §3), not Go decoder text.
+// wrong type for its field like any other number (docs/api-contract.md §3), not Go decoder text.
 func TestLargeNumberIsAFieldError(t *testing.T) {
 	tests := []struct {
 		name, big, small string

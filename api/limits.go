@@ -12,7 +12,7 @@ import (
 	"github.com/subscriberd/subscriberd/limits"
 )
 
-// Limiter decides the limits and lockouts of API.md §5 steps 1 and 4; *limits.Limiter is the
+// Limiter decides the limits and lockouts of docs/api-contract.md §5 steps 1 and 4; *limits.Limiter is the
 // implementation. Its decisions never fail: a limiter that cannot decide allows.
 type Limiter interface {
 	// CheckClient: is the client at ip locked out after repeated authentication failures?
@@ -31,14 +31,14 @@ type Limiter interface {
 // opBulk is the operation whose requests count against the bulk windows too.
 const opBulk = "bulk-create-subscribers"
 
-// clientIP is the request's client address (API.md §5): the TCP peer, or the rightmost
+// clientIP is the request's client address (docs/api-contract.md §5): the TCP peer, or the rightmost
 // untrusted X-Forwarded-For hop when the peer is a trusted proxy.
 func (s *Server) clientIP(ctx huma.Context) netip.Addr {
 	r, _ := humago.Unwrap(ctx)
 	return limits.ClientIP(r, s.cfg.TrustedProxies)
 }
 
-// clientLockout is API.md §5 step 1: a client locked out after repeated authentication
+// clientLockout is docs/api-contract.md §5 step 1: a client locked out after repeated authentication
 // failures gets 429 for every operation that needs a key, before the key is looked at, so it
 // learns nothing about keys and cannot use a valid one while locked.
 func (s *Server) clientLockout(ctx huma.Context, next func(huma.Context)) {
@@ -53,7 +53,7 @@ func (s *Server) clientLockout(ctx huma.Context, next func(huma.Context)) {
 	next(ctx)
 }
 
-// limit is API.md §5 step 4, after the key and the plan: the key's write lockout and rate
+// limit is docs/api-contract.md §5 step 4, after the key and the plan: the key's write lockout and rate
 // windows. Every response of an authenticated request carries the RateLimit-* headers; a
 // failed write (4xx other than 401, 403 and 429 to POST, PUT or DELETE) counts toward the
 // key's write lockout.

@@ -26,7 +26,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// MaxBodyBytes is the largest request body accepted (API.md §4.7).
+// MaxBodyBytes is the largest request body accepted (docs/api-contract.md §4.7).
 const MaxBodyBytes = 1 << 20
 
 // bulkPath is the path of the bulk create, whose only method is POST.
@@ -106,16 +106,24 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// envelope sets the headers every response carries (API.md §1).
+// envelope sets the headers every response carries (docs/api-contract.md §1).
 func (s *Server) envelope(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
+		h["Cache-Control"] = noStore
+		h["X-Content-Type-Options"] = noSniff
 		h.Set("X-Request-Id", requestID(r.Header.Get("X-Request-Id")))
 		next.ServeHTTP(w, r)
 	})
 }
+
+// The values of the constant headers, shared by every response: Header.Set would allocate a
+// one-element slice for each, on every request. Nothing changes a header value in place, and
+// Header.Add appends to a full slice, which copies it.
+var (
+	noStore = []string{"no-store"}
+	noSniff = []string{"nosniff"}
+)
 
 // requestID keeps the caller's id when it is 1–128 characters of [A-Za-z0-9._-], else makes one.
 func requestID(given string) string {
@@ -133,8 +141,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		s.metrics.RequestStarted()
-		info := &requestInfo{route: RouteUnmatched}
-		sw := &statusWriter{ResponseWriter: w}
+		// One allocation for both: they live exactly as long as the request.
+		o := &struct {
+			sw   statusWriter
+			info requestInfo
+		}{statusWriter{ResponseWriter: w}, requestInfo{route: RouteUnmatched}}
+		info, sw := &o.info, &o.sw
 		ctx := context.WithValue(r.Context(), infoKey, info)
 		defer s.metrics.RequestDone()
 		next.ServeHTTP(sw, r.WithContext(ctx))
@@ -239,7 +251,7 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// authenticate checks the bearer key and the plan (API.md §5 steps 2–3). Every 401 counts
+// authenticate checks the bearer key and the plan (docs/api-contract.md §5 steps 2–3). Every 401 counts
 // toward the client's lockout.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if len(ctx.Operation().Security) == 0 {

@@ -15,7 +15,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// TestCommonHeaders: every response, whoever writes it, carries the headers of API.md §1.
+// TestCommonHeaders: every response, whoever writes it, carries the headers of docs/api-contract.md §1.
 func TestCommonHeaders(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -142,7 +142,7 @@ func statusOf(e *env, t *testing.T, key string) int {
 }
 
 // TestKeyCache: a verified key is trusted for the TTL; revocation and plan changes take
-// effect when it ends (API.md §5).
+// effect when it ends (docs/api-contract.md §5).
 func TestKeyCache(t *testing.T) {
 	tests := []struct {
 		name string

@@ -356,7 +356,7 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 }
 
 // TestOpenAPIUpdateHasNoDefaultStatus: an omitted status keeps its value on update
-// (API.md §4.5); a default of "active" in SubscriberUpdate tells generated clients and
+// (docs/api-contract.md §4.5); a default of "active" in SubscriberUpdate tells generated clients and
 // validators the opposite.
 func TestOpenAPIUpdateHasNoDefaultStatus(t *testing.T) {
 	_, doc := openAPIDoc(t)

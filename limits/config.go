@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults of API.md §7, as the environment spells them.
+// Defaults of docs/api-contract.md §7, as the environment spells them.
 const (
 	DefaultRateLimits     = "60/1m,500/1h,3000/24h"
 	DefaultBulkRateLimits = "10/1m,100/1h,500/24h"

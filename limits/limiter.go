@@ -1,6 +1,6 @@
 // Package limits decides whether a request may proceed: per-key rate limits over several
 // windows (with extra windows for bulk requests), a per-client-IP lockout after repeated
-// authentication failures and a per-key lockout after repeated failed writes (API.md §5).
+// authentication failures and a per-key lockout after repeated failed writes (docs/api-contract.md §5).
 //
 // The counters live in a Backend: Memory in the process, or Redis shared by every instance,
 // usually behind a Failover that decides in process while Redis is unreachable. The Limiter
@@ -143,7 +143,7 @@ func bucketKey(id, kind string, w Window) string {
 	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
 }
 
-// CheckClient answers step 1 of API.md §5: is the client at ip locked out?
+// CheckClient answers step 1 of docs/api-contract.md §5: is the client at ip locked out?
 func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 	if !l.cfg.AuthLockout.Enabled() {
 		return Decision{Allowed: true}
@@ -215,7 +215,7 @@ func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKe
 	}
 }
 
-// CheckKey answers step 4 of API.md §5 for the key keyID: its write lockout, then its rate
+// CheckKey answers step 4 of docs/api-contract.md §5 for the key keyID: its write lockout, then its rate
 // windows — and the bulk windows too when bulk is true. A request that is not allowed takes
 // nothing from any window.
 func (l *Limiter) CheckKey(ctx context.Context, keyID string, bulk bool) Decision {

@@ -11,7 +11,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// collapseFirstSpace is the name rule of API.md §2 written independently of SplitName: trim,
+// collapseFirstSpace is the name rule of docs/api-contract.md §2 written independently of SplitName: trim,
 // then collapse the run of white space after the first space into that one space.
 func collapseFirstSpace(s string) string {
 	s = strings.TrimSpace(s)

@@ -71,7 +71,7 @@ type QueryError struct{ Message string }
 
 func (e *QueryError) Error() string { return e.Message }
 
-// Messages of the contract (API.md §3). %s is the attribute: "email", "2.email".
+// Messages of the contract (docs/api-contract.md §3). %s is the attribute: "email", "2.email".
 const (
 	msgRequired     = "The %s field is required."
 	msgString       = "The %s field must be a string."

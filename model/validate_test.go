@@ -12,7 +12,7 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// Messages of API.md §3, written out here rather than taken from the package so that a
+// Messages of docs/api-contract.md §3, written out here rather than taken from the package so that a
 // changed wording fails a test.
 const (
 	msgEmailRequired = "The email field is required."
@@ -557,7 +557,7 @@ func TestParseBulkHundredItems(t *testing.T) {
 	}
 }
 
-// TestParseBulkDuplicateOfInvalidItem: API.md §3 reports all failing fields at once, so a later
+// TestParseBulkDuplicateOfInvalidItem: docs/api-contract.md §3 reports all failing fields at once, so a later
 // item repeating an earlier item's email is a duplicate even when the earlier item fails on
 // another field.
 func TestParseBulkDuplicateOfInvalidItem(t *testing.T) {

@@ -535,7 +535,7 @@ func (b *bench) runOn(ctx context.Context, in *instance, name string, clients in
 		}
 	}
 	out := load.Run(ctx, opts, op)
-	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
+	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
 	if wait != nil {
 		wait()
 	}
@@ -599,7 +599,7 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 	var cpu cpuMeter
 	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
 		OnMeasure: func() { cpu.start(b.cfg.pid) }}, sc.Op)
-	rec.ServiceCPU, rec.ToolCPU = cpu.stop()
+	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
 	rec.fill(out, b.cfg.duration)
 	switch name {
 	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:

@@ -27,6 +27,7 @@ import (
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 	"github.com/subscriberd/subscriberd/internal/testdb"
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 // pg is the test PostgreSQL (TEST_DATABASE_URL, else a container; see internal/testdb).
@@ -172,7 +173,7 @@ func runTool(t *testing.T, args ...string) *Report {
 }
 
 // TestRunAgainstTheService builds subscriberd, starts it on a scratch database the way
-// scripts/bench.sh does (through its CLI only, API.md §7), and runs the whole tool against
+// scripts/bench.sh does (through its CLI only, docs/api-contract.md §7), and runs the whole tool against
 // it with every scenario bounded by a request count: every probe must pass, no request may
 // fail, and every comparison must be filled.
 func TestRunAgainstTheService(t *testing.T) {
@@ -197,6 +198,15 @@ func TestRunAgainstTheService(t *testing.T) {
 			t.Errorf("%s %s %s: %d ok of %d, errors %v", r.Phase, r.Kind, r.Scenario, r.OK, r.Requests, r.ErrorDetails)
 		}
 	}
+	// PostgreSQL's CPU is measured beside the service's (in ticks of 10 ms: a single short
+	// run may read 0, not all of them).
+	var dbCPU float64
+	for _, r := range rep.Runs {
+		dbCPU += r.DBCPU
+	}
+	if dbCPU <= 0 {
+		t.Errorf("no run measured PostgreSQL's CPU")
+	}
 	if len(rep.Comparisons) != len(targets) {
 		t.Errorf("%d comparisons, want %d", len(rep.Comparisons), len(targets))
 	}
@@ -217,7 +227,7 @@ func TestRunAgainstTheService(t *testing.T) {
 }
 
 // setUpService builds subscriberd into dir and prepares the database dsn the way
-// scripts/bench.sh does (through its CLI only, API.md §7): migrations, a newsletter and a key.
+// scripts/bench.sh does (through its CLI only, docs/api-contract.md §7): migrations, a newsletter and a key.
 func setUpService(t *testing.T, dir, dsn string) (bin, newsletter, key string) {
 	t.Helper()
 	bin = filepath.Join(dir, "subscriberd")
@@ -374,6 +384,60 @@ func TestProcCPU(t *testing.T) {
 	}
 	if _, ok := serviceCPU(os.Getpid()); !ok {
 		t.Errorf("cannot read this process's /proc stat")
+	}
+	// cutime 30 and cstime 70 ticks: the reaped children's 1 s on top.
+	stat = "4242 (postgres) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 30 70 20 0 9 0 100 0 0"
+	if got, err := procCPUWithChildren(stat); err != nil || got != 5*time.Second {
+		t.Errorf("procCPUWithChildren = %v, %v; want 5s", got, err)
+	}
+}
+
+// TestDatabaseCPUSeesAStatement checks that PostgreSQL's CPU, as the tool reads it from
+// /proc, grows by about what one CPU-bound statement costs the server.
+func TestDatabaseCPUSeesAStatement(t *testing.T) {
+	db, err := repo.Open(pg.Fresh(t), repo.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := db.PingContext(ctx); err != nil { // the backend exists before the window opens
+		t.Fatal(err)
+	}
+	before, ok := databaseCPU()
+	if !ok {
+		t.Fatal("no process named postgres visible in /proc")
+	}
+	var n int64
+	if err := db.NewRaw("SELECT count(*) FROM generate_series(1, 5000000)").Scan(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := databaseCPU()
+	if got := after - before; got < 100*time.Millisecond {
+		t.Errorf("PostgreSQL CPU grew by %v over a statement that costs it ~0.5 s", got)
+	}
+}
+
+func TestCPUSplitPerRequest(t *testing.T) {
+	s := rec("service", svc.Get, 1000, 1000)
+	s.ServiceCPU, s.DBCPU, s.ToolCPU = 0.1, 0.2, 0.05
+	b := rec("baseline", baseline.SelectByID, 4000, 4000)
+	b.ServiceCPU, b.DBCPU, b.ToolCPU = 0.01, 0.4, 0.2
+	rows := cpuSplit(&Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
+	}
+	if r := rows[0]; math.Abs(r.svc-100) > 1e-9 || math.Abs(r.db-200) > 1e-9 || math.Abs(r.tool-50) > 1e-9 || math.Abs(r.total()-350) > 1e-9 {
+		t.Errorf("service row %+v, want 100/200/50 µs", r)
+	}
+	// A baseline has no service part, whatever the idle service used meanwhile.
+	if r := rows[1]; !math.IsNaN(r.svc) || math.Abs(r.db-100) > 1e-9 || math.Abs(r.tool-50) > 1e-9 {
+		t.Errorf("baseline row %+v, want -/100/50 µs", r)
+	}
+	var out bytes.Buffer
+	printReport(&out, &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})
+	if !strings.Contains(out.String(), "CPU per request in µs") {
+		t.Errorf("report has no CPU split:\n%s", out.String())
 	}
 }
 

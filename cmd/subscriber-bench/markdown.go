@@ -99,6 +99,16 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	if rows := cpuSplit(rep); len(rows) > 0 {
+		fmt.Fprintln(w, "\nCPU per request in µs: the service's process, PostgreSQL's server processes and the load generator, "+
+			"over each measured window (median pass); a baseline has no service part, the tool sends its SQL itself.")
+		fmt.Fprintln(w, "\n| scenario | service | PostgreSQL | load generator | total |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
+		for _, r := range rows {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.name), f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
+		}
+	}
+
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\nTelemetry on the official OpenTelemetry components, off against on at 100 %% sampling and at the production setting (parentbased_traceidratio 0.1), %d clients, in the same passes, in alternating slices (targets: overhead %s):\n", m.Clients, t.Target)
 		fmt.Fprintln(w, "\n| scenario | setting | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
@@ -158,16 +168,67 @@ targets are ratios, because absolute figures change with the machine. Each scena
 checked at 64 and 256 clients for errors and stalls (the longest gap between two answers), and
 the service's peak RSS is read from /proc.
 
-**Telemetry** is priced in the same run: two more instances on the same database, one with
-telemetry off (` + "`OTEL_SDK_DISABLED=true`, `LOG_LEVEL=warn`" + `) and one fully on (every trace sampled
-and exported over OTLP/HTTP to a receiver the tool serves on loopback, JSON access log at
-info), driven by the same clients in alternating half-second slices so that a drift of the
-machine costs both alike. The overhead is the median over passes of 1 − on/off.
+**Telemetry** is priced in the same run by three more instances on the same database: off
+(` + "`OTEL_SDK_DISABLED=true`, `LOG_LEVEL=warn`" + `), fully on (every trace sampled) and the production
+setting (` + "`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`" + `), the last
+two exporting over OTLP/HTTP to a receiver the tool serves on loopback, with the JSON access log
+at info. Each setting is run against off by the same clients in alternating half-second slices,
+so that a drift of the machine costs both alike; the overhead is the median over passes of
+1 − setting/off. Targets: production ≤ 5 % on every scenario; fully on ≤ 20 % on get, ≤ 10 %
+on the others.
 
 **Reading it.** The machine is shared and its speed drifts: compare ratios within one run, not
 absolute figures across runs. One pass of the telemetry comparison is good to about ±2.5
 points (an A/A run, the same build in both slots, reads within that); the median of five to
-about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--passes 3`, `--million`, `--profile`,\n`--markdown docs/benchmarks.md`, `--compare-with old.json`, `--on-env`/`--off-env` to price one\npart of telemetry" + `).
+about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--passes 3`, `--million`, `--profile`,\n`--markdown docs/benchmarks.md`, `--compare-with old.json`, `--off-env`/`--on-env`/`--prod-env` to\nprice one part of telemetry" + `).
+
+**CPU per request** is each measured window's CPU time over its requests: the service's process
+from /proc/PID/stat, PostgreSQL's from every process named postgres (with the backends that
+exited meanwhile), the load tool's own from getrusage. A baseline has no service part: the tool
+sends its SQL itself.
+` + whereCPUGoes
+
+// whereCPUGoes is what counting (statements, system calls, allocations) rather than timing
+// shows about a get's cost; it holds on a busy machine, so it is part of every report.
+const whereCPUGoes = `
+## Where a get's CPU goes
+
+Counted rather than timed, so these figures hold on a busy machine too. They come from
+` + "`" + `go test ./repo -run TestStatementsPerRequest -v` + "`" + `, ` + "`" + `go test ./repo -run '^$' -bench GetPaths
+-benchmem` + "`" + `, ` + "`" + `go test ./api -run '^$' -bench Serve -benchmem` + "`" + `, and ` + "`" + `strace -c -f` + "`" + ` on the service
+over 2,000 keep-alive requests of each kind.
+
+- **Round trips.** Each measured request is one statement, so one round trip to PostgreSQL: a
+  get, a list page with its exact total, a create of an active subscriber, a rename, and the key
+  check on a key-cache miss (a verified key then comes from the cache). A pending create is
+  BEGIN, two INSERTs and COMMIT. No transaction wraps a single statement.
+- **System calls.** Per get, about 2 writes (the response and the statement) and 5 reads (the
+  request, the result, and the reads the Go runtime retries after EAGAIN). The access log is
+  buffered and written in batches. The rest (futex, epoll_pwait, nanosleep) is the Go scheduler
+  passing the request between goroutines, and strace itself inflates those calls.
+- **Allocations.** The HTTP layer makes 41 allocations (7.7 KiB) per get. About 17 of them belong
+  to the benchmark's own request and recorder. The store makes 40 (6.3 KiB). Of those 6.3 KiB,
+  4 KiB is the buffer bun's query builder allocates for every statement's text. bun v1.2 does not
+  let you configure that buffer.
+- **PostgreSQL.** pgdriver sends every statement over the simple query protocol, with the values
+  inlined into the text (418 bytes for a get). PostgreSQL therefore parses and plans each
+  statement. The baselines above are sent the same way, so the ratios compare like with like.
+
+The same get, client side (allocations and bytes per get, exact counts):
+
+| path | allocs | bytes |
+|---|--:|--:|
+| bun's query builder (the service) | 40 | 6,461 |
+| bun, raw SQL | 38 | 2,356 |
+| database/sql, the same SQL, without bun | 23 | 882 |
+| database/sql, prepared statement (pgdriver's extended protocol) | 32 | 1,058 |
+
+The next step would be prepared statements for the hot reads: database/sql's ` + "`" + `Stmt` + "`" + `, either over
+pgdriver or over pgx's database/sql driver, which prepares and caches statements itself. Each
+connection would then parse and plan a lookup once, and each call would send only the
+identifiers. The price is hand-written SQL and scanning outside bun's builder, plus database
+spans made outside bun's query hook. A raw bun query avoids the 4 KiB buffer, but its span loses
+` + "`" + `db.collection.name` + "`" + `.
 `
 
 func orDash(s string) string {

@@ -93,7 +93,10 @@ type RunRecord struct {
 	// used during the measured window, in cores (1.0 = one core busy); they share the machine
 	// with PostgreSQL.
 	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
-	ToolCPU    float64 `json:"tool_cpu_cores"`
+	// DBCPU is the CPU time the PostgreSQL server's processes used in the same window, in
+	// cores (see databaseCPU).
+	DBCPU   float64 `json:"db_cpu_cores,omitempty"`
+	ToolCPU float64 `json:"tool_cpu_cores"`
 	// Conns and CounterSlots, for write scenarios: the writer's open database connections
 	// and how many distinct subscriber_counts slots (backend pid % 16) they map to.
 	Conns        int `json:"db_conns,omitempty"`
@@ -419,6 +422,16 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	tw.Flush()
 
+	if rows := cpuSplit(rep); len(rows) > 0 {
+		fmt.Fprintln(w, "\nCPU per request in µs (service, PostgreSQL, load generator), measured scenarios and their baselines:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\tsvc\tpg\ttool\ttotal\t")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.name, f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
+		}
+		tw.Flush()
+	}
+
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\ntelemetry off against on at 100 %% sampling and at the production setting, %d clients, in the same passes:\n", m.Clients)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -466,6 +479,51 @@ func rowsCol(r *RunRecord) string {
 		return ""
 	}
 	return f1(r.RowsPerSec)
+}
+
+// splitRow is one line of the CPU split: a run's CPU per request, in µs, of the service
+// (NaN for a baseline, which the tool drives alone), of PostgreSQL and of the load generator.
+type splitRow struct {
+	name          string
+	svc, db, tool float64
+}
+
+func (r splitRow) total() float64 {
+	t := 0.0
+	for _, v := range []float64{r.svc, r.db, r.tool} {
+		if !math.IsNaN(v) {
+			t += v
+		}
+	}
+	return t
+}
+
+// cpuSplit lists, for each measured service scenario (its median pass) and then each of its
+// baselines, the CPU per request of the service, PostgreSQL and this tool.
+func cpuSplit(rep *Report) []splitRow {
+	var out []splitRow
+	for _, p := range plan {
+		s := rep.find("service", p.service, "measure", rep.Meta.Clients)
+		if s == nil {
+			continue
+		}
+		out = append(out, splitRow{s.Scenario, usPerReq(s.ServiceCPU, s), usPerReq(s.DBCPU, s), usPerReq(s.ToolCPU, s)})
+		for _, name := range p.baselines {
+			if b := rep.find("baseline", name, "measure", rep.Meta.Clients); b != nil {
+				out = append(out, splitRow{"  baseline " + name, math.NaN(), usPerReq(b.DBCPU, b), usPerReq(b.ToolCPU, b)})
+			}
+		}
+	}
+	return out
+}
+
+// usPerReq converts cores used during r's window into µs of CPU per request; NaN when
+// unknown.
+func usPerReq(cores float64, r *RunRecord) float64 {
+	if cores <= 0 || r.RequestsPerSec <= 0 {
+		return math.NaN()
+	}
+	return cores / r.RequestsPerSec * 1e6
 }
 
 // cpuCol shows the cores the service and the tool used.

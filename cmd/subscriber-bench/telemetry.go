@@ -213,7 +213,7 @@ func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass 
 		}}
 	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
 	for i, in := range ins {
-		service, tool := cpus[i].stop()
+		service, _, tool := cpus[i].stop()
 		recs[i].ServiceCPU, recs[i].ToolCPU = 2*service, tool
 		b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.telemetryDuration)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/subscriberd/subscriberd/telemetry"
 )
 
-// shutdownGrace is how long in-flight requests may take to finish after SIGTERM (API.md §7).
+// shutdownGrace is how long in-flight requests may take to finish after SIGTERM (docs/api-contract.md §7).
 const shutdownGrace = 25 * time.Second
 
 // serve runs the service until ctx ends. With dev set (subscriberd dev, or serve --dev) it

@@ -72,6 +72,9 @@ func Start(ctx context.Context) (*Server, error) {
 			// initdb takes its encoding from the locale: make the cluster UTF-8 whatever the
 			// image's default (pgdriver refuses other encodings).
 			testcontainers.WithEnv(map[string]string{"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}),
+			// The integration package runs its tests in parallel, each with its own pools
+			// (often two instances and a worker): the default 100 connections run out.
+			testcontainers.WithCmdArgs("-c", "max_connections=400"),
 			testcontainers.WithWaitStrategy(wait.ForAll(
 				wait.ForLog("database system is ready to accept connections").WithOccurrence(2),
 				wait.ForListeningPort("5432/tcp"),

@@ -1,4 +1,4 @@
-// Package svc drives a running subscriberd over its HTTP API (see /work/shared/API.md): the
+// Package svc drives a running subscriberd over its HTTP API (see docs/api-contract.md): the
 // load scenarios of subscriber-bench and the bulk seeding of a newsletter.
 package svc
 
