@@ -51,14 +51,7 @@ func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, err
 	if len(evs) == 0 {
 		return false, nil
 	}
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	tp := carrier.Get("traceparent")
-	rows := make([]eventRow, len(evs))
-	for i, e := range evs {
-		rows[i] = eventRow{ID: e.ID, NewsletterID: e.NewsletterID, SubscriberID: e.SubscriberID,
-			Type: string(e.Type), Payload: string(e.Payload), Traceparent: tp, CreatedAt: e.Timestamp}
-	}
+	rows := eventRows(ctx, evs)
 	if !isSQLite(db) {
 		ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
 		_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
@@ -81,6 +74,41 @@ FROM ev JOIN webhook_endpoints AS w
 		return false, translate(err)
 	}
 	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// eventRows are the rows of evs, carrying ctx's trace context so that their deliveries link to
+// the request that caused them.
+func eventRows(ctx context.Context, evs []model.Event) []eventRow {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	tp := carrier.Get("traceparent")
+	rows := make([]eventRow, len(evs))
+	for i, e := range evs {
+		rows[i] = eventRow{ID: e.ID, NewsletterID: e.NewsletterID, SubscriberID: e.SubscriberID,
+			Type: string(e.Type), Payload: string(e.Payload), Traceparent: tp, CreatedAt: e.Timestamp}
+	}
+	return rows
+}
+
+// insertWithEventPG stores row unless its email is taken, with its created event and the
+// event's deliveries, in one PostgreSQL statement: the data-modifying parts of a statement take
+// effect together or not at all, so a create needs one round trip instead of a transaction's
+// four. It reports whether row was stored; when it was not, nothing was.
+func insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
+	r := eventRows(ctx, []model.Event{ev})[0]
+	ins := db.NewInsert().Model(row).On("CONFLICT (newsletter_id, email_key) DO NOTHING").Returning("id")
+	var n int
+	err := db.NewRaw(`WITH s AS (?), ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT ?::uuid, ?::uuid, s.id, ?, ?, ?, ?::timestamptz FROM s
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesSQL+`)
+SELECT count(*) FROM s`, ins, r.ID, r.NewsletterID, r.Type, r.Payload, r.Traceparent, r.CreatedAt).
+		Scan(named(ctx, "INSERT", "subscribers"), &n)
+	if err != nil {
+		return false, translate(err)
+	}
 	return n > 0, nil
 }
 

@@ -96,7 +96,16 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	row := s.newRow(nl, in, s.now())
 	src := model.SourceFrom(ctx)
 	var delivering bool
+	pending := in.Status == model.StatusPending
 	insert := func(ctx context.Context, db bun.IDB) error {
+		if !pending && !isSQLite(db) {
+			stored, err := insertWithEventPG(ctx, db, &row,
+				model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt))
+			if err == nil && !stored {
+				err = fmt.Errorf("%w", model.ErrEmailTaken)
+			}
+			return err
+		}
 		res, err := db.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
@@ -116,10 +125,10 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		}
 		return nil
 	}
-	if err := s.atomically(ctx, true, insert); err != nil {
+	if err := s.atomically(ctx, pending, insert); err != nil {
 		return model.Subscriber{}, translate(err)
 	}
-	if in.Status == model.StatusPending {
+	if pending {
 		emailsQueued(s.db)
 	}
 	deliveriesQueued(s.db, delivering)

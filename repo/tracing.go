@@ -72,6 +72,9 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 		return ctx
 	}
 	op, table := e.Operation(), tableName(e)
+	if n, ok := ctx.Value(statementKey{}).(statementName); ok {
+		op, table = n.op, n.table
+	}
 	name := op
 	if table != "" { // "SELECT subscribers": a few dozen names, made once each
 		var stack [64]byte
@@ -351,6 +354,18 @@ func errorType(err error) string {
 }
 
 // tableName is the table a query-builder statement works on, or "".
+// statementKey carries a statementName in a query's context.
+type statementKey struct{}
+
+// statementName names a raw statement's span for what it does: a statement that inserts into
+// several tables through CTEs is named for its main change rather than for its final SELECT.
+type statementName struct{ op, table string }
+
+// named returns ctx with the operation and table that name the span of the statement run in it.
+func named(ctx context.Context, op, table string) context.Context {
+	return context.WithValue(ctx, statementKey{}, statementName{op, table})
+}
+
 func tableName(e *bun.QueryEvent) string {
 	if e.IQuery == nil {
 		return ""
