@@ -121,6 +121,8 @@ func markdown(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "\n%s.\n", t.describe())
 	}
 
+	webhooksMarkdown(w, rep)
+
 	fmt.Fprintln(w, "\nChecks at more clients (no error and no stall required):")
 	fmt.Fprintln(w, "\n| scenario | clients | req/s | p50 | p99 | max | errors | longest gap ms |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
@@ -236,4 +238,35 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// webhooksMarkdown writes the writes measured again with one webhook endpoint, each against
+// itself without one, and the delivery throughput (webhooks.go), when the run measured them.
+func webhooksMarkdown(w io.Writer, rep *Report) {
+	clients := rep.Meta.Clients
+	var rows []string
+	for _, name := range webhookScenarios {
+		with, plain := rep.find("service", name+webhookSuffix, "measure", clients), rep.find("service", name, "measure", clients)
+		if with == nil || plain == nil || plain.RowsPerSec <= 0 {
+			continue
+		}
+		ratio := with.RowsPerSec / plain.RowsPerSec
+		verdict := map[bool]string{true: "met", false: "**missed**"}[ratio >= 0.85]
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %.2f | ≥ 0.85 | %s |", name, f1(plain.RowsPerSec), f1(with.RowsPerSec), ratio, verdict))
+	}
+	d := rep.find("service", WebhookDelivery, "measure", 1)
+	if len(rows) == 0 && d == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nWrites with one enabled webhook endpoint subscribed to every event, against the same writes without, %d clients (rows/s):\n", clients)
+	fmt.Fprintln(w, "\n| scenario | without | with | ratio | target | verdict |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|---|---|")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+	if d != nil {
+		verdict := map[bool]string{true: "met", false: "**missed**"}[d.RequestsPerSec >= 1000]
+		fmt.Fprintf(w, "\nDelivery to a local receiver answering at once: %d events in %.1f s, %.0f events/s (target ≥ 1000: %s).\n",
+			d.Requests, d.Seconds, d.RequestsPerSec, verdict)
+	}
 }
