@@ -35,8 +35,9 @@ type Outbox interface {
 	// model.ErrEmailObsolete, without calling accept), calls accept — the SMTP server's
 	// acceptance of the message — and records e as sent, all in one transaction: a refusal
 	// that races the send commits before it or after the server accepted the email, never in
-	// between. accept's error is returned as is. accept is called at most once.
-	CommitSend(ctx context.Context, e model.OutboxEmail, accept func() error) error
+	// between. accept's error is returned as is. accept is called at most once. mailed says
+	// that a server, not the log, takes the email: only then is it a confirmation_sent event.
+	CommitSend(ctx context.Context, e model.OutboxEmail, mailed bool, accept func() error) error
 	// Extend renews the lease of claimed emails still in the worker's hands (its heartbeat).
 	Extend(ctx context.Context, ids []uuid.UUID, lease time.Duration) error
 	// Retry counts a failed attempt and makes the email due again after delay.
@@ -378,7 +379,8 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted *bool, commitErr *error) error {
 	gate := func(accept func() error) error {
 		var acceptErr error
-		err := w.outbox.CommitSend(ctx, job, func() error {
+		_, logsOnly := w.transport.(interface{ logsOnly() })
+		err := w.outbox.CommitSend(ctx, job, !logsOnly, func() error {
 			acceptErr = accept()
 			*accepted = acceptErr == nil
 			return acceptErr

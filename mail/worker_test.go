@@ -117,7 +117,7 @@ func (o *fakeOutbox) set(id uuid.UUID, f func(*fakeRow)) error {
 	return nil
 }
 
-func (o *fakeOutbox) CommitSend(_ context.Context, e model.OutboxEmail, accept func() error) error {
+func (o *fakeOutbox) CommitSend(_ context.Context, e model.OutboxEmail, _ bool, accept func() error) error {
 	o.mu.Lock()
 	r := o.row(e.ID)
 	wanted := !r.obsolete && r.state == model.EmailPending

@@ -166,9 +166,10 @@ VALUES (?, ?, ?, ?, ?)`, hash, e.SubscriberID, e.ID, now, now.Add(ttl)).Exec(ctx
 // server answers the end of DATA, bounded by the SMTP timeout; on SQLite the transaction holds
 // the database's write lock as long. An error from accept is returned as is and nothing is
 // recorded. accept is called at most once, even when the transaction runs again after a
-// deadlock. The same transaction records the subscriber.confirmation_sent event
+// deadlock. When mailed is set (a server, not the log of a service without SMTP, takes the
+// email) the same transaction records the subscriber.confirmation_sent event
 // (docs/api-contract.md §10.1).
-func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, accept func() error) error {
+func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, mailed bool, accept func() error) error {
 	var called, delivering bool
 	var acceptErr error
 	once := func() error {
@@ -185,20 +186,21 @@ func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, accept fun
 		// (its row is held since stillWanted). It is written before the server is asked, so
 		// that after the server accepts only the outbox update and the commit remain, as
 		// without it; a refusal rolls it back.
-		now := o.now()
-		var sub subscriberRow
-		if err := tx.NewSelect().Model(&sub).Where("id = ?", e.SubscriberID).Scan(ctx); err != nil {
-			return translate(err)
-		}
-		var err error
-		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
-			nil, model.EventSource{Kind: model.SourceEmail}, now)}); err != nil {
-			return err
+		if mailed {
+			var sub subscriberRow
+			if err := tx.NewSelect().Model(&sub).Where("id = ?", e.SubscriberID).Scan(ctx); err != nil {
+				return translate(err)
+			}
+			var err error
+			if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
+				nil, model.EventSource{Kind: model.SourceEmail}, o.now())}); err != nil {
+				return err
+			}
 		}
 		if err := once(); err != nil {
 			return err
 		}
-		_, err = tx.NewRaw(`UPDATE email_outbox
+		_, err := tx.NewRaw(`UPDATE email_outbox
 SET state = 'sent', attempts = attempts + 1, sent_at = ?0, updated_at = ?0, last_error = ''
 WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 		return translate(err)

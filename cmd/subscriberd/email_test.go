@@ -199,8 +199,9 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 			t.Fatalf("a wrong key got %d, want 401 every time (lockouts off)", status)
 		}
 	}
-	if status, body := call(t, "POST", s.api+"/api/v1/subscribers", key, `{"email":"new@example.com","status":"pending"}`); status != http.StatusCreated {
-		t.Fatalf("create = %d %v", status, body)
+	status, created := call(t, "POST", s.api+"/api/v1/subscribers", key, `{"email":"new@example.com","status":"pending"}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create = %d %v", status, created)
 	}
 	var link string
 	waitUntil(t, "the link on stdout", func() bool {
@@ -224,6 +225,18 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "subscribed") {
 		t.Errorf("POST %s = %d:\n%s", link, res.StatusCode, body)
+	}
+	// A logged email was not sent: the history proves what happened, so it has no
+	// confirmation_sent (docs/api-contract.md §10.1), only the create and the confirmation.
+	id, _ := created["data"].(map[string]any)["id"].(string)
+	_, history := call(t, "GET", s.api+"/api/v1/subscribers/"+id+"/events", key, "")
+	var types []string
+	events, _ := history["data"].([]any)
+	for _, e := range events {
+		types = append(types, e.(map[string]any)["type"].(string))
+	}
+	if got := strings.Join(types, ","); got != "subscriber.created,subscriber.confirmed" {
+		t.Errorf("history = %s, want subscriber.created,subscriber.confirmed (a logged email is not sent)", got)
 	}
 	if m := get(t, s.admin+"/metrics"); !strings.Contains(m, `email_sends_total{outcome="logged"} 1`) || !strings.Contains(m, `email_sends_total{outcome="sent"} 0`) {
 		t.Error(`metrics: want email_sends_total{outcome="logged"} 1 and sent 0`)
