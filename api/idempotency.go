@@ -161,7 +161,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	}
 	var rec *bufferedResponse
 	res, err := s.idem.Run(ctx.Context(), nl, key, fp, func(txCtx context.Context) (*model.StoredResponse, error) {
-		rec = &bufferedResponse{header: http.Header{}}
+		rec = &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
 		r2 := r.WithContext(txCtx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		next(humago.NewContext(ctx.Operation(), r2, rec))
@@ -224,25 +224,15 @@ func (s *Server) idemOutcome(ctx huma.Context, outcome string) {
 	}
 }
 
-// bufferedResponse holds a response until its record is committed.
+// bufferedResponse holds a response until its record is committed: the status and headers
+// as headerRecorder keeps them, and the body.
 type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (b *bufferedResponse) Header() http.Header { return b.header }
-
-func (b *bufferedResponse) WriteHeader(code int) {
-	if b.status == 0 {
-		b.status = code
-	}
+	headerRecorder
+	body bytes.Buffer
 }
 
 func (b *bufferedResponse) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
-	}
+	b.headerRecorder.Write(p) //nolint:errcheck // records the status only
 	return b.body.Write(p)
 }
 

@@ -232,7 +232,8 @@ func setRoute(w http.ResponseWriter, route string) {
 	}
 }
 
-// headerRecorder captures the status and headers the mux would answer an unrouted request.
+// headerRecorder captures a response's status and headers and drops its body: what the mux
+// would answer an unrouted request, and the head of a held idempotent response.
 type headerRecorder struct {
 	header http.Header
 	status int
