@@ -101,40 +101,12 @@ func TestLookupByEmail(t *testing.T) {
 // whatever the newsletter's size.
 func TestLookupByEmailUsesUniqueIndex(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	var plan []string
+	var joined string
 	if testdb.Store() == testdb.SQLite {
-		rows, err := e.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ?`, e.nl.String(), "a@example.com")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
+		joined = explain(t, e, `SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ?`, e.nl.String(), "a@example.com")
 	} else {
-		if _, err := e.db.ExecContext(ctx, "SET enable_seqscan = off"); err != nil { // a tiny table would be scanned
-			t.Fatal(err)
-		}
-		rows, err := e.db.QueryContext(ctx, `EXPLAIN SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ?`, e.nl, "a@example.com")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
+		joined = explain(t, e, `SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ?`, e.nl, "a@example.com")
 	}
-	joined := strings.Join(plan, "\n")
 	want := "subscribers_newsletter_email_key"
 	if testdb.Store() == testdb.SQLite { // the UNIQUE (newsletter_id, email_key) constraint's index
 		want = "(newsletter_id=? AND email_key=?)"
@@ -283,48 +255,59 @@ func TestCursorPages(t *testing.T) {
 // (no sort, no scan of the rows before it), so it costs what a first page costs.
 func TestCursorPagesUseTheListIndex(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
-	var joined string
 	if testdb.Store() == testdb.SQLite {
-		rows, err := e.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT id FROM subscribers
+		joined := explain(t, e, `SELECT id FROM subscribers
 WHERE newsletter_id = ? AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT 26`,
 			e.nl.String(), "2026-01-01 00:00:00+00:00", "01900000-0000-7000-8000-000000000000")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			joined += detail + "\n"
-		}
 		if !strings.Contains(joined, "subscribers_list_idx (newsletter_id=? AND") || strings.Contains(joined, "TEMP B-TREE") {
 			t.Fatalf("plan:\n%s", joined)
 		}
 		return
 	}
-	if _, err := e.db.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := e.db.QueryContext(ctx, `EXPLAIN SELECT id FROM subscribers
+	joined := explain(t, e, `SELECT id FROM subscribers
 WHERE newsletter_id = ? AND (created_at, id) < (?::timestamptz, ?::uuid) ORDER BY created_at DESC, id DESC LIMIT 26`,
 		e.nl, "2026-01-01T00:00:00Z", "01900000-0000-7000-8000-000000000000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		joined += line + "\n"
-	}
 	if !strings.Contains(joined, "subscribers_list_idx") || !strings.Contains(joined, "Index Cond: ((newsletter_id = ") ||
 		!strings.Contains(joined, "ROW(created_at, id) < ROW(") || strings.Contains(joined, "Sort") {
 		t.Fatalf("plan:\n%s", joined)
 	}
+}
+
+// explain returns the plan of query, one line of it a line: SQLite's EXPLAIN QUERY PLAN
+// details, or PostgreSQL's EXPLAIN with sequential scans off (a test's tiny table would be
+// scanned).
+func explain(t *testing.T, e *env, query string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	sqlite := testdb.Store() == testdb.SQLite
+	prefix := "EXPLAIN "
+	if sqlite {
+		prefix = "EXPLAIN QUERY PLAN "
+	} else if _, err := e.db.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.db.QueryContext(ctx, prefix+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan string
+	for rows.Next() {
+		var line string
+		var err error
+		if sqlite {
+			var id, parent, unused int
+			err = rows.Scan(&id, &parent, &unused, &line)
+		} else {
+			err = rows.Scan(&line)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan += line + "\n"
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
