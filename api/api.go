@@ -101,7 +101,6 @@ type Server struct {
 	// model.ErrUnavailable, a summary every 30 s while they do, a line when one succeeds.
 	dbOutage *outage.Log
 	mux      *http.ServeMux
-	idem     IdempotencyStore
 	cursors  *cursor.Codec
 	api      huma.API
 	handler  http.Handler
@@ -126,7 +125,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		idem: cfg.Idempotency, cursors: cursor.New(cfg.CursorKey)}
+		cursors: cursor.New(cfg.CursorKey)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body.

@@ -41,10 +41,11 @@ func (s *Server) HandleConfirmations(c Confirmer) {
 func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 	resolve func(context.Context, []byte) (model.Confirmation, error), ok mail.Page) {
 	ctx := r.Context()
+	ip := limits.ClientIP(r, s.cfg.TrustedProxies)
 	// Every page costs a token lookup: a budget per client address (docs/limits.md) keeps a
 	// client from guessing tokens at the database's expense.
 	if s.limiter != nil {
-		if d := s.limiter.CheckConfirm(ctx, limits.ClientIP(r, s.cfg.TrustedProxies)); !d.Allowed {
+		if d := s.limiter.CheckConfirm(ctx, ip); !d.Allowed {
 			w.Header().Set("Retry-After", strconv.Itoa(d.RetryAfter))
 			mail.WritePage(w, mail.PageRateLimited, "")
 			return
@@ -58,7 +59,6 @@ func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request,
 	}
 	// The source of a confirmation (docs/api-contract.md §10.1): the client's address as the
 	// limits judge it (§5) and its browser.
-	ip := limits.ClientIP(r, s.cfg.TrustedProxies)
 	ipText := ""
 	if ip.IsValid() {
 		ipText = ip.String()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -80,11 +81,7 @@ func idempotent(op huma.Operation) huma.Operation {
 		Example: "5f1c7a9e-3b1d-4c55-9d0e-2a6f4b8c1d2e",
 	})
 	for _, code := range []int{http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity} {
-		found := false
-		for _, c := range op.Errors {
-			found = found || c == code
-		}
-		if !found {
+		if !slices.Contains(op.Errors, code) {
 			op.Errors = append(op.Errors, code)
 		}
 	}
@@ -124,7 +121,7 @@ func (s *Server) documentIdempotency() {
 // header, answers a replay, 409 or 422, or runs the rest of the chain inside the store's
 // transaction, holding the response until it is stored and committed.
 func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
-	if s.idem == nil || ctx.Operation().Metadata[metaIdempotent] != true {
+	if s.cfg.Idempotency == nil || ctx.Operation().Metadata[metaIdempotent] != true {
 		next(ctx)
 		return
 	}
@@ -145,12 +142,12 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
 		return
 	case len(body) > MaxBodyBytes:
-		s.writeErr(ctx, newError(http.StatusRequestEntityTooLarge, MsgTooLarge))
+		s.writeErr(ctx, errBodyTooLarge)
 		return
 	}
 	nl := principalFrom(ctx.Context()).NewsletterID
 	fp := model.Fingerprint(r.Method, r.URL.Path, body)
-	stored, found, err := s.idem.Lookup(ctx.Context(), nl, key)
+	stored, found, err := s.cfg.Idempotency.Lookup(ctx.Context(), nl, key)
 	if err != nil {
 		s.writeErr(ctx, err)
 		return
@@ -160,7 +157,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	var rec *bufferedResponse
-	res, err := s.idem.Run(ctx.Context(), nl, key, fp, func(txCtx context.Context) (*model.StoredResponse, error) {
+	res, err := s.cfg.Idempotency.Run(ctx.Context(), nl, key, fp, func(txCtx context.Context) (*model.StoredResponse, error) {
 		rec = &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
 		r2 := r.WithContext(txCtx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))

@@ -414,7 +414,7 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
 		return
 	case len(body) > MaxBodyBytes:
-		s.writeErr(ctx, newError(http.StatusRequestEntityTooLarge, MsgTooLarge))
+		s.writeErr(ctx, errBodyTooLarge)
 		return
 	}
 	bulkPath, _ := ctx.Operation().Metadata[metaBulkPath].(string)

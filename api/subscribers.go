@@ -240,9 +240,9 @@ func (s *Server) register() {
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
 		http.StatusCreated, bodyObject, withBody)
-	create.Metadata[metaBulkPath] = coll + "/bulk"
+	create.Metadata[metaBulkPath] = bulkPath
 	huma.Register(s.api, idempotent(create), handle(s, s.create))
-	huma.Register(s.api, idempotent(s.operation(http.MethodPost, coll+"/bulk", "bulk-create-subscribers", "Bulk create subscribers",
+	huma.Register(s.api, idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
 		http.StatusCreated, bodyArray, withBody)), handle(s, s.bulkCreate))

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -189,7 +188,7 @@ func (s *Server) webhookOp(ctx context.Context, p model.Principal, in *webhookID
 	op func(context.Context, uuid.UUID, uuid.UUID) (model.Webhook, error)) (*webhookOutput, error) {
 	id, err := parseID(in.ID)
 	if err != nil {
-		return nil, fmt.Errorf("%w", model.ErrWebhookNotFound)
+		return nil, model.ErrWebhookNotFound
 	}
 	wh, err := op(ctx, p.NewsletterID, id)
 	if err != nil {
