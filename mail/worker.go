@@ -135,17 +135,21 @@ type Worker struct {
 	cfg       WorkerConfig
 	log       *slog.Logger
 	tracer    trace.Tracer
+	// logsOnly: transport writes emails to the log instead of sending them (LogTransport).
+	logsOnly bool
 }
 
 // NewWorker returns a worker that claims emails from o, writes them with c and sends them
 // through t.
 func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
 	cfg.defaults()
-	return &Worker{
+	w := &Worker{
 		outbox: o, transport: t, composer: c, cfg: cfg,
 		log:    cfg.Logger.With(slog.String("component", "email_worker")),
 		tracer: cfg.TracerProvider.Tracer("github.com/subscriberd/subscriberd/mail"),
 	}
+	_, w.logsOnly = t.(interface{ logsOnly() })
+	return w
 }
 
 // Run delivers due emails until ctx ends, then returns nil after finishing the email in hand
@@ -335,7 +339,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 			// same Message-ID. That beats losing it.
 			log.ErrorContext(ctx, "email sent but not recorded as sent", errAttr(err))
 		}
-		if _, ok := w.transport.(interface{ logsOnly() }); ok {
+		if w.logsOnly {
 			log.InfoContext(ctx, "email logged", slog.String("message_id", msg.ID))
 			return OutcomeLogged, nil
 		}
@@ -353,7 +357,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		return OutcomeRetry, commitErr
 	}
 
-	reason := truncate(err.Error(), 1000)
+	reason := outbox.Truncate(err.Error(), 1000)
 	if IsPermanent(err) || attempt >= w.cfg.MaxAttempts {
 		if ferr := w.outbox.Fail(ctx, job.ID, reason); ferr != nil {
 			log.WarnContext(ctx, "recording failure failed", errAttr(ferr))
@@ -379,8 +383,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted *bool, commitErr *error) error {
 	gate := func(accept func() error) error {
 		var acceptErr error
-		_, logsOnly := w.transport.(interface{ logsOnly() })
-		err := w.outbox.CommitSend(ctx, job, !logsOnly, func() error {
+		err := w.outbox.CommitSend(ctx, job, !w.logsOnly, func() error {
 			acceptErr = accept()
 			*accepted = acceptErr == nil
 			return acceptErr
@@ -423,17 +426,6 @@ func (w *Worker) Backoff(attempt int) time.Duration {
 		d *= 2
 	}
 	return outbox.Jitter(min(d, w.cfg.RetryMax))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary.
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }
 
 // errorType is the low-cardinality class of a failed attempt, for the span's error.type.

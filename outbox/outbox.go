@@ -55,3 +55,15 @@ func Link(traceparent string) []trace.SpanStartOption {
 	}
 	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc})}
 }
+
+// Truncate cuts s to at most n bytes on a character boundary, so that an error text stored
+// for a failed attempt stays valid UTF-8.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -61,5 +62,23 @@ func TestLoop(t *testing.T) {
 	<-done
 	if n := calls.Load(); n != 4 {
 		t.Errorf("%d calls after the stop", n)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"}, // é is two bytes: cutting inside it would leave invalid UTF-8
+		{"aé", 3, "aé"},
+		{"€", 1, ""},
+	} {
+		if got := Truncate(tc.in, tc.n); got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
 	}
 }

@@ -393,11 +393,7 @@ func describe(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		return "timeout: no answer in time"
 	}
-	s := err.Error()
-	if len(s) > 500 {
-		s = s[:500]
-	}
-	return s
+	return outbox.Truncate(err.Error(), 500)
 }
 
 // errorType is the class of an attempt without an answer, for the span's error.type.
