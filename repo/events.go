@@ -30,12 +30,15 @@ type eventRow struct {
 // queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
 // created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
 // events column is a JSON array of type names).
-const queueDeliveriesSQL = `INSERT INTO webhook_deliveries
+const queueDeliveriesSQL = queueDeliveriesFrom + eventMatchPostgres
+
+// queueDeliveriesFrom is queueDeliveriesSQL up to the store's test of an endpoint's events.
+const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
     (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
 SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
 FROM ev JOIN webhook_endpoints AS w
     ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
-    AND ` + eventMatchPostgres
+    AND `
 
 const (
 	eventMatchPostgres = `strpos(w.events, '"' || ev.type || '"') > 0`
@@ -65,11 +68,7 @@ func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, err
 		ids[i] = e.ID
 	}
 	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
-		`INSERT INTO webhook_deliveries
-    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
-SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
-FROM ev JOIN webhook_endpoints AS w
-    ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled' AND `+eventMatchSQLite, bun.List(ids)).Exec(ctx)
+		queueDeliveriesFrom+eventMatchSQLite, bun.List(ids)).Exec(ctx)
 	if err != nil {
 		return false, translate(err)
 	}
