@@ -89,7 +89,13 @@ func TestClientHangsUpMidBulk(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // the bulk create is waiting on the lock
+	if testdb.Store() == testdb.SQLite {
+		time.Sleep(500 * time.Millisecond) // the bulk create is waiting on the write lock
+	} else {
+		waitFor(t, "the bulk create to wait on the lock", func() bool {
+			return e.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") > 0
+		})
+	}
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the bulk create succeeded while the table was locked; want it cancelled")

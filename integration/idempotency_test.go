@@ -369,7 +369,7 @@ func TestIdempotencyInUse(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, stmt := range []string{
-		`CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$`,
+		`CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$`,
 		`CREATE TRIGGER slow BEFORE INSERT ON subscribers FOR EACH ROW WHEN (NEW.email = 'slow@example.com') EXECUTE FUNCTION slow()`,
 	} {
 		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
@@ -379,7 +379,9 @@ func TestIdempotencyInUse(t *testing.T) {
 	body := map[string]any{"email": "slow@example.com"}
 	done := make(chan response)
 	go func() { done <- e.do("POST", "/subscribers", body, idem("k")) }()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the first request to hold its key in the slow insert", func() bool {
+		return e.count("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'") == 1
+	})
 	r := e.do("POST", "/subscribers", body, idem("k")).want(t, http.StatusConflict, "idempotency_key_in_use")
 	if want := `{"success":false,"code":"idempotency_key_in_use","message":"` + msgKeyInUse + `"}`; strings.TrimSpace(string(r.raw)) != want {
 		t.Fatalf("409 body %s; want %s", r.raw, want)
