@@ -136,13 +136,8 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	key := vals[0]
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-	switch {
-	case err != nil:
-		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
-		return
-	case len(body) > MaxBodyBytes:
-		s.writeErr(ctx, errBodyTooLarge)
+	body, ok := s.readBody(ctx, r)
+	if !ok {
 		return
 	}
 	nl := principalFrom(ctx.Context()).NewsletterID

@@ -404,17 +404,8 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 	r, _ := humago.Unwrap(ctx)
 	// Media types are case-insensitive; Huma looks its formats up by exact string.
 	r.Header.Set("Content-Type", "application/json")
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-	switch {
-	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
-		// The client hung up in the middle of its body.
-		s.writeErr(ctx, clientClosed())
-		return
-	case err != nil:
-		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
-		return
-	case len(body) > MaxBodyBytes:
-		s.writeErr(ctx, errBodyTooLarge)
+	body, ok := s.readBody(ctx, r)
+	if !ok {
 		return
 	}
 	bulkPath, _ := ctx.Operation().Metadata[metaBulkPath].(string)
@@ -488,4 +479,23 @@ func (s *Server) writeErr(ctx huma.Context, err error) {
 func principalFrom(ctx context.Context) model.Principal {
 	p, _ := ctx.Value(principalKey).(model.Principal)
 	return p
+}
+
+// readBody reads r's body, at most MaxBodyBytes of it. When that fails it answers — 499 when
+// the client hung up in the middle of its body, 400 when the body cannot be read, 413 when it
+// is too large — and reports false.
+func (s *Server) readBody(ctx huma.Context, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	switch {
+	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
+		s.writeErr(ctx, clientClosed())
+		return nil, false
+	case err != nil:
+		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
+		return nil, false
+	case len(body) > MaxBodyBytes:
+		s.writeErr(ctx, errBodyTooLarge)
+		return nil, false
+	}
+	return body, true
 }
