@@ -774,13 +774,17 @@ func TestEmailLostBookkeepingResendsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The "crashed" worker's lease is short, not zero: a lease of a millisecond renewed its
+	// claim every 333 µs with as short a timeout, and each timed-out renewal cost a new
+	// connection, until the server refused any more clients.
 	cfg := testWorkerConfig()
-	cfg.Lease = time.Millisecond // the "crashed" worker's lease ends at once
+	cfg.Lease = 200 * time.Millisecond
 	if n, _ := mail.NewWorker(m.outbox, cutAfterSend{tr, proxy.cut}, m.composer, cfg).RunOnce(context.Background()); n != 1 {
 		t.Fatalf("claimed %d, want 1", n)
 	}
 	proxy.restore()
-	m.settle(m.worker(cfg))
+	time.Sleep(cfg.Lease) // the lease the crash left behind ends
+	m.settle(m.worker(testWorkerConfig()))
 
 	msgs := m.smtp.Messages()
 	if len(msgs) != 2 || msgs[0].MessageID != msgs[1].MessageID || msgs[0].Link == msgs[1].Link {
