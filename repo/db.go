@@ -84,7 +84,10 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(newQueryHook(dsn, "postgresql")), nil
+	hook := newQueryHook(dsn, "postgresql")
+	db = bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(hook)
+	registerPreparer(db, hook)
+	return db, nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -276,13 +279,15 @@ func sqlState(err error) string {
 }
 
 // store is what every store type holds: the pool, whether it is the embedded SQLite store
-// (which picks the SQL where the dialects differ), and the service's clock, in UTC.
+// (which picks the SQL where the dialects differ), the pool's prepared statements on
+// PostgreSQL (prepared.go), and the service's clock, in UTC.
 type store struct {
 	db     *bun.DB
 	sqlite bool
+	pg     *preparedStatements // nil on SQLite
 	now    func() time.Time
 }
 
 func newStore(db *bun.DB) store {
-	return store{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+	return store{db: db, sqlite: isSQLite(db), pg: preparerOf(db), now: func() time.Time { return time.Now().UTC() }}
 }
