@@ -74,7 +74,15 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
-		pgdriver.WithConnParams(map[string]any{"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10)}),
+		// The prepared statements (prepared.go) run their generic plan from the first call:
+		// the list statements' generic plans are as good as their custom ones, but under
+		// the default "auto" PostgreSQL never picks them (with the LIMIT unknown their
+		// estimate never beats a custom plan's) and plans those statements on every call.
+		// Statements sent over the simple protocol are planned per call whatever this says.
+		pgdriver.WithConnParams(map[string]any{
+			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
+			"plan_cache_mode":   "force_generic_plan",
+		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
 		// server.address with the port) to our span of every query, growing it; the query

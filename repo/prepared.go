@@ -21,6 +21,11 @@ import (
 // by a later migration changes neither its result nor its cached plan's shape. Every $n must
 // appear in the text: PostgreSQL infers each parameter's type from where it is used. The text
 // holds no value, so it is the span's db.query.text as it is.
+//
+// PostgreSQL runs a prepared statement's generic plan, made without the values, from its first
+// call (plan_cache_mode is force_generic_plan, see openPostgres): check a new statement's with
+// EXPLAIN (ANALYZE) EXECUTE on realistic volumes, and leave a statement whose generic plan is
+// bad on bun's path (as the deep list page is, see listDeepPostgres).
 type statement struct {
 	op, table string // the span's name and attributes, as bun's query hook names the same statement
 	text      string
