@@ -129,10 +129,11 @@ func TestStatementsPerRequest(t *testing.T) {
 	}
 }
 
-// BenchmarkGetPaths reads one subscriber by id three ways, against the test PostgreSQL: as
-// the service does (bun's query builder and model scan, pgdriver's simple protocol with the
-// values inlined into the text, so the server parses and plans each one), the same SQL
-// through database/sql without bun, and a statement prepared once per connection
+// BenchmarkGetPaths reads one subscriber by id several ways, against the test PostgreSQL: as
+// the service does ("bun": Subscribers.Get, a statement prepared once per connection and
+// scanned by bun's model), bun's raw query, the same SQL through database/sql without bun with
+// the values inlined into the text (pgdriver's simple protocol, as bun sends everything, so
+// the server parses and plans each one), and a prepared statement scanned by hand
 // (database/sql's Stmt over pgdriver's extended protocol: Bind, Execute, Sync). allocs/op and
 // B/op are exact counts of the client's work; ns/op includes the server's and the machine's.
 // Run with: go test ./repo -run '^$' -bench GetPaths -benchmem
