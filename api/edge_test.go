@@ -82,15 +82,6 @@ func TestQueryStringBombIsCheap(t *testing.T) {
 	if allocs > 100 {
 		t.Errorf("refusing the bomb allocated %.0f objects; want under 100 (nothing parsed)", allocs)
 	}
-	start := time.Now()
-	const n = 100
-	for range n {
-		e.srv.ServeHTTP(httptest.NewRecorder(), r)
-	}
-	// Generous for a loaded machine; the bomb cost ~2.3 s each before the bound.
-	if per := time.Since(start) / n; per > 10*time.Millisecond {
-		t.Errorf("refusing the bomb took %v a request; want well under 10 ms", per)
-	}
 }
 
 func BenchmarkQueryStringBomb(b *testing.B) {
