@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"runtime/debug"
 	"testing"
@@ -10,7 +11,8 @@ import (
 
 // TestTuneGC: serve's GOGC default applies where GOGC is unset, and the soft memory limit
 // follows the container's limit at memLimitRatio where GOMEMLIMIT is unset; without a
-// container limit there is none; what the operator set stays.
+// container limit, or when the cgroup cannot be read, it is defaultMemLimit; what the
+// operator set stays.
 func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
@@ -21,10 +23,12 @@ func TestTuneGC(t *testing.T) {
 	if gogc, limit := tuneGC(unset, memlimit.Limit(container)); gogc != defaultGOGC || limit != want {
 		t.Errorf("nothing set, 512 MiB container: GOGC %d, limit %d; want %d, %d", gogc, limit, defaultGOGC, want)
 	}
-	debug.SetMemoryLimit(math.MaxInt64)
-	noLimit := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
-	if _, limit := tuneGC(unset, noLimit); limit != math.MaxInt64 {
-		t.Errorf("no container limit: soft limit %d, want none", limit)
+	for _, err := range []error{memlimit.ErrNoLimit, memlimit.ErrNoCgroup, errors.New("unreadable")} {
+		debug.SetMemoryLimit(math.MaxInt64)
+		noLimit := func() (uint64, error) { return 0, err }
+		if _, limit := tuneGC(unset, noLimit); limit != defaultMemLimit {
+			t.Errorf("container limit %v: soft limit %d, want %d", err, limit, defaultMemLimit)
+		}
 	}
 	// What the runtime read from the operator's variables stays.
 	debug.SetGCPercent(77)
