@@ -125,8 +125,17 @@ func (s *store) runPrepared(ctx context.Context, db bun.IDB, st *statement, args
 	return err
 }
 
+// execPrepared runs st with args on db and scan on its rows.
+//
+// The statement runs without ctx's deadline and cancellation. pgdriver discards a connection
+// whose simple query failed on the network, but not one whose prepared statement did: a read
+// cut short by a deadline before the first row would leave the rest of the server's answer on
+// a connection that goes back to the pool, for the next statement there to read as its own.
+// Without a deadline the read ends only with the answer, the server's statement_timeout, or
+// the driver's read timeout beyond it (Open).
 func (s *store) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
 	scan func(context.Context, *sql.Rows) error) error {
+	ctx = context.WithoutCancel(ctx)
 	stmt, err := s.pg.prepared(ctx, st)
 	if err != nil {
 		return err
