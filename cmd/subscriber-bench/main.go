@@ -519,11 +519,12 @@ func scenarioOf(c *svc.Client, name string) svc.Scenario {
 // runService runs one scenario on the main service and records it; pass numbers the passes
 // of a multi-pass measured run (0 otherwise).
 func (b *bench) runService(ctx context.Context, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
-	return b.runOn(ctx, b.main, name, clients, warmup, dur, phase, pass)
+	return b.runOn(ctx, b.main, name, name, clients, warmup, dur, phase, pass)
 }
 
-// runOn runs one service scenario on the instance in and records it as a run of in's kind.
-func (b *bench) runOn(ctx context.Context, in *instance, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
+// runOn runs one service scenario on the instance in and records it as a run of in's kind;
+// on the main instance, its CPU profile is saved under the name profileAs.
+func (b *bench) runOn(ctx context.Context, in *instance, name, profileAs string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
 	sc, rec, op := b.prepare(ctx, in, name, clients, phase, pass)
 	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
@@ -531,7 +532,7 @@ func (b *bench) runOn(ctx context.Context, in *instance, name string, clients in
 	opts.OnMeasure = func() {
 		cpu.start(in.pid)
 		if b.cfg.pprofURL != "" && in == b.main {
-			wait = b.profile(ctx, name, clients, phase, dur)
+			wait = b.profile(ctx, profileAs, clients, phase, dur)
 		}
 	}
 	out := load.Run(ctx, opts, op)

@@ -80,7 +80,8 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 			if name == svc.Bulk100 && pass == b.cfg.passes {
 				start, before = time.Now(), rc.n.Load()
 			}
-			b.runService(ctx, name, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
+			// Its own profile name: the run without the endpoint has the scenario's.
+			b.runOn(ctx, b.main, name, name+webhookSuffix, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
 			r := &b.rep.Runs[len(b.rep.Runs)-1]
 			r.Scenario += webhookSuffix
 			r.Desc += "; one webhook endpoint subscribed to every event"
