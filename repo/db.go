@@ -74,7 +74,15 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
-		pgdriver.WithConnParams(map[string]any{"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10)}),
+		// The prepared statements (prepared.go) run their generic plan from the first call:
+		// the list statements' generic plans are as good as their custom ones, but under
+		// the default "auto" PostgreSQL never picks them (with the LIMIT unknown their
+		// estimate never beats a custom plan's) and plans those statements on every call.
+		// Statements sent over the simple protocol are planned per call whatever this says.
+		pgdriver.WithConnParams(map[string]any{
+			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
+			"plan_cache_mode":   "force_generic_plan",
+		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
 		// server.address with the port) to our span of every query, growing it; the query
@@ -84,7 +92,10 @@ func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	return bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(newQueryHook(dsn, "postgresql")), nil
+	hook := newQueryHook(dsn, "postgresql")
+	db = bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(hook)
+	registerPreparer(db, hook)
+	return db, nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -276,13 +287,15 @@ func sqlState(err error) string {
 }
 
 // store is what every store type holds: the pool, whether it is the embedded SQLite store
-// (which picks the SQL where the dialects differ), and the service's clock, in UTC.
+// (which picks the SQL where the dialects differ), the pool's prepared statements on
+// PostgreSQL (prepared.go), and the service's clock, in UTC.
 type store struct {
 	db     *bun.DB
 	sqlite bool
+	pg     *preparedStatements // nil on SQLite
 	now    func() time.Time
 }
 
 func newStore(db *bun.DB) store {
-	return store{db: db, sqlite: isSQLite(db), now: func() time.Time { return time.Now().UTC() }}
+	return store{db: db, sqlite: isSQLite(db), pg: preparerOf(db), now: func() time.Time { return time.Now().UTC() }}
 }

@@ -52,6 +52,10 @@ func (r *idempotencyRow) toModel() model.StoredResponse {
 	return model.StoredResponse{Fingerprint: r.Fingerprint, Status: r.Status, Location: r.Location, Body: r.Body}
 }
 
+// lookupIdempotencyPG is lookup's statement on PostgreSQL, prepared (see statement).
+var lookupIdempotencyPG = &statement{op: "SELECT", table: "idempotency_keys",
+	text: `SELECT fingerprint, status, location, body FROM idempotency_keys WHERE newsletter_id = $1 AND key = $2 AND expires_at > $3`}
+
 // Lookup returns the unexpired response stored under key in the newsletter, if any. It takes
 // no lock: a replay costs one indexed read.
 func (s *Idempotency) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
@@ -60,8 +64,13 @@ func (s *Idempotency) Lookup(ctx context.Context, nl uuid.UUID, key string) (mod
 
 func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
 	var row idempotencyRow
-	err := db.NewSelect().Model(&row).Column("fingerprint", "status", "location", "body").
-		Where("newsletter_id = ? AND key = ? AND expires_at > ?", nl, key, s.now()).Scan(ctx)
+	var err error
+	if s.sqlite {
+		err = db.NewSelect().Model(&row).Column("fingerprint", "status", "location", "body").
+			Where("newsletter_id = ? AND key = ? AND expires_at > ?", nl, key, s.now()).Scan(ctx)
+	} else {
+		err = s.queryRow(ctx, db, lookupIdempotencyPG, &row, nl, key, s.now())
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.StoredResponse{}, false, nil
 	}

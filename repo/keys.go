@@ -41,10 +41,10 @@ type apiKeyRow struct {
 }
 
 // Accounts stores newsletters and their API keys.
-type Accounts struct{ db *bun.DB }
+type Accounts struct{ store }
 
 // NewAccounts returns the newsletter and key store on db.
-func NewAccounts(db *bun.DB) *Accounts { return &Accounts{db: db} }
+func NewAccounts(db *bun.DB) *Accounts { return &Accounts{store: newStore(db)} }
 
 // CreateNewsletter stores a new newsletter.
 func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess bool) (model.Newsletter, error) {
@@ -168,6 +168,11 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 	return nil
 }
 
+// authenticatePG is Authenticate's statement on PostgreSQL, prepared (see statement); its span
+// is named "SELECT", as bun named the raw statement.
+var authenticatePG = &statement{op: "SELECT", text: `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`}
+
 // Authenticate finds the live key with this hash and what it grants. An unknown or revoked
 // key gives model.ErrKeyNotFound.
 func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Principal, error) {
@@ -179,8 +184,13 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 		RevokedAt    *time.Time `bun:"revoked_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
-	err := a.db.NewRaw(`SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+	var err error
+	if a.sqlite {
+		err = a.db.NewRaw(`SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
 FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = ?`, hash).Scan(ctx, &row)
+	} else {
+		err = a.queryRow(ctx, a.db, authenticatePG, &row, hash)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}

@@ -3,46 +3,48 @@ package repo_test
 import (
 	"context"
 	"database/sql"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
-// statementLog records every statement bun sends, BEGIN and COMMIT included: with pgdriver,
-// which sends each as one simple-protocol message, one statement is one round trip.
-type statementLog struct {
-	mu    sync.Mutex
-	sent  []string
-	bytes int // of statement text, which pgdriver sends with the values inlined
+// statementSpans records the statements a pool sends through the query spans it makes, one
+// per statement whichever way it goes: bun's (BEGIN and COMMIT included) and prepared ones.
+// With pgdriver one statement is one round trip; a prepared statement also costs one to be
+// prepared, once per connection, not counted here.
+type statementSpans struct {
+	rec  *tracetest.SpanRecorder
+	seen int
 }
 
-func (l *statementLog) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
-	return ctx
+func newStatementSpans(db *bun.DB) (*statementSpans, context.Context) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	repo.TraceQueries(db, tp)
+	ctx, _ := tp.Tracer("test").Start(context.Background(), "request")
+	return &statementSpans{rec: rec}, ctx
 }
 
-func (l *statementLog) AfterQuery(_ context.Context, e *bun.QueryEvent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sent = append(l.sent, strings.Fields(e.Query)[0])
-	l.bytes += len(e.Query)
-}
-
-// take returns the statements since the last call, and the bytes of their text, and forgets
-// them.
-func (l *statementLog) take() ([]string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out, n := l.sent, l.bytes
-	l.sent, l.bytes = nil, 0
-	return out, n
+// take returns the names of the statement spans ended since the last call.
+func (l *statementSpans) take() []string {
+	ended := l.rec.Ended()
+	var out []string
+	for _, s := range ended[l.seen:] {
+		if s.SpanKind() == trace.SpanKindClient {
+			out = append(out, s.Name())
+		}
+	}
+	l.seen = len(ended)
+	return out
 }
 
 // TestStatementsPerRequest pins how many statements (and so round trips to PostgreSQL) each
@@ -58,8 +60,8 @@ func TestStatementsPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ctx := context.Background()
-	accounts, subs := repo.NewAccounts(db), repo.NewSubscribers(db)
+	log, ctx := newStatementSpans(db)
+	accounts, subs, idem := repo.NewAccounts(db), repo.NewSubscribers(db), repo.NewIdempotency(db, time.Hour)
 	nl, err := accounts.CreateNewsletter(ctx, "statements", true)
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +77,12 @@ func TestStatementsPerRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	log := &statementLog{}
-	db.AddQueryHook(log)
+	after := &model.Position{CreatedAt: created.CreatedAt, ID: created.ID}
 
 	name := "Grace Hopper"
+	list := func(q model.ListQuery) func() error {
+		return func() error { _, _, err := subs.List(ctx, nl.ID, q); return err }
+	}
 	for _, c := range []struct {
 		name string
 		do   func() error
@@ -92,14 +96,14 @@ func TestStatementsPerRequest(t *testing.T) {
 			}
 			return nil
 		}, 1},
-		{"list, first page with total", func() error {
-			_, _, err := subs.List(ctx, nl.ID, model.ListQuery{Page: 1, Limit: 25})
-			return err
-		}, 1},
-		{"list, status filter", func() error {
-			_, _, err := subs.List(ctx, nl.ID, model.ListQuery{Page: 1, Limit: 25, Status: model.StatusActive})
-			return err
-		}, 1},
+		{"list, first page with total", list(model.ListQuery{Page: 1, Limit: 25}), 1},
+		{"list, status filter", list(model.ListQuery{Page: 1, Limit: 25, Status: model.StatusActive}), 1},
+		{"list, keyset page", list(model.ListQuery{Limit: 25, After: after}), 1},
+		{"list, keyset page, status filter", list(model.ListQuery{Limit: 25, After: after, Status: model.StatusActive}), 1},
+		{"list, deep page", list(model.ListQuery{Page: 200, Limit: 25}), 1},
+		{"list, deep page, status filter", list(model.ListQuery{Page: 200, Limit: 25, Status: model.StatusActive}), 1},
+		{"lookup by email", list(model.ListQuery{Page: 1, Limit: 25, Email: "pa@example.com"}), 1},
+		{"idempotent replay lookup", func() error { _, _, err := idem.Lookup(ctx, nl.ID, "k"); return err }, 1},
 		{"create, active", func() error {
 			_, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "new@example.com", Status: model.StatusActive})
 			return err
@@ -117,18 +121,19 @@ func TestStatementsPerRequest(t *testing.T) {
 		if err := c.do(); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		got, n := log.take()
-		t.Logf("%-32s %d statements, %4d bytes of SQL: %v", c.name, len(got), n, got)
+		got := log.take()
+		t.Logf("%-32s %d statements: %q", c.name, len(got), got)
 		if len(got) != c.want {
-			t.Errorf("%s: %d statements %v, want %d", c.name, len(got), got, c.want)
+			t.Errorf("%s: %d statements %q, want %d", c.name, len(got), got, c.want)
 		}
 	}
 }
 
-// BenchmarkGetPaths reads one subscriber by id three ways, against the test PostgreSQL: as
-// the service does (bun's query builder and model scan, pgdriver's simple protocol with the
-// values inlined into the text, so the server parses and plans each one), the same SQL
-// through database/sql without bun, and a statement prepared once per connection
+// BenchmarkGetPaths reads one subscriber by id several ways, against the test PostgreSQL: as
+// the service does ("bun": Subscribers.Get, a statement prepared once per connection and
+// scanned by bun's model), bun's raw query, the same SQL through database/sql without bun with
+// the values inlined into the text (pgdriver's simple protocol, as bun sends everything, so
+// the server parses and plans each one), and a prepared statement scanned by hand
 // (database/sql's Stmt over pgdriver's extended protocol: Bind, Execute, Sync). allocs/op and
 // B/op are exact counts of the client's work; ns/op includes the server's and the machine's.
 // Run with: go test ./repo -run '^$' -bench GetPaths -benchmem

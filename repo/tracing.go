@@ -28,7 +28,8 @@ import (
 //
 // db.query.text never holds a bound value: bun formats arguments into the statement, so the
 // text is the statement with every literal replaced by "?" (redactSQL), or the template of a
-// raw query. Emails, names and key hashes are literals, so none reaches a trace.
+// raw query. Emails, names and key hashes are literals, so none reaches a trace. A prepared
+// statement (prepared.go) has its values apart from its text, which is then its db.query.text.
 //
 // It replaces bunotel, which cost about twice as much per query: it walked the stack for
 // code.* attributes on every query and recorded a histogram nobody reads.
@@ -66,15 +67,27 @@ const postgresPort = 5432
 // BeforeQuery implements bun.QueryHook. The span gets its name and every attribute here, at
 // once: the statement is already formatted when bun calls the hook.
 func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
-	// Sampled rather than recording: bun runs COMMIT in the context of BEGIN, whose span has
-	// ended by then but belongs to the same sampled trace.
-	if !trace.SpanContextFromContext(ctx).IsSampled() {
+	if !traced(ctx) {
 		return ctx
 	}
 	op, table := e.Operation(), tableName(e)
 	if n, ok := ctx.Value(statementKey{}).(statementName); ok {
 		op, table = n.op, n.table
 	}
+	ctx, _ = h.startSpan(ctx, op, table, queryText(e))
+	return ctx
+}
+
+// traced reports whether statements run in ctx make spans: in a sampled trace. Sampled rather
+// than recording: bun runs COMMIT in the context of BEGIN, whose span has ended by then but
+// belongs to the same sampled trace.
+func traced(ctx context.Context) bool { return trace.SpanContextFromContext(ctx).IsSampled() }
+
+// startSpan starts the span of one statement, bun's (BeforeQuery) or a prepared one
+// (prepared.go), in a traced ctx: named "{op} {table}", or op alone without a table, with the
+// hook's attributes, db.operation.name, db.query.text (text, which holds no value) and
+// db.collection.name when there is a table.
+func (h *queryHook) startSpan(ctx context.Context, op, table, text string) (context.Context, trace.Span) {
 	name := op
 	if table != "" { // "SELECT subscribers": a few dozen names, made once each
 		var stack [64]byte
@@ -85,7 +98,7 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	// twice; the SDK copies the values, so the slice goes back to the pool.
 	buf := attrPool.Get().(*[]attribute.KeyValue)
 	attrs := append((*buf)[:0], h.attrs...)
-	attrs = append(attrs, attribute.String("db.operation.name", op), attribute.String("db.query.text", queryText(e)))
+	attrs = append(attrs, attribute.String("db.operation.name", op), attribute.String("db.query.text", text))
 	if table != "" {
 		attrs = append(attrs, attribute.String("db.collection.name", table))
 	}
@@ -93,14 +106,14 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	clear(attrs)
 	*buf = attrs[:0]
 	attrPool.Put(buf)
-	return ctx
+	return ctx, span
 }
 
 // clientStart are the start options of every query span, made once rather than per query (the
 // SDK only reads them).
 var clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// attrPool holds the attribute slices BeforeQuery fills.
+// attrPool holds the attribute slices startSpan fills.
 var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 8); return &s }}
 
 // AfterQuery implements bun.QueryHook. The span in ctx is recording only when BeforeQuery
@@ -110,9 +123,15 @@ func (h *queryHook) AfterQuery(ctx context.Context, e *bun.QueryEvent) {
 	if !span.IsRecording() {
 		return
 	}
-	if e.Err != nil && !errors.Is(e.Err, sql.ErrNoRows) && !errors.Is(e.Err, sql.ErrTxDone) {
+	endSpan(span, e.Err)
+}
+
+// endSpan ends a statement's span, marked failed when err is a failure (no row, or a
+// transaction already ended, is not).
+func endSpan(span trace.Span, err error) {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) && !errors.Is(err, sql.ErrTxDone) {
 		span.SetStatus(codes.Error, "query failed")
-		span.SetAttributes(attribute.String("error.type", errorType(e.Err)))
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
 	}
 	span.End()
 }

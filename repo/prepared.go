@@ -1,0 +1,154 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// statement is one of the hot PostgreSQL statements that PostgreSQL parses and plans once per
+// connection rather than on every call. bun's query builder has pgdriver send each statement
+// over the simple protocol with its values inlined, so the server parses and plans every one,
+// and for a get or a first list page planning is most of what the server does. A prepared
+// statement sends only its values (Bind, Execute, Sync).
+//
+// The text is written with $1… placeholders and names its columns (never *), so a column added
+// by a later migration changes neither its result nor its cached plan's shape. Every $n must
+// appear in the text: PostgreSQL infers each parameter's type from where it is used. The text
+// holds no value, so it is the span's db.query.text as it is.
+//
+// PostgreSQL runs a prepared statement's generic plan, made without the values, from its first
+// call (plan_cache_mode is force_generic_plan, see openPostgres): check a new statement's with
+// EXPLAIN (ANALYZE) EXECUTE on realistic volumes, and leave a statement whose generic plan is
+// bad on bun's path (as the deep list page is, see listDeepPostgres).
+type statement struct {
+	op, table string // the span's name and attributes, as bun's query hook names the same statement
+	text      string
+}
+
+// preparedStatements holds, for one PostgreSQL pool, its query hook (so that prepared
+// statements make the spans bun's statements make) and the statements prepared on it so far.
+// database/sql's Stmt prepares a statement on one connection and, by itself, again on each
+// other connection that runs it.
+type preparedStatements struct {
+	sqldb *sql.DB
+	hook  *queryHook
+	stmts sync.Map // *statement → *sql.Stmt
+}
+
+// preparers holds the preparedStatements of each PostgreSQL pool Open made, found by the
+// stores through the *bun.DB they are given. A pool's entry goes when its *bun.DB is
+// collected (tests open hundreds).
+var preparers sync.Map // weak.Pointer[bun.DB] → *preparedStatements
+
+func registerPreparer(db *bun.DB, hook *queryHook) *preparedStatements {
+	key := weak.Make(db)
+	p, loaded := preparers.LoadOrStore(key, &preparedStatements{sqldb: db.DB, hook: hook})
+	if !loaded {
+		runtime.AddCleanup(db, func(key weak.Pointer[bun.DB]) { preparers.Delete(key) }, key)
+	}
+	return p.(*preparedStatements)
+}
+
+// preparerOf returns the preparedStatements of db, a PostgreSQL pool, or nil for SQLite, which
+// keeps bun's path. A pool Open did not make gets them here, without spans: it has no query
+// hook of ours either.
+func preparerOf(db *bun.DB) *preparedStatements {
+	if isSQLite(db) {
+		return nil
+	}
+	if p, ok := preparers.Load(weak.Make(db)); ok {
+		return p.(*preparedStatements)
+	}
+	return registerPreparer(db, nil)
+}
+
+// prepared returns st prepared on the pool, preparing it on first use. A failed prepare (the
+// database down, say) is not kept: the next call prepares again.
+func (p *preparedStatements) prepared(ctx context.Context, st *statement) (*sql.Stmt, error) {
+	if s, ok := p.stmts.Load(st); ok {
+		return s.(*sql.Stmt), nil
+	}
+	s, err := p.sqldb.PrepareContext(ctx, st.text)
+	if err != nil {
+		return nil, err
+	}
+	if kept, raced := p.stmts.LoadOrStore(st, s); raced {
+		s.Close() //nolint:errcheck // another call prepared it first; this one was never used
+		return kept.(*sql.Stmt), nil
+	}
+	return s, nil
+}
+
+// queryRow runs st with args on db (the pool, or one of its transactions) and scans its one
+// row with bun into dest, a pointer to a struct with bun tags; no row gives sql.ErrNoRows.
+// Errors are the driver's, for the caller to translate.
+func (s *store) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return s.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return sql.ErrNoRows
+		}
+		if err := s.db.ScanRow(ctx, rows, dest); err != nil {
+			return err
+		}
+		return rows.Close()
+	})
+}
+
+// queryRows is queryRow for every row st returns, scanned with bun into dest, a pointer to a
+// slice; no row leaves it empty.
+func (s *store) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return s.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+		return s.db.ScanRows(ctx, rows, dest)
+	})
+}
+
+// runPrepared runs st in the span bun's query hook would make for it, and scan on its rows.
+func (s *store) runPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
+	scan func(context.Context, *sql.Rows) error) error {
+	var span trace.Span
+	if s.pg.hook != nil && traced(ctx) {
+		ctx, span = s.pg.hook.startSpan(ctx, st.op, st.table, st.text)
+	}
+	err := s.execPrepared(ctx, db, st, args, scan)
+	if span != nil {
+		endSpan(span, err)
+	}
+	return err
+}
+
+// execPrepared runs st with args on db and scan on its rows.
+//
+// The statement runs without ctx's deadline and cancellation. pgdriver discards a connection
+// whose simple query failed on the network, but not one whose prepared statement did: a read
+// cut short by a deadline before the first row would leave the rest of the server's answer on
+// a connection that goes back to the pool, for the next statement there to read as its own.
+// Without a deadline the read ends only with the answer, the server's statement_timeout, or
+// the driver's read timeout beyond it (Open).
+func (s *store) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
+	scan func(context.Context, *sql.Rows) error) error {
+	ctx = context.WithoutCancel(ctx)
+	stmt, err := s.pg.prepared(ctx, st)
+	if err != nil {
+		return err
+	}
+	if tx, ok := db.(bun.Tx); ok {
+		// The transaction's connection's own copy (prepared there if it is not yet), closed
+		// with the transaction.
+		stmt = tx.Tx.StmtContext(ctx, stmt)
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return scan(ctx, rows)
+}
