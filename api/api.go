@@ -82,6 +82,11 @@ type Config struct {
 	// Idempotency stores idempotent responses (docs/api-contract.md §8); nil ignores
 	// Idempotency-Key.
 	Idempotency IdempotencyStore
+	// BulkConcurrency is how many bulk creates run at once in this instance; the others wait,
+	// before their bodies are read, until one ends or their client goes away. cmd/subscriberd
+	// sets BulkConcurrency(the database pool's size). Zero means DefaultBulkConcurrency;
+	// negative, no limit.
+	BulkConcurrency int
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
@@ -102,8 +107,10 @@ type Server struct {
 	dbOutage *outage.Log
 	mux      *http.ServeMux
 	cursors  *cursor.Codec
-	api      huma.API
-	handler  http.Handler
+	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
+	bulkSlots chan struct{}
+	api       huma.API
+	handler   http.Handler
 }
 
 // New builds the API: operations, OpenAPI document and docs, and the middleware around them.
@@ -125,11 +132,13 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey)}
+		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
-	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.idempotency, s.preflight)
+	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
+	// comes after the limits, so that a refused request never waits, and before the
+	// Idempotency-Key check, whose transaction holds a connection and which reads the body.
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.gate, s.idempotency, s.preflight)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()

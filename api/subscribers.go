@@ -242,10 +242,12 @@ func (s *Server) register() {
 		http.StatusCreated, bodyObject, withBody)
 	create.Metadata[metaBulkPath] = bulkPath
 	huma.Register(s.api, idempotent(create), handle(s, s.create))
-	huma.Register(s.api, idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
+	bulk := idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
-		http.StatusCreated, bodyArray, withBody)), handle(s, s.bulkCreate))
+		http.StatusCreated, bodyArray, withBody))
+	bulk.Metadata[metaGated] = true
+	huma.Register(s.api, bulk, handle(s, s.bulkCreate))
 	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals. "+
 			"`email` finds one subscriber by address; `cursor` (from `pagination.next_cursor`) walks the list at constant cost per page.",

@@ -114,6 +114,8 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,
 		CursorKey:      cursorKey,
+		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
+		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close)

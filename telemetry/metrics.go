@@ -118,6 +118,7 @@ type Metrics struct {
 	authFailures      *prometheus.CounterVec
 	lockouts          *prometheus.CounterVec
 	idempotency       *prometheus.CounterVec // see idempotency.go
+	gate              bulkGate               // see bulkgate.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -217,6 +218,7 @@ func NewMetrics(version string) *Metrics {
 		}, func() float64 { return 1 }),
 	)
 	m.registerIdempotency()
+	m.registerBulkGate()
 	return m
 }
 

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -327,3 +329,40 @@ func (nopConnector) Driver() driver.Driver { return nopDriver{} }
 type nopDriver struct{}
 
 func (nopDriver) Open(string) (driver.Conn, error) { return nil, errors.New("no database") }
+
+func TestBulkGate(t *testing.T) {
+	m := NewMetrics("test")
+	if got, err := testutil.GatherAndCount(m.Registry(), "bulk_gate_wait_seconds"); err != nil || got != len(gateOutcomes) {
+		t.Errorf("bulk_gate_wait_seconds: got %d series (err %v) before any wait, want %d", got, err, len(gateOutcomes))
+	}
+	m.BulkGateWaiting(1)
+	m.BulkGateWaiting(1)
+	m.BulkGateWaiting(-1)
+	m.BulkGateWait(GateAdmitted, 0)
+	m.BulkGateWait(GateAdmitted, 300*time.Millisecond)
+	m.BulkGateWait(GateAbandoned, 2*time.Second)
+	m.BulkGateWait("bogus", time.Second)
+	if got := testutil.ToFloat64(m.gate.waiting); got != 1 {
+		t.Errorf("bulk_gate_waiting = %v; want 1", got)
+	}
+	want := `
+# HELP bulk_gate_waiting Bulk creates waiting now for a bulk slot.
+# TYPE bulk_gate_waiting gauge
+bulk_gate_waiting 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "bulk_gate_waiting"); err != nil {
+		t.Error(err)
+	}
+	for outcome, want := range map[string]uint64{GateAdmitted: 2, GateAbandoned: 1, labelOther: 1} {
+		h := &dto.Metric{}
+		if err := m.gate.wait.WithLabelValues(outcome).(prometheus.Histogram).Write(h); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.GetHistogram().GetSampleCount(); got != want {
+			t.Errorf("bulk_gate_wait_seconds_count{outcome=%q} = %d; want %d", outcome, got, want)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(m.Registry(), "bulk_gate_wait_seconds", "bulk_gate_waiting"); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}

@@ -141,6 +141,8 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Webhooks:       repo.NewWebhooks(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
+		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
+		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 

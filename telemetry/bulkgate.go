@@ -1,0 +1,50 @@
+package telemetry
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of bulk_gate_wait_seconds{outcome}.
+const (
+	GateAdmitted  = "admitted"  // a slot was free, at once or after a wait
+	GateAbandoned = "abandoned" // the request ended (its client went away) while it waited
+)
+
+var gateOutcomes = []string{GateAdmitted, GateAbandoned}
+
+// bulkGate holds the collectors of the bulk gate (api's BulkConcurrency).
+type bulkGate struct {
+	wait    *prometheus.HistogramVec
+	waiting prometheus.Gauge
+}
+
+func (m *Metrics) registerBulkGate() {
+	m.gate = bulkGate{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "bulk_gate_wait_seconds",
+			Help: "Time bulk creates waited for one of the instance's bulk slots before their body was read, " +
+				"by outcome (admitted, abandoned); 0 when a slot was free.",
+			Buckets:                     requestBuckets[:],
+			NativeHistogramBucketFactor: 1.1,
+		}, []string{"outcome"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulk_gate_waiting",
+			Help: "Bulk creates waiting now for a bulk slot.",
+		}),
+	}
+	for _, o := range gateOutcomes {
+		m.gate.wait.WithLabelValues(o)
+	}
+	m.reg.MustRegister(m.gate.wait, m.gate.waiting)
+}
+
+// BulkGateWait records how long a bulk create waited at the gate and how the wait ended:
+// GateAdmitted or GateAbandoned (anything else counts as "other").
+func (m *Metrics) BulkGateWait(outcome string, d time.Duration) {
+	m.gate.wait.WithLabelValues(bounded(outcome, gateOutcomes)).Observe(d.Seconds())
+}
+
+// BulkGateWaiting adds delta (+1 when a wait starts, -1 when it ends) to bulk_gate_waiting.
+func (m *Metrics) BulkGateWaiting(delta int) { m.gate.waiting.Add(float64(delta)) }
