@@ -4,6 +4,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -87,6 +88,9 @@ type Config struct {
 	// sets BulkConcurrency(the database pool's size). Zero means DefaultBulkConcurrency;
 	// negative, no limit.
 	BulkConcurrency int
+	// BulkWait is how long a bulk create waits at most for a slot before it answers 503 with
+	// Retry-After; zero means DefaultBulkWait.
+	BulkWait time.Duration
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
@@ -109,6 +113,7 @@ type Server struct {
 	cursors  *cursor.Codec
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
+	bulkWait  time.Duration
 	api       huma.API
 	handler   http.Handler
 }
@@ -132,7 +137,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency)}
+		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate

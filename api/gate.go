@@ -16,7 +16,10 @@ import (
 // (docs/operating.md "Memory").
 //
 // Waiters are admitted in arrival order, as Go's channels wake blocked senders. A request
-// whose context ends while it waits (its client went away) answers 499 and changes nothing.
+// whose context ends while it waits (its client went away) answers 499 and changes nothing;
+// one that waits longer than the server's BulkWait answers 503 with Retry-After and changes
+// nothing: its body is still to be read within the server's read timeout, counted from the
+// request's start, and a queue that long is an overload to push back on, not to hide.
 
 // metaGated marks an operation whose requests pass the bulk gate.
 const metaGated = "gated"
@@ -26,6 +29,7 @@ const metaGated = "gated"
 const (
 	GateAdmitted  = "admitted"  // a slot was free, at once or after a wait
 	GateAbandoned = "abandoned" // the request's context ended while it waited
+	GateTimedOut  = "timed_out" // no slot came free within BulkWait: 503
 )
 
 // BulkConcurrency is the bulk gate's size for a database pool of poolConns connections: half
@@ -34,6 +38,10 @@ const (
 // not starve them, and more bulk creates at once would only wait for connections while
 // holding their rows.
 func BulkConcurrency(poolConns int) int { return max(1, poolConns/2) }
+
+// DefaultBulkWait is Config.BulkWait's zero value: a third of the HTTP server's 30 s read
+// timeout, leaving the rest for reading the body.
+const DefaultBulkWait = 10 * time.Second
 
 // DefaultBulkConcurrency is Config.BulkConcurrency's zero value: BulkConcurrency of the
 // PostgreSQL pool's default size (16 connections, repo.Options).
@@ -89,10 +97,14 @@ func (s *Server) waitAtGate(ctx huma.Context) bool {
 	}
 	start := time.Now()
 	outcome := GateAdmitted
+	timeout := time.NewTimer(s.bulkWait)
+	defer timeout.Stop()
 	select {
 	case s.bulkSlots <- struct{}{}:
 	case <-ctx.Context().Done():
 		outcome = GateAbandoned
+	case <-timeout.C:
+		outcome = GateTimedOut
 	}
 	d := time.Since(start)
 	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
@@ -104,9 +116,10 @@ func (s *Server) waitAtGate(ctx huma.Context) bool {
 		return true
 	}
 	// The client went away (net/http cancels the context then): 499, as for a client gone
-	// anywhere else. Another end of the context (a deadline set by a caller's middleware) is
-	// the service not serving in time: 503 with Retry-After, as when the database cannot.
-	if clientGone(ctx.Context()) {
+	// anywhere else. A wait past BulkWait, or another end of the context (a deadline set by a
+	// caller's middleware), is the service not serving in time: 503 with Retry-After, as when
+	// the database cannot.
+	if outcome == GateAbandoned && clientGone(ctx.Context()) {
 		s.writeErr(ctx, clientClosed())
 	} else {
 		s.writeErr(ctx, unavailable())

@@ -77,13 +77,16 @@ type gateEnv struct {
 	metrics *gateMetrics
 }
 
-func newGateEnv(t *testing.T, n int) *gateEnv {
+func newGateEnv(t *testing.T, n int, opts ...func(*api.Config)) *gateEnv {
 	t.Helper()
 	g := &gateEnv{}
 	g.env = newEnv(t, func(c *api.Config) {
 		g.held = &heldStore{fakeStore: c.Store.(*fakeStore), release: make(chan struct{})}
 		g.metrics = &gateMetrics{fakeMetrics: c.Metrics.(*fakeMetrics), waits: map[string]int{}}
 		c.Store, c.Metrics, c.BulkConcurrency = g.held, g.metrics, n
+		for _, o := range opts {
+			o(c)
+		}
 	})
 	t.Cleanup(func() {
 		select {
@@ -258,5 +261,44 @@ func TestBulkGateClientGoneWhileWaiting(t *testing.T) {
 	}
 	if !found {
 		t.Error("no bulk_gate event on the request's span")
+	}
+}
+
+// TestBulkGateWaitIsBounded: a bulk create that finds no free slot within BulkWait answers 503
+// with Retry-After, unread and unchanged, and the slot it never took is not given back.
+func TestBulkGateWaitIsBounded(t *testing.T) {
+	g := newGateEnv(t, 1, func(c *api.Config) { c.BulkWait = 50 * time.Millisecond })
+	first := g.bulk(context.Background(), bulkBody(0))
+	eventually(t, "the first bulk create runs", func() bool { return g.held.inside.Load() == 1 })
+
+	body := bulkBody(1)
+	var rec *recorder
+	select {
+	case rec = <-g.bulk(context.Background(), body):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second bulk create is still waiting after 5 s; want 503 after 50 ms")
+	}
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" ||
+		!strings.Contains(rec.Body.String(), `"code":"service_unavailable"`) {
+		t.Errorf("status %d, Retry-After %q, body %s; want 503 service_unavailable with Retry-After",
+			rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if body.read.Load() {
+		t.Error("the refused request's body was read")
+	}
+
+	close(g.held.release)
+	if rec := <-first; rec.Code != http.StatusCreated {
+		t.Errorf("first bulk: status %d, body %s; want 201", rec.Code, rec.Body)
+	}
+	// One slot still, taken by the first only: a third runs at once.
+	if rec := g.do(t, req{"POST", subs + "/bulk", bulkBody(2), []string{bearer(keyA)}}); rec.Code != http.StatusCreated {
+		t.Errorf("bulk after: status %d, body %s; want 201", rec.Code, rec.Body)
+	}
+	if got := g.held.inside.Load(); got != 2 {
+		t.Errorf("%d bulk creates reached the store; want 2 (the refused one none)", got)
+	}
+	if got, want := g.metrics.Waits(), map[string]int{api.GateAdmitted: 2, api.GateTimedOut: 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("gate waits by outcome %v; want %v", got, want)
 	}
 }

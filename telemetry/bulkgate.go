@@ -10,9 +10,10 @@ import (
 const (
 	GateAdmitted  = "admitted"  // a slot was free, at once or after a wait
 	GateAbandoned = "abandoned" // the request ended (its client went away) while it waited
+	GateTimedOut  = "timed_out" // no slot came free in time: 503
 )
 
-var gateOutcomes = []string{GateAdmitted, GateAbandoned}
+var gateOutcomes = []string{GateAdmitted, GateAbandoned, GateTimedOut}
 
 // bulkGate holds the collectors of the bulk gate (api's BulkConcurrency).
 type bulkGate struct {
@@ -25,7 +26,7 @@ func (m *Metrics) registerBulkGate() {
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "bulk_gate_wait_seconds",
 			Help: "Time bulk creates waited for one of the instance's bulk slots before their body was read, " +
-				"by outcome (admitted, abandoned); 0 when a slot was free.",
+				"by outcome (admitted, abandoned, timed_out); 0 when a slot was free.",
 			Buckets:                     requestBuckets[:],
 			NativeHistogramBucketFactor: 1.1,
 		}, []string{"outcome"}),
@@ -41,7 +42,7 @@ func (m *Metrics) registerBulkGate() {
 }
 
 // BulkGateWait records how long a bulk create waited at the gate and how the wait ended:
-// GateAdmitted or GateAbandoned (anything else counts as "other").
+// GateAdmitted, GateAbandoned or GateTimedOut (anything else counts as "other").
 func (m *Metrics) BulkGateWait(outcome string, d time.Duration) {
 	m.gate.wait.WithLabelValues(bounded(outcome, gateOutcomes)).Observe(d.Seconds())
 }
