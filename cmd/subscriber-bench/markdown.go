@@ -191,7 +191,8 @@ sends its SQL itself.
 ` + whereCPUGoes
 
 // whereCPUGoes is what counting (statements, system calls, allocations) rather than timing
-// shows about a get's cost; it holds on a busy machine, so it is part of every report.
+// shows about a get's and a write's cost; it holds on a busy machine, so it is part of every
+// report.
 const whereCPUGoes = `
 ## Where a get's CPU goes
 
@@ -200,37 +201,57 @@ Counted rather than timed, so these figures hold on a busy machine too. They com
 -benchmem` + "`" + `, ` + "`" + `go test ./api -run '^$' -bench Serve -benchmem` + "`" + `, and ` + "`" + `strace -c -f` + "`" + ` on the service
 over 2,000 keep-alive requests of each kind.
 
-- **Round trips.** Each measured request is one statement, so one round trip to PostgreSQL: a
-  get, a list page with its exact total, a create of an active subscriber, a rename, and the key
-  check on a key-cache miss (a verified key then comes from the cache). A pending create is
-  BEGIN, two INSERTs and COMMIT. No transaction wraps a single statement.
+- **Round trips.** A read is one statement, so one round trip to PostgreSQL: a get, a list page
+  with its exact total, the email lookup, and the key check on a key-cache miss (a verified key
+  then comes from the cache). No transaction wraps a single statement. The writes are below.
 - **System calls.** Per get, about 2 writes (the response and the statement) and 5 reads (the
   request, the result, and the reads the Go runtime retries after EAGAIN). The access log is
   buffered and written in batches. The rest (futex, epoll_pwait, nanosleep) is the Go scheduler
   passing the request between goroutines, and strace itself inflates those calls.
 - **Allocations.** The HTTP layer makes 41 allocations (7.7 KiB) per get. About 17 of them belong
-  to the benchmark's own request and recorder. The store makes 40 (6.3 KiB). Of those 6.3 KiB,
-  4 KiB is the buffer bun's query builder allocates for every statement's text. bun v1.2 does not
-  let you configure that buffer.
-- **PostgreSQL.** pgdriver sends every statement over the simple query protocol, with the values
-  inlined into the text (418 bytes for a get). PostgreSQL therefore parses and plans each
-  statement. The baselines above are sent the same way, so the ratios compare like with like.
+  to the benchmark's own request and recorder. The store makes 37 (1.6 KiB) with its
+  prepared statement. A statement built by bun's query builder costs a 4 KiB buffer for its text
+  on top; bun v1.2 does not let you configure that buffer.
+- **PostgreSQL.** The hot reads (a get, the email lookup, a list page that is not deep, the key
+  check on a cache miss, an idempotent replay's lookup) are prepared statements: each
+  connection parses and plans them once, and each call sends only the values. Their generic
+  plans are used from the first call (` + "`" + `plan_cache_mode=force_generic_plan` + "`" + ` on the service's
+  connections; PostgreSQL 12 or later). Everything else, the deep list page included (its
+  generic plan scans the whole table), goes over pgdriver's simple query protocol with the
+  values inlined into the text, so PostgreSQL parses and plans each one. The baselines are
+  sent the simple way.
 
 The same get, client side (allocations and bytes per get, exact counts):
 
 | path | allocs | bytes |
 |---|--:|--:|
-| bun's query builder (the service) | 40 | 6,461 |
+| the service: a prepared statement, scanned by bun | 37 | 1,594 |
+| bun's query builder | 40 | 6,461 |
 | bun, raw SQL | 38 | 2,356 |
 | database/sql, the same SQL, without bun | 23 | 882 |
 | database/sql, prepared statement (pgdriver's extended protocol) | 32 | 1,058 |
 
-The next step would be prepared statements for the hot reads: database/sql's ` + "`" + `Stmt` + "`" + `, either over
-pgdriver or over pgx's database/sql driver, which prepares and caches statements itself. Each
-connection would then parse and plan a lookup once, and each call would send only the
-identifiers. The price is hand-written SQL and scanning outside bun's builder, plus database
-spans made outside bun's query hook. A raw bun query avoids the 4 KiB buffer, but its span loses
-` + "`" + `db.collection.name` + "`" + `.
+The service's get is a prepared statement (database/sql's ` + "`" + `Stmt` + "`" + ` over pgdriver's extended
+protocol) scanned by bun into its row struct, 5 allocations more than scanning by hand. Its
+database span is made outside bun's query hook, with the same name and attributes.
+
+## Where a write's time goes
+
+- **Statements.** A create of an active subscriber is one statement (the row, its event and any
+  webhook deliveries in one CTE); a pending create is five (BEGIN, the row, its event with any
+  deliveries, the confirmation email, COMMIT); an update is five (BEGIN, the row locked, the
+  change, its event with any deliveries, COMMIT); a create with an Idempotency-Key adds the
+  key's lookup, BEGIN, an advisory lock, the stored response and COMMIT to the create, six
+  round trips in all. pgdriver sends one statement
+  at a time and waits for its answer: it cannot pipeline, so each round trip costs the service
+  and PostgreSQL a send, a wake-up and a receive. The alternative is pgx's batch, which sends
+  several statements in one round trip: a second driver beside bun's, outside this stack.
+- **Planning.** The writes go over the simple protocol, planned on every call; PostgreSQL's
+  share of a create is most of its cost (the CPU table above).
+- **Webhooks.** Each delivered event is one HTTP POST, as Standard Webhooks has it: about 90 µs
+  of the service's CPU (half of it in net/http's client), 40 µs of the receiver's and 50 to
+  70 µs of PostgreSQL's to queue, claim and delete it. On one machine shared with the
+  receiver, that is what a write with an endpoint costs more than one without.
 `
 
 func orDash(s string) string {
