@@ -319,14 +319,11 @@ func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool)
 //
 // Without a container limit the soft limit is defaultMemLimit. GOGC=400 lets the heap grow to
 // five times what is live plus four times the goroutine stacks, and both grow with the
-// clients: at 256 clients the live heap was about 11 MiB and the stacks 8 MiB, so the heap
-// grew to 68 MiB and the RSS to 103 MiB for reads, 196 MiB for writes. The limit caps that
-// growth where it starts to matter, and leaves light load alone: at 16 clients the heap's
-// goal stays under it, and the collector runs as often as before. Past it the collector runs
-// more often (the runtime spends at most half the CPU on it, then lets the heap grow), so a
-// load whose live heap nears the limit pays in CPU, not in memory; an operator who would
-// rather pay in memory sets GOMEMLIMIT. make bench --no-telemetry -only get,create_active,
-// GOMEMLIMIT unset -> 40MiB: peak RSS at 256 clients, reads 103 -> 58 MiB, writes 99 -> 60 MiB.
+// clients. The limit caps that growth where it starts to matter and leaves light load alone:
+// at 16 clients the heap's goal stays under it. Past it the collector runs more often (the
+// runtime spends at most half the CPU on it, then lets the heap grow), so a load whose live
+// heap nears the limit pays in CPU, not in memory; an operator who would rather pay in memory
+// sets GOMEMLIMIT.
 const (
 	defaultGOGC     = 400
 	memLimitRatio   = 0.8
