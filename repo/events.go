@@ -94,22 +94,33 @@ func eventRows(ctx context.Context, evs []model.Event) []eventRow {
 // event's deliveries, in one PostgreSQL statement: the data-modifying parts of a statement take
 // effect together or not at all, so a create needs one round trip instead of a transaction's
 // four. It reports whether row was stored; when it was not, nothing was.
-func insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
+func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
 	r := eventRows(ctx, []model.Event{ev})[0]
-	ins := db.NewInsert().Model(row).On("CONFLICT (newsletter_id, email_key) DO NOTHING").Returning("id")
 	var n int
-	err := db.NewRaw(`WITH s AS (?), ev AS (
-    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT ?::uuid, ?::uuid, s.id, ?, ?, ?, ?::timestamptz FROM s
-    RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`)
-SELECT count(*) FROM s`, ins, r.ID, r.NewsletterID, r.Type, r.Payload, r.Traceparent, r.CreatedAt).
-		Scan(named(ctx, "INSERT", "subscribers"), &n)
+	err := s.queryRow(ctx, db, insertWithEventStmt, &n,
+		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
+		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
 	if err != nil {
 		return false, translate(err)
 	}
 	return n > 0, nil
 }
+
+// insertWithEventStmt is insertWithEventPG's statement, prepared (see statement): $1 to $9 the
+// subscriber's columns, then the event's id, type, payload, traceparent and time (its
+// newsletter is the subscriber's). Its span is named for its main change, "INSERT
+// subscribers". The event's values are cast: in an INSERT … SELECT a parameter takes no type
+// from the target column.
+var insertWithEventStmt = newStatement("INSERT", "subscribers", `WITH s AS (
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT $10::uuid, $2::uuid, s.id, $11::text, $12::text, $13::text, $14::timestamptz FROM s
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesSQL+`)
+SELECT count(*) FROM s`)
 
 // Events reads subscribers' histories.
 type Events struct {

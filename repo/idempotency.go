@@ -53,8 +53,8 @@ func (r *idempotencyRow) toModel() model.StoredResponse {
 }
 
 // lookupIdempotencyPG is lookup's statement on PostgreSQL, prepared (see statement).
-var lookupIdempotencyPG = &statement{op: "SELECT", table: "idempotency_keys",
-	text: `SELECT fingerprint, status, location, body FROM idempotency_keys WHERE newsletter_id = $1 AND key = $2 AND expires_at > $3`}
+var lookupIdempotencyPG = newStatement("SELECT", "idempotency_keys",
+	`SELECT fingerprint, status, location, body FROM idempotency_keys WHERE newsletter_id = $1 AND key = $2 AND expires_at > $3`)
 
 // Lookup returns the unexpired response stored under key in the newsletter, if any. It takes
 // no lock: a replay costs one indexed read.

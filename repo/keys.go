@@ -170,8 +170,8 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 
 // authenticatePG is Authenticate's statement on PostgreSQL, prepared (see statement); its span
 // is named "SELECT", as bun named the raw statement.
-var authenticatePG = &statement{op: "SELECT", text: `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
-FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`}
+var authenticatePG = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`)
 
 // Authenticate finds the live key with this hash and what it grants. An unknown or revoked
 // key gives model.ErrKeyNotFound.

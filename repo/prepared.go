@@ -20,7 +20,8 @@ import (
 // The text is written with $1… placeholders and names its columns (never *), so a column added
 // by a later migration changes neither its result nor its cached plan's shape. Every $n must
 // appear in the text: PostgreSQL infers each parameter's type from where it is used. The text
-// holds no value, so it is the span's db.query.text as it is.
+// holds no value; its span's db.query.text is the text with its constant literals replaced by
+// "?", as bun's statements' are.
 //
 // PostgreSQL runs a prepared statement's generic plan, made without the values, from its first
 // call (plan_cache_mode is force_generic_plan, see openPostgres): check a new statement's with
@@ -29,6 +30,13 @@ import (
 type statement struct {
 	op, table string // the span's name and attributes, as bun's query hook names the same statement
 	text      string
+	spanText  string // db.query.text
+}
+
+// newStatement returns the statement text whose span is named "{op} {table}" (op alone when
+// table is "").
+func newStatement(op, table, text string) *statement {
+	return &statement{op: op, table: table, text: text, spanText: redactSQL(text)}
 }
 
 // preparedStatements holds, for one PostgreSQL pool, its query hook (so that prepared
@@ -116,7 +124,7 @@ func (s *store) runPrepared(ctx context.Context, db bun.IDB, st *statement, args
 	scan func(context.Context, *sql.Rows) error) error {
 	var span trace.Span
 	if s.pg.hook != nil && traced(ctx) {
-		ctx, span = s.pg.hook.startSpan(ctx, st.op, st.table, st.text)
+		ctx, span = s.pg.hook.startSpan(ctx, st.op, st.table, st.spanText)
 	}
 	err := s.execPrepared(ctx, db, st, args, scan)
 	if span != nil {

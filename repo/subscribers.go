@@ -99,7 +99,7 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	pending := in.Status == model.StatusPending
 	insert := func(ctx context.Context, db bun.IDB) error {
 		if !pending && !isSQLite(db) {
-			stored, err := insertWithEventPG(ctx, db, &row,
+			stored, err := s.insertWithEventPG(ctx, db, &row,
 				model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt))
 			if err == nil && !stored {
 				err = fmt.Errorf("%w", model.ErrEmailTaken)
@@ -384,7 +384,7 @@ UNION ALL (
 )` + listOrderPostgres)
 )
 
-func listStatement(text string) *statement { return &statement{op: "SELECT", text: text} }
+func listStatement(text string) *statement { return newStatement("SELECT", "", text) }
 
 // listDeepPostgres is the statement of a page beyond listDirectMaxOffset, with or without the
 // status filter: the page's ids come from an index-only walk and only those rows are read. Its
@@ -489,10 +489,10 @@ const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last
 // The prepared reads of one subscriber (see statement): by id, and by email key through the
 // unique index. Their spans are named as bun's query builder named them.
 var (
-	getSubscriberPG = &statement{op: "SELECT", table: "subscribers",
-		text: `SELECT ` + subscriberColumns + ` FROM subscribers WHERE newsletter_id = $1 AND id = $2`}
-	subscriberByEmailPG = &statement{op: "SELECT", table: "subscribers",
-		text: `SELECT ` + subscriberColumns + ` FROM subscribers WHERE newsletter_id = $1 AND email_key = $2`}
+	getSubscriberPG = newStatement("SELECT", "subscribers",
+		`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = $1 AND id = $2`)
+	subscriberByEmailPG = newStatement("SELECT", "subscribers",
+		`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = $1 AND email_key = $2`)
 )
 
 // Get returns one subscriber of the newsletter, or model.ErrNotFound.

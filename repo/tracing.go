@@ -70,11 +70,7 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	if !traced(ctx) {
 		return ctx
 	}
-	op, table := e.Operation(), tableName(e)
-	if n, ok := ctx.Value(statementKey{}).(statementName); ok {
-		op, table = n.op, n.table
-	}
-	ctx, _ = h.startSpan(ctx, op, table, queryText(e))
+	ctx, _ = h.startSpan(ctx, e.Operation(), tableName(e), queryText(e))
 	return ctx
 }
 
@@ -373,18 +369,6 @@ func errorType(err error) string {
 }
 
 // tableName is the table a query-builder statement works on, or "".
-// statementKey carries a statementName in a query's context.
-type statementKey struct{}
-
-// statementName names a raw statement's span for what it does: a statement that inserts into
-// several tables through CTEs is named for its main change rather than for its final SELECT.
-type statementName struct{ op, table string }
-
-// named returns ctx with the operation and table that name the span of the statement run in it.
-func named(ctx context.Context, op, table string) context.Context {
-	return context.WithValue(ctx, statementKey{}, statementName{op, table})
-}
-
 func tableName(e *bun.QueryEvent) string {
 	if e.IQuery == nil {
 		return ""
