@@ -117,8 +117,9 @@ type Metrics struct {
 	decisions         *prometheus.CounterVec
 	authFailures      *prometheus.CounterVec
 	lockouts          *prometheus.CounterVec
-	idempotency       *prometheus.CounterVec // see idempotency.go
-	gate              bulkGate               // see bulkgate.go
+	idempotency       *prometheus.CounterVec   // see idempotency.go
+	gateWait          *prometheus.HistogramVec // see bulkgate.go
+	gateWaiting       prometheus.Gauge
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 

@@ -342,7 +342,7 @@ func TestBulkGate(t *testing.T) {
 	m.BulkGateWait(GateAdmitted, 300*time.Millisecond)
 	m.BulkGateWait(GateAbandoned, 2*time.Second)
 	m.BulkGateWait("bogus", time.Second)
-	if got := testutil.ToFloat64(m.gate.waiting); got != 1 {
+	if got := testutil.ToFloat64(m.gateWaiting); got != 1 {
 		t.Errorf("bulk_gate_waiting = %v; want 1", got)
 	}
 	want := `
@@ -355,7 +355,7 @@ bulk_gate_waiting 1
 	}
 	for outcome, want := range map[string]uint64{GateAdmitted: 2, GateAbandoned: 1, labelOther: 1} {
 		h := &dto.Metric{}
-		if err := m.gate.wait.WithLabelValues(outcome).(prometheus.Histogram).Write(h); err != nil {
+		if err := m.gateWait.WithLabelValues(outcome).(prometheus.Histogram).Write(h); err != nil {
 			t.Fatal(err)
 		}
 		if got := h.GetHistogram().GetSampleCount(); got != want {
