@@ -293,15 +293,21 @@ WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 // sends. So the age grows in both a worker crash and an SMTP outage, and the stall alert
 // (deploy/prometheus/rules.yml) fires in both.
 func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
-	now := o.now()
+	return o.queueStats(ctx, `SELECT count(*) AS pending,
+    min(created_at) FILTER (WHERE next_attempt_at <= ?0 OR attempts > 0) AS oldest
+FROM email_outbox WHERE state = 'pending'`)
+}
+
+// queueStats runs query, a count of a queue's waiting rows as pending and the time its oldest
+// due row became due as oldest (NULL when none is), with the store's now as ?0, and returns
+// the count and how long ago that was (0 when none is due).
+func (s store) queueStats(ctx context.Context, query string) (pending int64, oldestDue time.Duration, err error) {
+	now := s.now()
 	var st struct {
 		Pending int64      `bun:"pending"`
 		Oldest  *time.Time `bun:"oldest"`
 	}
-	err = o.db.NewRaw(`SELECT count(*) AS pending,
-    min(created_at) FILTER (WHERE next_attempt_at <= ? OR attempts > 0) AS oldest
-FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
-	if err != nil {
+	if err := s.db.NewRaw(query, now).Scan(ctx, &st); err != nil {
 		return 0, 0, translate(err)
 	}
 	if st.Oldest != nil {
@@ -316,7 +322,7 @@ FROM email_outbox WHERE state = 'pending'`, now).Scan(ctx, &st)
 // one pending signal stands for any number of inserts.
 func (o *Outbox) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
 	if o.sqlite {
-		return wakerOf(o.db).listen(ctx)
+		return wakerOf(o.db, emailQueue).listen(ctx)
 	}
 	wake := make(chan struct{}, 1)
 	ln := pgdriver.NewListener(o.db)

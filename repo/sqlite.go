@@ -176,18 +176,31 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// wakers are the in-process stand-in for LISTEN/NOTIFY on SQLite: per database, the channels of
-// the Outbox.Listen calls, signalled after a commit that queued emails. An SQLite file has one
-// writer process, so every insert into the outbox happens in this process.
-var wakers sync.Map // *bun.DB → *waker
+// wakers are the in-process stand-in for LISTEN/NOTIFY on SQLite: per database and queue
+// (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
+// queued into it. An SQLite file has one writer process, so every insert happens in this
+// process.
+var wakers sync.Map // wakerKey → *waker
+
+// wakerKey names one queue of one database.
+type wakerKey struct {
+	db    *bun.DB
+	queue string
+}
+
+// The queues with wakers.
+const (
+	emailQueue   = "email"
+	webhookQueue = "webhook"
+)
 
 type waker struct {
 	mu    sync.Mutex
 	chans map[chan struct{}]struct{}
 }
 
-func wakerOf(db *bun.DB) *waker {
-	w, _ := wakers.LoadOrStore(db, &waker{chans: map[chan struct{}]struct{}{}})
+func wakerOf(db *bun.DB, queue string) *waker {
+	w, _ := wakers.LoadOrStore(wakerKey{db, queue}, &waker{chans: map[chan struct{}]struct{}{}})
 	return w.(*waker)
 }
 
@@ -216,14 +229,25 @@ func (w *waker) notify() {
 	}
 }
 
-// emailsQueued wakes the email workers of db after a commit that queued emails. PostgreSQL
-// does it with a trigger and NOTIFY (see the email_outbox_notify migration).
-func emailsQueued(db *bun.DB) {
+// wake signals the listeners of db's queue (SQLite) after a commit that queued into it.
+func wake(db *bun.DB, queue string) {
 	if !isSQLite(db) {
 		return
 	}
-	if w, ok := wakers.Load(db); ok { // nobody listens on a database without an entry
+	if w, ok := wakers.Load(wakerKey{db, queue}); ok { // nobody listens on a queue without an entry
 		w.(*waker).notify()
+	}
+}
+
+// emailsQueued wakes the email workers of db after a commit that queued emails. PostgreSQL
+// does it with a trigger and NOTIFY (see the email_outbox_notify migration).
+func emailsQueued(db *bun.DB) { wake(db, emailQueue) }
+
+// deliveriesQueued wakes the webhook workers of db after a commit that queued deliveries, when
+// it did. On PostgreSQL the workers poll.
+func deliveriesQueued(db *bun.DB, queued bool) {
+	if queued {
+		wake(db, webhookQueue)
 	}
 }
 
@@ -234,26 +258,6 @@ func forUpdate(sqlite bool) string {
 		return ""
 	}
 	return " FOR UPDATE"
-}
-
-// webhookWakers are wakers (as above) of the webhook workers, signalled after a commit that
-// queued webhook deliveries. On PostgreSQL the workers poll.
-var webhookWakers sync.Map // *bun.DB → *waker
-
-func webhookWakerOf(db *bun.DB) *waker {
-	w, _ := webhookWakers.LoadOrStore(db, &waker{chans: map[chan struct{}]struct{}{}})
-	return w.(*waker)
-}
-
-// deliveriesQueued wakes the webhook workers of db (SQLite) after a commit that queued
-// deliveries.
-func deliveriesQueued(db *bun.DB, queued bool) {
-	if !queued || !isSQLite(db) {
-		return
-	}
-	if w, ok := webhookWakers.Load(db); ok {
-		w.(*waker).notify()
-	}
 }
 
 // forNoKeyUpdate is the lock of a row about to be updated without changing its key: " FOR NO

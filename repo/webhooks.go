@@ -335,21 +335,9 @@ WHERE endpoint_id = ? AND state = 'pending'`, now, endpoint).Exec(ctx)
 // Stats reads, for metrics, how many deliveries wait (due or scheduled for a retry) and how
 // long the longest-waiting due one has been due (0 when none is).
 func (d *Deliveries) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
-	now := d.now()
-	var st struct {
-		Pending int64      `bun:"pending"`
-		Oldest  *time.Time `bun:"oldest"`
-	}
-	err = d.db.NewRaw(`SELECT count(*) AS pending,
-    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?) AS oldest
-FROM webhook_deliveries WHERE state = 'pending'`, now).Scan(ctx, &st)
-	if err != nil {
-		return 0, 0, translate(err)
-	}
-	if st.Oldest != nil {
-		oldestDue = max(now.Sub(*st.Oldest), 0)
-	}
-	return st.Pending, oldestDue, nil
+	return d.queueStats(ctx, `SELECT count(*) AS pending,
+    min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?0) AS oldest
+FROM webhook_deliveries WHERE state = 'pending'`)
 }
 
 // Listen signals on the returned channel when this process queued deliveries (SQLite, whose
@@ -357,7 +345,7 @@ FROM webhook_deliveries WHERE state = 'pending'`, now).Scan(ctx, &st)
 // workers poll: a NOTIFY from every write would serialise their commits.
 func (d *Deliveries) Listen(ctx context.Context) <-chan struct{} {
 	if d.sqlite {
-		return webhookWakerOf(d.db).listen(ctx)
+		return wakerOf(d.db, webhookQueue).listen(ctx)
 	}
 	return nil
 }
