@@ -54,12 +54,7 @@ func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.
 		Recorder: metrics,
 		Logger:   log,
 	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx) //nolint:errcheck // Run only returns nil, when ctx ends
-	}()
-	return done
+	return runWorker(ctx, w.Run)
 }
 
 // lockedWriter serializes writes to w: dev's stdout gets the banner and the emails' links from
@@ -73,4 +68,15 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// runWorker runs a worker's Run until ctx ends; the returned channel closes when Run has
+// returned (Run only returns nil, when ctx ends).
+func runWorker(ctx context.Context, run func(context.Context) error) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(ctx) //nolint:errcheck // nil, when ctx ends
+	}()
+	return done
 }

@@ -41,10 +41,5 @@ func startWebhookWorker(ctx context.Context, db *bun.DB, s webhookSettings, metr
 		Recorder: metrics,
 		Logger:   log,
 	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx) //nolint:errcheck // Run only returns nil, when ctx ends
-	}()
-	return done
+	return runWorker(ctx, w.Run)
 }
