@@ -86,13 +86,13 @@ type WorkerConfig struct {
 }
 
 func (c *WorkerConfig) defaults() {
-	setDefault(&c.BatchSize, 10)
-	setDefault(&c.PollInterval, 5*time.Second)
-	setDefault(&c.Lease, DefaultLease)
-	setDefault(&c.RetryBase, 30*time.Second)
-	setDefault(&c.RetryMax, time.Hour)
-	setDefault(&c.MaxAttempts, 12)
-	setDefault(&c.SendTimeout, 2*time.Minute)
+	outbox.SetDefault(&c.BatchSize, 10)
+	outbox.SetDefault(&c.PollInterval, 5*time.Second)
+	outbox.SetDefault(&c.Lease, DefaultLease)
+	outbox.SetDefault(&c.RetryBase, 30*time.Second)
+	outbox.SetDefault(&c.RetryMax, time.Hour)
+	outbox.SetDefault(&c.MaxAttempts, 12)
+	outbox.SetDefault(&c.SendTimeout, 2*time.Minute)
 	if c.Recorder == nil {
 		c.Recorder = nopRecorder{}
 	}
@@ -110,12 +110,6 @@ func (c *WorkerConfig) defaults() {
 // by another worker, or itself after a restart, within the lease and a poll interval: about a
 // minute.
 const DefaultLease = time.Minute
-
-func setDefault[T int | time.Duration](v *T, d T) {
-	if *v <= 0 {
-		*v = d
-	}
-}
 
 // contextRecorder is a Recorder that also takes the send span's context, so that the
 // duration it records can carry the trace as its exemplar (telemetry.Metrics does).

@@ -1,7 +1,8 @@
 // Package outbox holds what the workers of subscriberd's transactional outboxes share — the
 // confirmation emails (package mail) and the webhook deliveries (package webhook): the loop
 // that looks for due work and stops with its context, the jitter of retry delays, and the link
-// from an attempt's span to the request that queued the row. Claiming, leasing and sending stay
+// from an attempt's span to the request that queued the row, and the defaulting of their
+// configurations. Claiming, leasing and sending stay
 // with each worker. It imports no project package.
 package outbox
 
@@ -66,4 +67,12 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// SetDefault sets *v to d when it is zero or negative: a worker configuration's unset
+// field.
+func SetDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }

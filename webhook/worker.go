@@ -76,13 +76,13 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	setDefault(&c.Workers, 8)
-	setDefault(&c.PerEndpoint, 100)
-	setDefault(&c.PerEndpointParallel, 4)
-	setDefault(&c.Timeout, 10*time.Second)
-	setDefault(&c.Lease, 2*time.Minute)
-	setDefault(&c.PollInterval, 500*time.Millisecond)
-	setDefault(&c.MaxAnswerBytes, 64<<10)
+	outbox.SetDefault(&c.Workers, 8)
+	outbox.SetDefault(&c.PerEndpoint, 100)
+	outbox.SetDefault(&c.PerEndpointParallel, 4)
+	outbox.SetDefault(&c.Timeout, 10*time.Second)
+	outbox.SetDefault(&c.Lease, 2*time.Minute)
+	outbox.SetDefault(&c.PollInterval, 500*time.Millisecond)
+	outbox.SetDefault(&c.MaxAnswerBytes, 64<<10)
 	if c.Lease < 3*c.Timeout {
 		c.Lease = 3 * c.Timeout
 	}
@@ -97,12 +97,6 @@ func (c *Config) defaults() {
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
-	}
-}
-
-func setDefault[T int | int64 | time.Duration](v *T, d T) {
-	if *v <= 0 {
-		*v = d
 	}
 }
 
