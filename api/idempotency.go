@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -155,7 +154,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	res, err := s.cfg.Idempotency.Run(ctx.Context(), nl, key, fp, func(txCtx context.Context) (*model.StoredResponse, error) {
 		rec = &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
 		r2 := r.WithContext(txCtx)
-		r2.Body = io.NopCloser(bytes.NewReader(body))
+		r2.Body = newBufferedBody(body)
 		next(humago.NewContext(ctx.Operation(), r2, rec))
 		if rec.status < 200 || rec.status > 299 {
 			return nil, nil // not stored: a failed request changed nothing

@@ -413,7 +413,7 @@ func (s *Server) preflight(ctx huma.Context, next func(huma.Context)) {
 		s.writeErr(ctx, newError(http.StatusBadRequest, msg))
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = newBufferedBody(body)
 	next(ctx)
 }
 
@@ -481,10 +481,27 @@ func principalFrom(ctx context.Context) model.Principal {
 	return p
 }
 
+// bufferedBody is a request body read whole into memory by readBody, handed on to the handler (and
+// to a later readBody, which takes it as it is instead of copying it again).
+type bufferedBody struct {
+	*bytes.Reader
+	all []byte
+}
+
+func newBufferedBody(b []byte) *bufferedBody {
+	return &bufferedBody{Reader: bytes.NewReader(b), all: b}
+}
+
+// Close implements io.Closer: there is nothing to release.
+func (*bufferedBody) Close() error { return nil }
+
 // readBody reads r's body, at most MaxBodyBytes of it. When that fails it answers — 499 when
 // the client hung up in the middle of its body, 400 when the body cannot be read, 413 when it
 // is too large — and reports false.
 func (s *Server) readBody(ctx huma.Context, r *http.Request) ([]byte, bool) {
+	if b, ok := r.Body.(*bufferedBody); ok && b.Len() == len(b.all) {
+		return b.all, true // read and checked by an earlier middleware (idempotency), unread since
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	switch {
 	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
