@@ -234,3 +234,43 @@ func TestDuplicatesRaiseNoDatabaseError(t *testing.T) {
 		t.Errorf("%d statements failed on a unique violation, want 0", n)
 	}
 }
+
+// Forty concurrent renames of one subscriber, most of them meeting another's change between
+// their read and their write: each answers 200 and records exactly one event, and the history
+// is one chain, each event's previous name the name the event before it set. A lost update, or
+// an event recording a name that was no longer there, breaks the chain.
+func TestContentionConcurrentRenames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.do("POST", "/subscribers", map[string]any{"email": "ren@x.io", "name": "Start"}).
+		want(t, http.StatusCreated, "").data(t)["id"].(string)
+	const n = 40
+	var c statusCounter
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { c.add(e.send("PUT", "/subscribers/"+id, map[string]any{"name": fmt.Sprintf("Name %02d", i)})) })
+	}
+	wg.Wait()
+	c.check(t, http.StatusOK)
+
+	evs := e.history(id)
+	if len(evs) != n+1 {
+		t.Fatalf("%d events, want %d: the create and one per rename", len(evs), n+1)
+	}
+	seen := map[string]bool{}
+	prev := "Start"
+	for _, ev := range evs[1:] {
+		d := ev["data"].(map[string]any)
+		name := d["subscriber"].(map[string]any)["name"].(string)
+		if got := d["previous"].(map[string]any)["name"]; got != prev {
+			t.Errorf("event %v: previous name %v, want %q (the name the event before set)", ev["id"], got, prev)
+		}
+		if seen[name] {
+			t.Errorf("name %q set by two events", name)
+		}
+		seen[name], prev = true, name
+	}
+	if got := e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)["name"]; got != prev {
+		t.Errorf("subscriber's name %v, the last event's %q", got, prev)
+	}
+}

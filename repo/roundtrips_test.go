@@ -49,8 +49,10 @@ func (l *statementSpans) take() []string {
 
 // TestStatementsPerRequest pins how many statements (and so round trips to PostgreSQL) each
 // request's store call costs: the reads, the key check and an active create one each, with
-// no transaction around them; a pending create and an update five (a transaction: the
-// change, its event with its deliveries, the confirmation email or the row lock).
+// no transaction around them; a rename two (a read, then the change with its event and its
+// deliveries if the row still holds what was read); a pending create five (a transaction: the
+// change, its event with its deliveries, the confirmation email); a status change seven (the
+// row lock, and the confirmations it retires).
 func TestStatementsPerRequest(t *testing.T) {
 	if testdb.Store() != testdb.Postgres {
 		t.Skip("PostgreSQL only: on SQLite every write runs in a transaction, in process")
@@ -115,7 +117,16 @@ func TestStatementsPerRequest(t *testing.T) {
 		{"update, name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
 			return err
-		}, 5},
+		}, 2},
+		{"update, same name", func() error {
+			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
+			return err
+		}, 1},
+		{"update, status", func() error {
+			st := model.StatusUnsubscribed
+			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Status: &st})
+			return err
+		}, 7},
 	} {
 		log.take()
 		if err := c.do(); err != nil {
@@ -216,4 +227,37 @@ func BenchmarkGetPaths(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkUpdateName renames one subscriber through Subscribers.Update, one client after
+// another, against the test PostgreSQL: the read, the change, its event and its deliveries.
+// Run with: go test ./repo -run '^$' -bench UpdateName -benchmem
+func BenchmarkUpdateName(b *testing.B) {
+	if testdb.Store() != testdb.Postgres {
+		b.Skip("PostgreSQL only")
+	}
+	db, err := repo.Open(pg.Fresh(b), repo.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	accounts, subs := repo.NewAccounts(db), repo.NewSubscribers(db)
+	nl, err := accounts.CreateNewsletter(ctx, "bench", true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "ada@example.com", FirstName: "Ada", Status: model.StatusActive})
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := []string{"Ada Lovelace", "Ada King"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := subs.Update(ctx, nl.ID, sub.ID, model.SubscriberPatch{Name: &names[i%2]}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
