@@ -245,7 +245,9 @@ func main() {
 	defer stop()
 	var rep *Report
 	if cfg.reportFrom != "" {
-		rep, err = reread(cfg.reportFrom)
+		if rep, err = reread(cfg.reportFrom); err == nil {
+			err = rep.compareWith(cfg.compareWith)
+		}
 	} else {
 		rep, err = run(ctx, cfg, os.Stderr)
 	}
@@ -442,12 +444,8 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 			return b.rep, err
 		}
 	}
-	if cfg.compareWith != "" {
-		ref, err := readJSON(cfg.compareWith)
-		if err != nil {
-			return b.rep, fmt.Errorf("-compare-with: %w", err)
-		}
-		b.rep.against(ref, cfg.compareWith)
+	if err := b.rep.compareWith(cfg.compareWith); err != nil {
+		return b.rep, err
 	}
 	b.rep.judge(cfg.stall)
 	return b.rep, nil

@@ -340,13 +340,17 @@ func TestFindTakesTheMedianPass(t *testing.T) {
 }
 
 func TestAgainstAReferenceAndMarkdown(t *testing.T) {
-	then := &Report{Meta: Meta{Clients: 16, RunID: "old"}, Runs: []RunRecord{rec("service", svc.Get, 1000, 1000)}}
-	then.Runs[0].P50Ms = 2
+	then := &Report{Meta: Meta{Clients: 16, RunID: "old", Label: "abc1234"}, Runs: []RunRecord{
+		rec("service", svc.Get, 1000, 1000), rec("baseline", baseline.SelectByID, 4000, 4000),
+	}, RSS: []RSSRecord{{During: "reads, 256 clients", PeakMiB: 86}}}
+	then.Runs[0].P50Ms, then.Runs[0].ServiceCPU, then.Runs[0].DBCPU = 2, 0.2, 0.3
+	then.compare()
 	now := &Report{Meta: Meta{Clients: 16, RunID: "new", Command: "make bench"}, Runs: []RunRecord{
 		rec("service", svc.Get, 900, 900), rec("baseline", baseline.SelectByID, 2000, 2000),
 		rec("service", svc.ListFirst, 10, 10),
-	}}
-	now.Runs[0].P50Ms = 3
+	}, RSS: []RSSRecord{{During: "reads, 256 clients", PeakMiB: 62}}}
+	now.Runs[0].P50Ms, now.Runs[0].ServiceCPU = 3, 0.09
+	now.compare()
 	now.against(then, "old.json")
 	if now.Reference == nil || len(now.Reference.Ratios) != 1 {
 		t.Fatalf("reference = %+v, want get alone (list_first has no reference run)", now.Reference)
@@ -354,10 +358,12 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 	if r := now.Reference.Ratios[0]; r.RateRatio != 0.9 || r.P50Ratio != 1.5 {
 		t.Errorf("get against the reference: %+v, want throughput ×0.9 and p50 ×1.5", r)
 	}
-	now.compare()
 	var md bytes.Buffer
 	markdown(&md, now)
-	for _, want := range []string{"`make bench`", "| get | 900.0 |", "| select_by_id | 2000.0 |", "0.45", "met"} {
+	for _, want := range []string{"`make bench`", "| get | 900.0 |", "| select_by_id | 2000.0 |", "0.45", "met",
+		// before and after: each run's ratio to its own baseline, CPU per request (µs), RSS
+		"run `old` of service abc1234", "| get | 1000.0 | 900.0 | 0.25 | 0.45 | 200.0 → 100.0 | 300.0 → - | - → - |",
+		"reads, 256 clients 86.0 → 62.0 MiB"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

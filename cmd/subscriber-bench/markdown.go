@@ -109,6 +109,8 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	referenceMarkdown(w, rep)
+
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\nTelemetry on the official OpenTelemetry components, off against on at 100 %% sampling and at the production setting (parentbased_traceidratio 0.1), %d clients, in the same passes, in alternating slices (targets: overhead %s):\n", m.Clients, t.Target)
 		fmt.Fprintln(w, "\n| scenario | setting | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
@@ -188,6 +190,12 @@ about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--pass
 from /proc/PID/stat, PostgreSQL's from every process named postgres (with the backends that
 exited meanwhile), the load tool's own from getrusage. A baseline has no service part: the tool
 sends its SQL itself.
+
+**Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before its
+CPU per request was worked on (` + "`make bench BENCH_ARGS=--no-telemetry`" + ` in a clean clone of the
+commit the table names). ` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
+Its absolute figures compare only on the machine it ran on; the ratios are each run's own,
+against its own baseline.
 ` + whereCPUGoes
 
 // whereCPUGoes is what counting (statements, system calls, allocations) rather than timing
@@ -240,21 +248,61 @@ database span is made outside bun's query hook, with the same name and attribute
 
 - **Statements.** A create of an active subscriber is one statement (the row, its event and any
   webhook deliveries in one CTE); a pending create is five (BEGIN, the row, its event with any
-  deliveries, the confirmation email, COMMIT); an update is five (BEGIN, the row locked, the
-  change, its event with any deliveries, COMMIT); a create with an Idempotency-Key adds the
+  deliveries, the confirmation email, COMMIT). An update that changes only the name is two: the
+  row read, then one statement that changes it only if it still holds what was read, with its
+  event and any deliveries (a concurrent change makes it read again). An update of the email or
+  the status is a transaction: BEGIN, the row locked, the change, its event with any
+  deliveries, the confirmations it retires, COMMIT. A create with an Idempotency-Key adds the
   key's lookup, BEGIN, an advisory lock, the stored response and COMMIT to the create, six
   round trips in all. pgdriver sends one statement
   at a time and waits for its answer: it cannot pipeline, so each round trip costs the service
   and PostgreSQL a send, a wake-up and a receive. The alternative is pgx's batch, which sends
   several statements in one round trip: a second driver beside bun's, outside this stack.
-- **Planning.** The active create's statement is prepared like the hot reads (planning it took
-  PostgreSQL 0.84 ms); the other writes go over the simple protocol and are planned on every
-  call. PostgreSQL's share is most of a write's cost (the CPU table above).
+- **Planning.** The active create's and the rename's statements are prepared like the hot reads
+  (planning the create took PostgreSQL 0.84 ms); the other writes go over the simple protocol
+  and are planned on every call. PostgreSQL's share is most of a write's cost (the CPU table above).
 - **Webhooks.** Each delivered event is one HTTP POST, as Standard Webhooks has it: about 90 µs
   of the service's CPU (half of it in net/http's client), 40 µs of the receiver's and 50 to
   70 µs of PostgreSQL's to queue, claim and delete it. On one machine shared with the
   receiver, that is what a write with an endpoint costs more than one without.
 `
+
+// referenceMarkdown sets each scenario against the earlier run given with -compare-with: its
+// throughput, its ratio to its baseline (each in its own run) and its CPU per request, and the
+// peak RSS of both.
+func referenceMarkdown(w io.Writer, rep *Report) {
+	ref := rep.Reference
+	if ref == nil || len(ref.Ratios) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nBefore and after: run `%s` of service %s (%s, `--compare-with %s`) against this run. "+
+		"Ratios are each run's own, to its baseline; CPU per request in µs, before → after.\n",
+		ref.RunID, orDash(ref.Label), orDash(ref.StartedAt), ref.Path)
+	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+	arrow := func(then, now float64) string { return f1(then) + " → " + f1(now) }
+	ratio := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return f2(v)
+	}
+	for _, r := range ref.Ratios {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, f1(r.Then), f1(r.Now), ratio(r.ThenBase), ratio(r.NowBase),
+			arrow(r.ThenCPU.Service, r.NowCPU.Service), arrow(r.ThenCPU.Postgres, r.NowCPU.Postgres), arrow(r.ThenCPU.Tool, r.NowCPU.Tool))
+	}
+	var rss []string
+	for _, now := range rep.RSS {
+		for _, then := range ref.RSS {
+			if then.During == now.During {
+				rss = append(rss, fmt.Sprintf("%s %.1f → %.1f MiB", now.During, then.PeakMiB, now.PeakMiB))
+			}
+		}
+	}
+	if len(rss) > 0 {
+		fmt.Fprintf(w, "\nPeak RSS before → after: %s.\n", strings.Join(rss, "; "))
+	}
+}
 
 func orDash(s string) string {
 	if s == "" {

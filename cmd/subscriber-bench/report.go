@@ -155,14 +155,18 @@ type ScaleRecord struct {
 
 // Reference is this run's measured service scenarios set against an earlier report.
 type Reference struct {
-	Path   string           `json:"path"`
-	RunID  string           `json:"run_id"`
-	Label  string           `json:"label,omitempty"`
-	Ratios []ReferenceRatio `json:"ratios"`
+	Path      string           `json:"path"`
+	RunID     string           `json:"run_id"`
+	Label     string           `json:"label,omitempty"`
+	StartedAt string           `json:"started_at,omitempty"`
+	Ratios    []ReferenceRatio `json:"ratios"`
+	// RSS is the reference's peak RSS, beside this run's Report.RSS.
+	RSS []RSSRecord `json:"rss,omitempty"`
 }
 
 // ReferenceRatio is one scenario now against the reference: ratios of throughput (rows/s for
-// bulk) and of p50 and p99 latency.
+// bulk) and of p50 and p99 latency, and each run's ratio to the scenario's first baseline and
+// CPU per request.
 type ReferenceRatio struct {
 	Scenario  string  `json:"scenario"`
 	Now       float64 `json:"requests_per_sec"`
@@ -170,6 +174,38 @@ type ReferenceRatio struct {
 	RateRatio float64 `json:"rate_ratio"`
 	P50Ratio  float64 `json:"p50_ratio"`
 	P99Ratio  float64 `json:"p99_ratio"`
+	NowBase   float64 `json:"baseline_ratio,omitempty"`
+	ThenBase  float64 `json:"reference_baseline_ratio,omitempty"`
+	NowCPU    CPUus   `json:"cpu_us"`
+	ThenCPU   CPUus   `json:"reference_cpu_us"`
+}
+
+// CPUus is a scenario's CPU per request in µs: the service's, PostgreSQL's and the load
+// generator's, 0 when unknown.
+type CPUus struct {
+	Service  float64 `json:"service"`
+	Postgres float64 `json:"postgres"`
+	Tool     float64 `json:"tool"`
+}
+
+func cpuUs(r *RunRecord) CPUus {
+	z := func(v float64) float64 {
+		if math.IsNaN(v) {
+			return 0
+		}
+		return v
+	}
+	return CPUus{z(usPerReq(r.ServiceCPU, r)), z(usPerReq(r.DBCPU, r)), z(usPerReq(r.ToolCPU, r))}
+}
+
+// baseRatio is the ratio of rep's comparison of scenario with its first baseline, 0 when none.
+func (rep *Report) baseRatio(scenario string) float64 {
+	for _, c := range rep.Comparisons {
+		if c.Service == scenario {
+			return c.Ratio
+		}
+	}
+	return 0
 }
 
 func readJSON(path string) (*Report, error) {
@@ -184,9 +220,22 @@ func readJSON(path string) (*Report, error) {
 	return &rep, nil
 }
 
+// compareWith sets rep against the report written earlier at path (-compare-with), if any.
+func (rep *Report) compareWith(path string) error {
+	if path == "" {
+		return nil
+	}
+	ref, err := readJSON(path)
+	if err != nil {
+		return fmt.Errorf("-compare-with: %w", err)
+	}
+	rep.against(ref, path)
+	return nil
+}
+
 // against fills Reference from ref, an earlier report of the same tool.
 func (rep *Report) against(ref *Report, path string) {
-	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label}
+	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label, StartedAt: ref.Meta.StartedAt, RSS: ref.RSS}
 	for _, p := range plan {
 		now := rep.find("service", p.service, "measure", rep.Meta.Clients)
 		then := ref.find("service", p.service, "measure", rep.Meta.Clients)
@@ -194,7 +243,8 @@ func (rep *Report) against(ref *Report, path string) {
 			continue
 		}
 		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
-			RateRatio: stats.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: stats.Ratio(now.P50Ms, then.P50Ms), P99Ratio: stats.Ratio(now.P99Ms, then.P99Ms)})
+			RateRatio: stats.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: stats.Ratio(now.P50Ms, then.P50Ms), P99Ratio: stats.Ratio(now.P99Ms, then.P99Ms),
+			NowBase: rep.baseRatio(p.service), ThenBase: ref.baseRatio(p.service), NowCPU: cpuUs(now), ThenCPU: cpuUs(then)})
 	}
 	rep.Reference = out
 }
