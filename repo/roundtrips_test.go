@@ -152,21 +152,8 @@ func BenchmarkGetPaths(b *testing.B) {
 	if testdb.Store() != testdb.Postgres {
 		b.Skip("PostgreSQL only")
 	}
-	db, err := repo.Open(pg.Fresh(b), repo.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db, subs, nl, sub := benchSubscriber(b)
 	ctx := context.Background()
-	accounts, subs := repo.NewAccounts(db), repo.NewSubscribers(db)
-	nl, err := accounts.CreateNewsletter(ctx, "bench", true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sub, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "ada@example.com", FirstName: "Ada", Status: model.StatusActive})
-	if err != nil {
-		b.Fatal(err)
-	}
 	const cols = `id, newsletter_id, email, first_name, last_name, status, created_at, updated_at`
 	type out struct {
 		id, nl                 uuid.UUID
@@ -236,21 +223,8 @@ func BenchmarkUpdateName(b *testing.B) {
 	if testdb.Store() != testdb.Postgres {
 		b.Skip("PostgreSQL only")
 	}
-	db, err := repo.Open(pg.Fresh(b), repo.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	_, subs, nl, sub := benchSubscriber(b)
 	ctx := context.Background()
-	accounts, subs := repo.NewAccounts(db), repo.NewSubscribers(db)
-	nl, err := accounts.CreateNewsletter(ctx, "bench", true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sub, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "ada@example.com", FirstName: "Ada", Status: model.StatusActive})
-	if err != nil {
-		b.Fatal(err)
-	}
 	names := []string{"Ada Lovelace", "Ada King"}
 	b.ReportAllocs()
 	i := 0
@@ -260,4 +234,26 @@ func BenchmarkUpdateName(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchSubscriber opens a fresh test PostgreSQL for a benchmark, closed when it ends, and
+// stores one subscriber in a new newsletter.
+func benchSubscriber(b *testing.B) (*bun.DB, *repo.Subscribers, model.Newsletter, model.Subscriber) {
+	b.Helper()
+	db, err := repo.Open(pg.Fresh(b), repo.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	subs := repo.NewSubscribers(db)
+	nl, err := repo.NewAccounts(db).CreateNewsletter(ctx, "bench", true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "ada@example.com", FirstName: "Ada", Status: model.StatusActive})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, subs, nl, sub
 }
