@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -116,7 +117,7 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 			}
 		} else {
 			var locked bool
-			if err := tx.NewRaw("SELECT pg_try_advisory_xact_lock(?)", advisoryKey(nl, key)).Scan(ctx, &locked); err != nil {
+			if err := s.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {
 				return translate(err)
 			}
 			if !locked {
@@ -137,18 +138,18 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 			return err
 		}
 		now := s.now()
-		// An expired record not purged yet is replaced; a live one is not (0 rows).
-		r, err := tx.NewRaw(`INSERT INTO idempotency_keys AS k
-    (newsletter_id, key, fingerprint, status, location, body, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (newsletter_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
-    location = excluded.location, body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
-WHERE k.expires_at <= excluded.created_at`,
-			nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl)).Exec(ctx)
-		if err != nil {
+		args := []any{nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl)}
+		var n int64
+		if s.sqlite {
+			r, err := tx.NewRaw(storeResponseSQLite, args...).Exec(ctx)
+			if err != nil {
+				return translate(err)
+			}
+			n, _ = r.RowsAffected()
+		} else if err := s.queryRow(ctx, tx, storeResponsePG, &n, args...); err != nil {
 			return translate(err)
 		}
-		if n, _ := r.RowsAffected(); n == 0 {
+		if n == 0 {
 			lost = true
 			return errRollback
 		}
@@ -167,6 +168,28 @@ WHERE k.expires_at <= excluded.created_at`,
 	}
 	return res, nil
 }
+
+// storeResponse stores a response under its key: $1 to $8 the newsletter, key, fingerprint,
+// status, Location, body, time and expiry. An expired record not purged yet is replaced; a live
+// one is not (0 rows).
+const storeResponse = `INSERT INTO idempotency_keys AS k
+    (newsletter_id, key, fingerprint, status, location, body, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (newsletter_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+    location = excluded.location, body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
+WHERE k.expires_at <= excluded.created_at`
+
+var (
+	// storeResponsePG is storeResponse prepared (see statement), returning how many rows it
+	// stored.
+	storeResponsePG = newStatement("INSERT", "idempotency_keys",
+		`WITH stored AS (`+storeResponse+` RETURNING 1) SELECT count(*) FROM stored`)
+	// storeResponseSQLite is storeResponse with bun's placeholders: bun binds SQLite's arguments.
+	storeResponseSQLite = strings.NewReplacer("$1", "?", "$2", "?", "$3", "?", "$4", "?",
+		"$5", "?", "$6", "?", "$7", "?", "$8", "?").Replace(storeResponse)
+	// tryLockPG takes the transaction-scoped advisory lock of a key if it is free, prepared.
+	tryLockPG = newStatement("SELECT", "", `SELECT pg_try_advisory_xact_lock($1)`)
+)
 
 // errRollback ends a transaction of Run without an error for the caller.
 var errRollback = errors.New("rollback")

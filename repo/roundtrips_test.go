@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,8 +52,9 @@ func (l *statementSpans) take() []string {
 // request's store call costs: the reads, the key check and an active create one each, with
 // no transaction around them; a rename two (a read, then the change with its event and its
 // deliveries if the row still holds what was read); a pending create five (a transaction: the
-// change, its event with its deliveries, the confirmation email); a status change seven (the
-// row lock, and the confirmations it retires).
+// change, its event with its deliveries, the confirmation email); an idempotent create five
+// after the key's lookup (BEGIN, the key's lock, the create, its stored response, COMMIT); a
+// status change seven (the row lock, and the confirmations it retires).
 func TestStatementsPerRequest(t *testing.T) {
 	if testdb.Store() != testdb.Postgres {
 		t.Skip("PostgreSQL only: on SQLite every write runs in a transaction, in process")
@@ -112,6 +114,15 @@ func TestStatementsPerRequest(t *testing.T) {
 		}, 1},
 		{"create, pending", func() error {
 			_, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "pending@example.com", Status: model.StatusPending})
+			return err
+		}, 5},
+		{"create, idempotent (after lookup)", func() error {
+			_, err := idem.Run(ctx, nl.ID, "create-key", []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
+				if _, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "keyed@example.com", Status: model.StatusActive}); err != nil {
+					return nil, err
+				}
+				return &model.StoredResponse{Status: 201, Body: []byte(`{}`)}, nil
+			})
 			return err
 		}, 5},
 		{"update, name", func() error {
@@ -256,4 +267,34 @@ func benchSubscriber(b *testing.B) (*bun.DB, *repo.Subscribers, model.Newsletter
 		b.Fatal(err)
 	}
 	return db, subs, nl, sub
+}
+
+// BenchmarkIdempotentCreate creates one active subscriber under a fresh Idempotency-Key per
+// iteration, as a keyed POST does after its key's lookup missed: Idempotency.Run around
+// Subscribers.Create, the response stored in the same transaction.
+// Run with: go test ./repo -run '^$' -bench IdempotentCreate -benchmem
+func BenchmarkIdempotentCreate(b *testing.B) {
+	if testdb.Store() != testdb.Postgres {
+		b.Skip("PostgreSQL only")
+	}
+	db, subs, nl, _ := benchSubscriber(b)
+	idem := repo.NewIdempotency(db, time.Hour)
+	ctx := context.Background()
+	body := []byte(`{"data":{"id":"0196f0a4-0000-7000-8000-000000000000"}}`)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		key := fmt.Sprintf("key-%d", i)
+		_, err := idem.Run(ctx, nl.ID, key, []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
+			in := model.NewSubscriber{Email: key + "@example.com", Status: model.StatusActive}
+			if _, err := subs.Create(ctx, nl.ID, in); err != nil {
+				return nil, err
+			}
+			return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: body}, nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
