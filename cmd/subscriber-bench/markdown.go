@@ -268,9 +268,10 @@ alternative is pgx's binary format, outside this stack.
   receive. In a profile of the update scenario, 26 % of the service's CPU is socket writes,
   22 % sending its two statements. The alternative is pgx's batch, which sends several
   statements in one round trip: a second driver beside bun's, outside this stack.
-- **Planning.** The active create's and the rename's statements are prepared like the hot reads
-  (planning the create took PostgreSQL 0.84 ms); the other writes go over the simple protocol
-  and are planned on every call. PostgreSQL's share is most of a write's cost (the CPU table above).
+- **Planning.** The active create's and the rename's statements, and an idempotent write's key
+  lock and stored response, are prepared like the hot reads (planning the create took
+  PostgreSQL 0.84 ms); the other writes go over the simple protocol and are planned on every
+  call. PostgreSQL's share is most of a write's cost (the CPU table above).
 - **Webhooks.** Each delivered event is one HTTP POST, as Standard Webhooks has it: about 90 µs
   of the service's CPU (half of it in net/http's client), 40 µs of the receiver's and 50 to
   70 µs of PostgreSQL's to queue, claim and delete it. On one machine shared with the
