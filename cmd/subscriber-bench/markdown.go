@@ -340,7 +340,8 @@ func webhooksMarkdown(w io.Writer, rep *Report) {
 	if len(rows) == 0 && d == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nWrites with one enabled webhook endpoint subscribed to every event, against the same writes without, %d clients (rows/s):\n", clients)
+	fmt.Fprintf(w, "\nWrites with one enabled webhook endpoint subscribed to every event, against the same writes without, %d clients (rows/s). "+
+		"They run after every other run, on the tables those have grown (more so with more passes):\n", clients)
 	fmt.Fprintln(w, "\n| scenario | without | with | ratio | target | verdict |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|---|---|")
 	for _, r := range rows {
