@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,7 +65,7 @@ func (s *Idempotency) Lookup(ctx context.Context, nl uuid.UUID, key string) (mod
 func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
 	var row idempotencyRow
 	var err error
-	if s.sqlite {
+	if s.sqlite { // the builder names the span "SELECT idempotency_keys", as on PostgreSQL
 		err = db.NewSelect().Model(&row).Column("fingerprint", "status", "location", "body").
 			Where("newsletter_id = ? AND key = ? AND expires_at > ?", nl, key, s.now()).Scan(ctx)
 	} else {
@@ -138,22 +137,13 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 			return err
 		}
 		now := s.now()
-		args := []any{nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl)}
-		var n int64
-		if s.sqlite {
-			r, err := tx.NewRaw(storeResponseSQLite, args...).Exec(ctx)
-			if err != nil {
-				return translate(err)
-			}
-			n, _ = r.RowsAffected()
-		} else if err := s.queryRow(ctx, tx, storeResponsePG, &n, args...); err != nil {
-			return translate(err)
-		}
-		if n == 0 {
+		var stored int
+		err = s.queryRow(ctx, tx, storeResponseStmt, &stored, nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl))
+		if errors.Is(err, sql.ErrNoRows) { // a live record: another request with the key finished first
 			lost = true
 			return errRollback
 		}
-		return nil
+		return translate(err)
 	})
 	if lost {
 		if stored, found, lerr := s.lookup(ctx, s.db, nl, key); lerr == nil && found {
@@ -169,24 +159,18 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 	return res, nil
 }
 
-// storeResponse stores a response under its key: $1 to $8 the newsletter, key, fingerprint,
-// status, Location, body, time and expiry. An expired record not purged yet is replaced; a live
-// one is not (0 rows).
-const storeResponse = `INSERT INTO idempotency_keys AS k
+var (
+	// storeResponseStmt stores a response under its key, prepared on PostgreSQL (see
+	// statement): $1 to $8 the newsletter, key, fingerprint, status, Location, body, time and
+	// expiry. An expired record not purged yet is replaced; a live one is not, and no row
+	// comes back.
+	storeResponseStmt = newStatement("INSERT", "idempotency_keys", `INSERT INTO idempotency_keys AS k
     (newsletter_id, key, fingerprint, status, location, body, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (newsletter_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
     location = excluded.location, body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
-WHERE k.expires_at <= excluded.created_at`
-
-var (
-	// storeResponsePG is storeResponse prepared (see statement), returning how many rows it
-	// stored.
-	storeResponsePG = newStatement("INSERT", "idempotency_keys",
-		`WITH stored AS (`+storeResponse+` RETURNING 1) SELECT count(*) FROM stored`)
-	// storeResponseSQLite is storeResponse with bun's placeholders: bun binds SQLite's arguments.
-	storeResponseSQLite = strings.NewReplacer("$1", "?", "$2", "?", "$3", "?", "$4", "?",
-		"$5", "?", "$6", "?", "$7", "?", "$8", "?").Replace(storeResponse)
+WHERE k.expires_at <= excluded.created_at
+RETURNING 1`)
 	// tryLockPG takes the transaction-scoped advisory lock of a key if it is free, prepared.
 	tryLockPG = newStatement("SELECT", "", `SELECT pg_try_advisory_xact_lock($1)`)
 )

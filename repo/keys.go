@@ -168,9 +168,9 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 	return nil
 }
 
-// authenticatePG is Authenticate's statement on PostgreSQL, prepared (see statement); its span
-// is named "SELECT", as bun named the raw statement.
-var authenticatePG = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+// authenticateStmt is Authenticate's statement, prepared on PostgreSQL (see statement); its
+// span is named "SELECT", as bun named the raw statement.
+var authenticateStmt = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
 FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`)
 
 // Authenticate finds the live key with this hash and what it grants. An unknown or revoked
@@ -184,13 +184,7 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 		RevokedAt    *time.Time `bun:"revoked_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
-	var err error
-	if a.sqlite {
-		err = a.db.NewRaw(`SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
-FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = ?`, hash).Scan(ctx, &row)
-	} else {
-		err = a.queryRow(ctx, a.db, authenticatePG, &row, hash)
-	}
+	err := a.queryRow(ctx, a.db, authenticateStmt, &row, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}

@@ -3,7 +3,9 @@ package repo
 import (
 	"context"
 	"database/sql"
+	"regexp"
 	"runtime"
+	"strconv"
 	"sync"
 	"weak"
 
@@ -27,17 +29,29 @@ import (
 // call (plan_cache_mode is force_generic_plan, see openPostgres): check a new statement's with
 // EXPLAIN (ANALYZE) EXECUTE on realistic volumes, and leave a statement whose generic plan is
 // bad on bun's path (as the deep list page is, see listDeepPostgres).
+//
+// A statement whose text SQLite understands too runs there with queryRow, through bun (which
+// has no prepared statements of its own), so one text serves both stores; its span there is
+// bun's, named for the text's first word alone.
 type statement struct {
 	op, table string // the span's name and attributes, as bun's query hook names the same statement
 	text      string
+	bunText   string // text with bun's placeholders, ?0…, for SQLite
 	spanText  string // db.query.text
 }
 
 // newStatement returns the statement text whose span is named "{op} {table}" (op alone when
 // table is "").
 func newStatement(op, table, text string) *statement {
-	return &statement{op: op, table: table, text: text, spanText: redactSQL(text)}
+	bunText := placeholder.ReplaceAllStringFunc(text, func(p string) string {
+		n, _ := strconv.Atoi(p[1:])
+		return "?" + strconv.Itoa(n-1)
+	})
+	return &statement{op: op, table: table, text: text, bunText: bunText, spanText: redactSQL(text)}
 }
+
+// placeholder matches PostgreSQL's $1… in a statement's text.
+var placeholder = regexp.MustCompile(`\$[0-9]+`)
 
 // preparedStatements holds, for one PostgreSQL pool, its query hook (so that prepared
 // statements make the spans bun's statements make) and the statements prepared on it so far.
@@ -94,9 +108,13 @@ func (p *preparedStatements) prepared(ctx context.Context, st *statement) (*sql.
 }
 
 // queryRow runs st with args on db (the pool, or one of its transactions) and scans its one
-// row with bun into dest, a pointer to a struct with bun tags; no row gives sql.ErrNoRows.
-// Errors are the driver's, for the caller to translate.
+// row with bun into dest, a pointer to a struct with bun tags or to one value; no row gives
+// sql.ErrNoRows. On SQLite bun runs st's text. Errors are the driver's, for the caller to
+// translate.
 func (s *store) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	if s.sqlite {
+		return db.NewRaw(st.bunText, args...).Scan(ctx, dest)
+	}
 	return s.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
 		if !rows.Next() {
 			if err := rows.Err(); err != nil {

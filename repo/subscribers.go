@@ -499,7 +499,7 @@ var (
 func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
 	var row subscriberRow
 	var err error
-	if s.sqlite {
+	if s.sqlite { // the builder names the span "SELECT subscribers", as on PostgreSQL
 		err = s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
 	} else {
 		err = s.queryRow(ctx, s.db, getSubscriberPG, &row, nl, id)
