@@ -108,7 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.drain, "drain-timeout", 2*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them, so that its work does not slow the next scenario (needs -database-url)")
 	fs.DurationVar(&c.stall, "stall", 3*time.Second, "a scenario with no completion for this long has stalled")
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
-	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again with one webhook endpoint subscribed to every event, and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
+	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again, without and with one webhook endpoint subscribed to every event in turn, and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
 	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
@@ -520,17 +520,18 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 	return b.runOn(ctx, b.main, name, name, clients, warmup, dur, phase, pass)
 }
 
-// runOn runs one service scenario on the instance in and records it as a run of in's kind;
-// on the main instance, its CPU profile is saved under the name profileAs.
-func (b *bench) runOn(ctx context.Context, in *instance, name, profileAs string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
+// runOn runs one service scenario on the instance in and records it as a run of in's kind
+// named as; on the main instance, its CPU profile is saved under that name too.
+func (b *bench) runOn(ctx context.Context, in *instance, name, as string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
 	sc, rec, op := b.prepare(ctx, in, name, clients, phase, pass)
+	rec.Scenario = as
 	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
 	var cpu cpuMeter
 	opts.OnMeasure = func() {
 		cpu.start(in.pid)
 		if b.cfg.pprofURL != "" && in == b.main {
-			wait = b.profile(ctx, profileAs, clients, phase, dur)
+			wait = b.profile(ctx, as, clients, phase, dur)
 		}
 	}
 	out := load.Run(ctx, opts, op)

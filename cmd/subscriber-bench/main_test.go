@@ -339,6 +339,31 @@ func TestFindTakesTheMedianPass(t *testing.T) {
 	}
 }
 
+func TestWebhookRatioPairsEachPass(t *testing.T) {
+	rep := &Report{Meta: Meta{Clients: 16, Passes: 3}}
+	// Pass 2's tables are larger: both its runs are slower, its ratio is not lower.
+	for i, p := range [][2]float64{{1000, 800}, {500, 450}, {1000, 700}} {
+		off, with := rec("service", svc.Update+webhookOffSuffix, p[0], p[0]), rec("service", svc.Update+webhookSuffix, p[1], p[1])
+		off.Pass, with.Pass = i+1, i+1
+		rep.Runs = append(rep.Runs, off, with)
+	}
+	// The writes' own run, earlier in the run on smaller tables, is not the pair.
+	rep.Runs = append(rep.Runs, rec("service", svc.Update, 5000, 5000))
+	with, plain, ratio, perPass := rep.webhookRatio(svc.Update)
+	if with == nil || with.RowsPerSec != 700 || plain != 1000 || ratio != 0.8 || perPass != "0.80, 0.90, 0.70" {
+		t.Errorf("webhookRatio = %+v, %v, %v, %q; want the 700 run, 1000, 0.8 (median of the passes' ratios), 0.80, 0.90, 0.70",
+			with, plain, ratio, perPass)
+	}
+	if with, _, _, _ := rep.webhookRatio(svc.CreateActive); with != nil {
+		t.Errorf("create_active has no pair, got %+v", with)
+	}
+	var md bytes.Buffer
+	webhooksMarkdown(&md, rep)
+	if want := "| update | 1000.0 | 700.0 | 0.80 | 0.80, 0.90, 0.70 | ≥ 0.85 | **missed** |"; !strings.Contains(md.String(), want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md.String())
+	}
+}
+
 func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 	then := &Report{Meta: Meta{Clients: 16, RunID: "old", Label: "abc1234"}, Runs: []RunRecord{
 		rec("service", svc.Get, 1000, 1000), rec("baseline", baseline.SelectByID, 4000, 4000),

@@ -20,8 +20,12 @@ var webhookScenarios = []string{svc.Update, svc.CreateActive, svc.Bulk100}
 // delivered per second to a local receiver that answers at once.
 const WebhookDelivery = "webhook_delivery"
 
-// webhookSuffix names a write scenario measured with the endpoint.
-const webhookSuffix = "_webhook"
+// webhookSuffix names a write scenario measured with the endpoint, webhookOffSuffix the same
+// writes measured without it, paired with it in the same pass.
+const (
+	webhookSuffix    = "_webhook"
+	webhookOffSuffix = "_webhook_off"
+)
 
 // receiver is the local webhook receiver: it answers 204 at once and counts deliveries, with
 // the time of the last.
@@ -47,8 +51,12 @@ func startReceiver(addr string) (*receiver, error) {
 	return rc, nil
 }
 
-// runWebhooks measures the write scenarios again with one endpoint subscribed to every event,
-// and the delivery throughput of the backlog they leave. The service must allow a loopback URL
+// runWebhooks measures the write scenarios with one endpoint subscribed to every event against
+// the same writes without one, and the delivery throughput of the backlog the bulk writes
+// leave. Each pass runs each scenario twice, back to back on the same tables: without the
+// endpoint, then with it (the other way round in even passes, so that neither always runs on
+// the larger tables). Each run starts with nothing left to deliver: the endpoint is created
+// for its run and deleted after its backlog drained. The service must allow a loopback URL
 // (WEBHOOK_ALLOW_PRIVATE=true); otherwise it says so and measures nothing.
 func (b *bench) runWebhooks(ctx context.Context) error {
 	rc, err := startReceiver(b.cfg.webhookReceiver)
@@ -56,55 +64,73 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 		return err
 	}
 	defer rc.srv.Close()
+	// One endpoint created and deleted at once tells whether the service accepts the receiver.
 	id, err := b.client.CreateWebhook(ctx, rc.url)
+	if err == nil {
+		err = b.client.DeleteWebhook(ctx, id)
+	}
 	if err != nil {
 		fmt.Fprintf(b.log, "note: webhooks not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", err)
 		return nil
 	}
-	defer func() {
-		if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
-			fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
-		}
-	}()
-	fmt.Fprintf(b.log, "== writes with one webhook endpoint (every event) delivering to %s\n", rc.url)
-	var start time.Time
-	var before int64
+	fmt.Fprintf(b.log, "== writes with and without one webhook endpoint (every event) delivering to %s\n", rc.url)
 	for pass := 1; pass <= b.cfg.passes; pass++ {
 		for _, name := range webhookScenarios {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			if b.cfg.only != nil && !b.cfg.only[name] {
 				continue
 			}
-			if name == svc.Bulk100 && pass == b.cfg.passes {
-				start, before = time.Now(), rc.n.Load()
+			order := []bool{false, true}
+			if pass%2 == 0 {
+				order = []bool{true, false}
 			}
-			// Its own profile name: the run without the endpoint has the scenario's.
-			b.runOn(ctx, b.main, name, name+webhookSuffix, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
-			r := &b.rep.Runs[len(b.rep.Runs)-1]
-			r.Scenario += webhookSuffix
-			r.Desc += "; one webhook endpoint subscribed to every event"
-			if plain := b.rep.find("service", name, "measure", b.cfg.clients); plain != nil && plain.RowsPerSec > 0 {
+			var plain, with RunRecord
+			for _, endpoint := range order {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if !endpoint {
+					plain = b.runWebhookWrite(ctx, rc, name, false, pass)
+					continue
+				}
+				id, err := b.client.CreateWebhook(ctx, rc.url)
+				if err != nil {
+					return fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+				}
+				with = b.runWebhookWrite(ctx, rc, name, true, pass)
+				err = b.client.DeleteWebhook(context.WithoutCancel(ctx), id)
+				if err != nil {
+					fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
+				}
+			}
+			if plain.RowsPerSec > 0 {
 				fmt.Fprintf(b.log, "         %s with the endpoint: %.2f × its rows/s without (target ≥ 0.85)\n",
-					name, r.RowsPerSec/plain.RowsPerSec)
+					name, with.RowsPerSec/plain.RowsPerSec)
 			}
 		}
-		if pass < b.cfg.passes {
-			// The next pass's writes start, as the first pass's did, with nothing left to
-			// deliver: a bulk run's backlog takes the workers seconds, and delivering it while
-			// the next writes run would price the backlog, not the writes.
-			waitStable(ctx, rc, b.cfg.drain)
-		}
 	}
-	if start.IsZero() {
-		return nil
+	return nil
+}
+
+// runWebhookWrite runs the write scenario name with the endpoint (its record named with
+// webhookSuffix) or without it (webhookOffSuffix), then waits for what it left to be delivered. The
+// last pass's bulk run with the endpoint also gives the delivery throughput: every delivery
+// since the run began over the time until the last one. While the workers lag, that is their
+// throughput; when they kept up, it is the write rate, a floor.
+func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, endpoint bool, pass int) RunRecord {
+	suffix, desc := webhookSuffix, "; one webhook endpoint subscribed to every event"
+	if !endpoint {
+		suffix, desc = webhookOffSuffix, "; no webhook endpoint, paired with "+name+webhookSuffix
 	}
-	// The backlog the bulk run left is delivered by the service's workers; the throughput is
-	// every delivery since the bulk run began over the time until the last one. While the
-	// workers lag, that is their throughput; when they kept up, it is the write rate, a floor.
+	start, before := time.Now(), rc.n.Load()
+	b.runOn(ctx, b.main, name, name+suffix, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
+	r := &b.rep.Runs[len(b.rep.Runs)-1]
+	r.Desc += desc
+	out := *r
 	backlogAt := rc.n.Load()
 	waitStable(ctx, rc, b.cfg.drain)
+	if !endpoint || name != svc.Bulk100 || pass != b.cfg.passes {
+		return out
+	}
 	last := time.Unix(0, rc.last.Load())
 	delivered := rc.n.Load() - before
 	secs := last.Sub(start).Seconds()
@@ -118,7 +144,7 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 	b.rep.Runs = append(b.rep.Runs, rec)
 	fmt.Fprintf(b.log, "measure  service       %-20s %d events in %.1fs: %.0f events/s (%d of them after the writes ended; target ≥ 1000)\n",
 		WebhookDelivery, delivered, secs, rec.RequestsPerSec, max(int64(0), rc.n.Load()-backlogAt))
-	return nil
+	return out
 }
 
 // waitStable waits until the receiver has had nothing for two seconds, or limit has passed.
