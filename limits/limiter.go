@@ -179,7 +179,9 @@ func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
 }
 
 // CountsAsWriteFailure reports whether a response with status to a request with method
-// counts toward the write lockout.
+// counts toward the write lockout. A request whose client went away before its answer ends
+// with 499 (statusClientClosed): no response reached the client, and a client that gives up
+// waiting on a busy service has sent nothing wrong.
 func CountsAsWriteFailure(method string, status int) bool {
 	switch method {
 	case http.MethodPost, http.MethodPut, http.MethodDelete:
@@ -187,11 +189,15 @@ func CountsAsWriteFailure(method string, status int) bool {
 		return false
 	}
 	switch status {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, statusClientClosed:
 		return false
 	}
 	return status >= 400 && status < 500
 }
+
+// statusClientClosed is api.StatusClientClosed (nginx's 499), the end of a request whose client
+// went away.
+const statusClientClosed = 499
 
 func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) {
 	if !rule.Enabled() {

@@ -383,7 +383,7 @@ func TestCountsAsWriteFailure(t *testing.T) {
 		want   bool
 	}{
 		{"POST", 422, true}, {"PUT", 404, true}, {"DELETE", 404, true}, {"POST", 400, true}, {"POST", 413, true},
-		{"POST", 401, false}, {"PUT", 403, false}, {"DELETE", 429, false},
+		{"POST", 401, false}, {"PUT", 403, false}, {"DELETE", 429, false}, {"POST", 499, false},
 		{"POST", 201, false}, {"POST", 500, false}, {"GET", 404, false}, {"PATCH", 422, false},
 	} {
 		if got := CountsAsWriteFailure(tt.method, tt.status); got != tt.want {
