@@ -350,22 +350,23 @@ func TestWebhookRatioPairsEachPass(t *testing.T) {
 	// The writes' own run, earlier in the run on smaller tables, is not the pair.
 	rep.Runs = append(rep.Runs, rec("service", svc.Update, 5000, 5000))
 	with, plain, ratio, perPass := rep.webhookRatio(svc.Update)
-	if with == nil || with.RowsPerSec != 700 || plain != 1000 || ratio != 0.8 || perPass != "0.80, 0.90, 0.70" {
-		t.Errorf("webhookRatio = %+v, %v, %v, %q; want the 700 run, 1000, 0.8 (median of the passes' ratios), 0.80, 0.90, 0.70",
+	if with == nil || with.RowsPerSec != 700 || plain == nil || plain.RowsPerSec != 1000 || ratio != 0.8 || perPass != "0.80, 0.90, 0.70" {
+		t.Errorf("webhookRatio = %+v, %+v, %v, %q; want the 700 run, a 1000 run, 0.8 (median of the passes' ratios), 0.80, 0.90, 0.70",
 			with, plain, ratio, perPass)
 	}
 	if with, _, _, _ := rep.webhookRatio(svc.CreateActive); with != nil {
 		t.Errorf("create_active has no pair, got %+v", with)
 	}
+	with.ServiceCPU, with.DBCPU, with.ToolCPU = 0.14, 0.21, 0.07 // cores at 700 req/s: 200, 300 and 100 µs
 	var md bytes.Buffer
 	webhooksMarkdown(&md, rep)
-	if want := "| update | 1000.0 | 700.0 | 0.80 | 0.80, 0.90, 0.70 | ≥ 0.85 | **missed** |"; !strings.Contains(md.String(), want) {
+	if want := "| update | 1000.0 | 700.0 | 0.80 | 0.80, 0.90, 0.70 | ≥ 0.85 | **missed** | - / - / - → 200 / 300 / 100 |"; !strings.Contains(md.String(), want) {
 		t.Errorf("markdown lacks %q:\n%s", want, md.String())
 	}
 }
 
 func TestAgainstAReferenceAndMarkdown(t *testing.T) {
-	then := &Report{Meta: Meta{Clients: 16, RunID: "old", Label: "abc1234"}, Runs: []RunRecord{
+	then := &Report{Meta: Meta{Clients: 16, RunID: "old", Label: "abc1234", Command: "scripts/bench.sh --no-telemetry"}, Runs: []RunRecord{
 		rec("service", svc.Get, 1000, 1000), rec("baseline", baseline.SelectByID, 4000, 4000),
 	}, RSS: []RSSRecord{{During: "reads, 256 clients", PeakMiB: 86}}}
 	then.Runs[0].P50Ms, then.Runs[0].ServiceCPU, then.Runs[0].DBCPU = 2, 0.2, 0.3
@@ -387,7 +388,8 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 	markdown(&md, now)
 	for _, want := range []string{"`make bench`", "| get | 900.0 |", "| select_by_id | 2000.0 |", "0.45", "met",
 		// before and after: each run's ratio to its own baseline, CPU per request (µs), RSS
-		"run `old` of service abc1234", "| get | 1000.0 | 900.0 | 0.25 | 0.45 | 200.0 → 100.0 | 300.0 → - | - → - |",
+		"run `old` of service abc1234 (-, `scripts/bench.sh --no-telemetry`, `--compare-with old.json`)",
+		"Only one of the two ran the telemetry comparison", "| get | 1000.0 | 900.0 | 0.25 | 0.45 | 200.0 → 100.0 | 300.0 → - | - → - |",
 		"reads, 256 clients 86.0 → 62.0 MiB"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())

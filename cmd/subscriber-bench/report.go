@@ -159,6 +159,7 @@ type Reference struct {
 	RunID     string           `json:"run_id"`
 	Label     string           `json:"label,omitempty"`
 	StartedAt string           `json:"started_at,omitempty"`
+	Command   string           `json:"command,omitempty"`
 	Ratios    []ReferenceRatio `json:"ratios"`
 	// RSS is the reference's peak RSS, beside this run's Report.RSS.
 	RSS []RSSRecord `json:"rss,omitempty"`
@@ -235,7 +236,8 @@ func (rep *Report) compareWith(path string) error {
 
 // against fills Reference from ref, an earlier report of the same tool.
 func (rep *Report) against(ref *Report, path string) {
-	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label, StartedAt: ref.Meta.StartedAt, RSS: ref.RSS}
+	out := &Reference{Path: path, RunID: ref.Meta.RunID, Label: ref.Meta.Label, StartedAt: ref.Meta.StartedAt,
+		Command: ref.Meta.Command, RSS: ref.RSS}
 	for _, p := range plan {
 		now := rep.find("service", p.service, "measure", rep.Meta.Clients)
 		then := ref.find("service", p.service, "measure", rep.Meta.Clients)
