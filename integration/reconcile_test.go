@@ -49,7 +49,7 @@ func TestOutagesReconcile(t *testing.T) {
 	// An email whose retry could not be recorded during the database outage comes back when
 	// its lease ends (a minute by default); 2 s keeps the test short.
 	cfg.Lease = 2 * time.Second
-	cfg.Wake = m.outbox.Listen(ctx, discardLog)
+	cfg.Wake = m.outbox.Listen(ctx)
 	tr, err := mail.NewSMTP(m.smtp.URL(), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)

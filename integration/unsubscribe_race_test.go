@@ -56,7 +56,7 @@ func TestEmailUnsubscribeRaceSendsNothingAfter(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := testWorkerConfig()
 	cfg.PollInterval = 20 * time.Millisecond
-	cfg.Wake = m.outbox.Listen(ctx, discardLog)
+	cfg.Wake = m.outbox.Listen(ctx)
 	tr, err := mail.NewSMTP(m.smtp.URL(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

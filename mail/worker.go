@@ -67,15 +67,15 @@ type Recorder interface {
 // WorkerConfig tunes a [Worker]. Zero values take the defaults named on each field.
 type WorkerConfig struct {
 	BatchSize    int           // emails claimed at once; default 10
-	PollInterval time.Duration // look for due emails this often without a wake-up; default 5s
+	PollInterval time.Duration // look for due emails this often without a wake-up; default 500ms
 	Lease        time.Duration // a claimed email is hidden from other workers this long, renewed every third of it while held; default 1m
 	RetryBase    time.Duration // delay before the second attempt, doubling after; default 30s
 	RetryMax     time.Duration // longest delay between attempts; default 1h
 	MaxAttempts  int           // attempts before an email fails for good; default 12
 	SendTimeout  time.Duration // bound on one email (token, SMTP, bookkeeping); default 2m
 
-	// Wake, when not nil, is signalled when new emails are queued (LISTEN/NOTIFY), so they go
-	// out at once instead of at the next poll.
+	// Wake, when not nil, is signalled when new emails are queued (on SQLite, by this
+	// process), so they go out at once instead of at the next poll.
 	Wake <-chan struct{}
 	// Recorder receives metrics; nil records nothing.
 	Recorder Recorder
@@ -87,7 +87,7 @@ type WorkerConfig struct {
 
 func (c *WorkerConfig) defaults() {
 	outbox.SetDefault(&c.BatchSize, 10)
-	outbox.SetDefault(&c.PollInterval, 5*time.Second)
+	outbox.SetDefault(&c.PollInterval, 500*time.Millisecond)
 	outbox.SetDefault(&c.Lease, DefaultLease)
 	outbox.SetDefault(&c.RetryBase, 30*time.Second)
 	outbox.SetDefault(&c.RetryMax, time.Hour)

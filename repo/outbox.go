@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -20,10 +18,6 @@ const (
 	StateSent   = "sent"
 	StateFailed = "failed"
 )
-
-// NotifyChannel is the PostgreSQL channel notified when outbox rows are inserted (see the
-// email_outbox_notify migration).
-const NotifyChannel = "email_outbox"
 
 // Outbox is the transactional outbox of confirmation emails as the email worker uses it: it
 // implements mail.Outbox. Claims are leases, committed at once; the email is sent outside any
@@ -316,32 +310,13 @@ func (s store) queueStats(ctx context.Context, query string) (pending int64, old
 	return st.Pending, oldestDue, nil
 }
 
-// Listen signals on the returned channel whenever outbox rows are inserted (PostgreSQL
-// LISTEN/NOTIFY on a connection of its own, re-established after failures; on SQLite, a signal
-// from this process after each commit that queued emails), until ctx ends. Signals coalesce:
-// one pending signal stands for any number of inserts.
-func (o *Outbox) Listen(ctx context.Context, log *slog.Logger) <-chan struct{} {
+// Listen signals on the returned channel when this process queued emails (SQLite, whose
+// writers are all in this process), until ctx ends; on PostgreSQL it returns nil and the
+// workers poll (see the email_outbox_poll migration). Signals coalesce: one pending signal
+// stands for any number of inserts.
+func (o *Outbox) Listen(ctx context.Context) <-chan struct{} {
 	if o.sqlite {
 		return wakerOf(o.db, emailQueue).listen(ctx)
 	}
-	wake := make(chan struct{}, 1)
-	ln := pgdriver.NewListener(o.db)
-	if err := ln.Listen(ctx, NotifyChannel); err != nil {
-		// The listener retries its connection by itself; until then the worker polls.
-		log.WarnContext(ctx, "listening for queued emails failed; polling meanwhile", slog.Any("error", err))
-	}
-	notes := ln.Channel()
-	go func() {
-		<-ctx.Done()
-		ln.Close() //nolint:errcheck // closing on shutdown
-	}()
-	go func() {
-		for range notes {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return wake
+	return nil
 }

@@ -50,7 +50,7 @@ func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.
 		log.Error("outbox gauges not exported", "error", err)
 	}
 	w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
-		Wake:     outbox.Listen(ctx, log),
+		Wake:     outbox.Listen(ctx),
 		Recorder: metrics,
 		Logger:   log,
 	})
