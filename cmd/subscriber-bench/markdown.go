@@ -293,9 +293,8 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 		"Ratios are each run's own, to its baseline; CPU per request in µs, before → after.",
 		ref.RunID, orDash(ref.Label), orDash(ref.StartedAt), orDash(ref.Command), ref.Path)
 	if strings.Contains(ref.Command, "--no-telemetry") != strings.Contains(rep.Meta.Command, "--no-telemetry") {
-		fmt.Fprint(w, " Only one of the two ran the telemetry comparison, whose three idle instances of the service share the database: "+
-			"each pending create wakes their email workers too, which takes about half the throughput of create_pending and of its "+
-			"baseline alike; compare its ratios, not its throughput.")
+		fmt.Fprint(w, " Only one of the two ran the telemetry comparison, which keeps three more instances of the service, idle, "+
+			"on the same database: where their workers cost the database something, compare the ratios rather than the throughput.")
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")

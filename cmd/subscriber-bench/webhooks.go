@@ -112,10 +112,10 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 }
 
 // runWebhookWrite runs the write scenario name with the endpoint (its record named with
-// webhookSuffix) or without it (webhookOffSuffix), then waits for what it left to be delivered. The
-// last pass's bulk run with the endpoint also gives the delivery throughput: every delivery
-// since the run began over the time until the last one. While the workers lag, that is their
-// throughput; when they kept up, it is the write rate, a floor.
+// webhookSuffix) or without it (webhookOffSuffix), then waits for what it left to be
+// delivered. The last pass's bulk run with the endpoint also gives the delivery throughput:
+// every delivery since the run began over the time until the last one. While the workers
+// lag, that is their throughput; when they kept up, it is the write rate, a floor.
 func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, endpoint bool, pass int) RunRecord {
 	suffix, desc := webhookSuffix, "; one webhook endpoint subscribed to every event"
 	if !endpoint {
