@@ -310,13 +310,9 @@ func (s store) queueStats(ctx context.Context, query string) (pending int64, old
 	return st.Pending, oldestDue, nil
 }
 
-// Listen signals on the returned channel when this process queued emails (SQLite, whose
-// writers are all in this process), until ctx ends; on PostgreSQL it returns nil and the
-// workers poll (see the email_outbox_poll migration). Signals coalesce: one pending signal
-// stands for any number of inserts.
+// Listen signals on the returned channel when this process queued emails (SQLite), until ctx
+// ends; on PostgreSQL it returns nil and the workers poll (see queueSignals and the
+// email_outbox_poll migration).
 func (o *Outbox) Listen(ctx context.Context) <-chan struct{} {
-	if o.sqlite {
-		return wakerOf(o.db, emailQueue).listen(ctx)
-	}
-	return nil
+	return queueSignals(ctx, o.db, emailQueue)
 }

@@ -117,13 +117,7 @@ func TestStatementsPerRequest(t *testing.T) {
 			return err
 		}, 5},
 		{"create, idempotent (after lookup)", func() error {
-			_, err := idem.Run(ctx, nl.ID, "create-key", []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
-				if _, err := subs.Create(ctx, nl.ID, model.NewSubscriber{Email: "keyed@example.com", Status: model.StatusActive}); err != nil {
-					return nil, err
-				}
-				return &model.StoredResponse{Status: 201, Body: []byte(`{}`)}, nil
-			})
-			return err
+			return createKeyed(ctx, idem, subs, nl.ID, "create-key", []byte(`{}`))
 		}, 5},
 		{"update, name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
@@ -285,16 +279,21 @@ func BenchmarkIdempotentCreate(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		key := fmt.Sprintf("key-%d", i)
-		_, err := idem.Run(ctx, nl.ID, key, []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
-			in := model.NewSubscriber{Email: key + "@example.com", Status: model.StatusActive}
-			if _, err := subs.Create(ctx, nl.ID, in); err != nil {
-				return nil, err
-			}
-			return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: body}, nil
-		})
-		if err != nil {
+		if err := createKeyed(ctx, idem, subs, nl.ID, fmt.Sprintf("key-%d", i), body); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// createKeyed creates the active subscriber <key>@example.com under Idempotency-Key key, as a
+// keyed POST does after its key's lookup missed, storing body as its 201.
+func createKeyed(ctx context.Context, idem *repo.Idempotency, subs *repo.Subscribers, nl uuid.UUID, key string, body []byte) error {
+	_, err := idem.Run(ctx, nl, key, []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
+		in := model.NewSubscriber{Email: key + "@example.com", Status: model.StatusActive}
+		if _, err := subs.Create(ctx, nl, in); err != nil {
+			return nil, err
+		}
+		return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: body}, nil
+	})
+	return err
 }

@@ -176,10 +176,10 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// wakers are the in-process stand-in for LISTEN/NOTIFY on SQLite: per database and queue
-// (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
-// queued into it. An SQLite file has one writer process, so every insert happens in this
-// process.
+// wakers wake the workers at once on SQLite: per database and queue (emails, webhook
+// deliveries), the channels of its Listen calls, signalled after a commit that queued into it.
+// An SQLite file has one writer process, so every insert happens in this process. On
+// PostgreSQL, whose writers may be other instances, the workers poll.
 var wakers sync.Map // wakerKey → *waker
 
 // wakerKey names one queue of one database.
@@ -229,6 +229,16 @@ func (w *waker) notify() {
 	}
 }
 
+// queueSignals returns a channel signalled (coalesced) after each commit of this process that
+// queued into db's queue, until ctx ends, on SQLite; nil on PostgreSQL, whose workers poll: a
+// NOTIFY serialises the commits of the transactions that send it and wakes every instance.
+func queueSignals(ctx context.Context, db *bun.DB, queue string) <-chan struct{} {
+	if !isSQLite(db) {
+		return nil
+	}
+	return wakerOf(db, queue).listen(ctx)
+}
+
 // wake signals the listeners of db's queue (SQLite) after a commit that queued into it.
 func wake(db *bun.DB, queue string) {
 	if !isSQLite(db) {
@@ -239,8 +249,7 @@ func wake(db *bun.DB, queue string) {
 	}
 }
 
-// emailsQueued wakes the email workers of db after a commit that queued emails. PostgreSQL
-// does it with a trigger and NOTIFY (see the email_outbox_notify migration).
+// emailsQueued wakes the email workers of db after a commit that queued emails.
 func emailsQueued(db *bun.DB) { wake(db, emailQueue) }
 
 // deliveriesQueued wakes the webhook workers of db after a commit that queued deliveries, when

@@ -340,12 +340,8 @@ func (d *Deliveries) Stats(ctx context.Context) (pending int64, oldestDue time.D
 FROM webhook_deliveries WHERE state = 'pending'`)
 }
 
-// Listen signals on the returned channel when this process queued deliveries (SQLite, whose
-// writers are all in this process), until ctx ends; on PostgreSQL it returns nil and the
-// workers poll: a NOTIFY from every write would serialise their commits.
+// Listen signals on the returned channel when this process queued deliveries (SQLite), until
+// ctx ends; on PostgreSQL it returns nil and the workers poll (see queueSignals).
 func (d *Deliveries) Listen(ctx context.Context) <-chan struct{} {
-	if d.sqlite {
-		return wakerOf(d.db, webhookQueue).listen(ctx)
-	}
-	return nil
+	return queueSignals(ctx, d.db, webhookQueue)
 }

@@ -379,8 +379,9 @@ func (rep *Report) webhookRatio(name string) (with, plain *RunRecord, ratio floa
 	var list []string
 	for _, r := range rep.Runs {
 		if r.Kind == "service" && r.Scenario == name+webhookSuffix && r.Phase == "measure" && r.Clients == clients && off[r.Pass] > 0 {
-			ratios = append(ratios, r.RowsPerSec/off[r.Pass])
-			list = append(list, fmt.Sprintf("%.2f", r.RowsPerSec/off[r.Pass]))
+			ratio := r.RowsPerSec / off[r.Pass]
+			ratios = append(ratios, ratio)
+			list = append(list, fmt.Sprintf("%.2f", ratio))
 		}
 	}
 	if len(ratios) == 0 {

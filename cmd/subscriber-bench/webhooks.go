@@ -83,43 +83,46 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 			if pass%2 == 0 {
 				order = []bool{true, false}
 			}
-			var plain, with RunRecord
+			runs := map[bool]RunRecord{} // by whether the endpoint was there
 			for _, endpoint := range order {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if !endpoint {
-					plain = b.runWebhookWrite(ctx, rc, name, false, pass)
-					continue
-				}
-				id, err := b.client.CreateWebhook(ctx, rc.url)
+				r, err := b.runWebhookWrite(ctx, rc, name, endpoint, pass)
 				if err != nil {
-					return fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+					return err
 				}
-				with = b.runWebhookWrite(ctx, rc, name, true, pass)
-				err = b.client.DeleteWebhook(context.WithoutCancel(ctx), id)
-				if err != nil {
-					fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
-				}
+				runs[endpoint] = r
 			}
-			if plain.RowsPerSec > 0 {
+			if plain := runs[false]; plain.RowsPerSec > 0 {
 				fmt.Fprintf(b.log, "         %s with the endpoint: %.2f × its rows/s without (target ≥ 0.85)\n",
-					name, with.RowsPerSec/plain.RowsPerSec)
+					name, runs[true].RowsPerSec/plain.RowsPerSec)
 			}
 		}
 	}
 	return nil
 }
 
-// runWebhookWrite runs the write scenario name with the endpoint (its record named with
-// webhookSuffix) or without it (webhookOffSuffix), then waits for what it left to be
-// delivered. The last pass's bulk run with the endpoint also gives the delivery throughput:
-// every delivery since the run began over the time until the last one. While the workers
-// lag, that is their throughput; when they kept up, it is the write rate, a floor.
-func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, endpoint bool, pass int) RunRecord {
+// runWebhookWrite runs the write scenario name with an endpoint created for the run (its
+// record named with webhookSuffix) or without one (webhookOffSuffix), then waits for what it
+// left to be delivered and deletes the endpoint. The last pass's bulk run with the endpoint
+// also gives the delivery throughput: every delivery since the run began over the time until
+// the last one. While the workers lag, that is their throughput; when they kept up, it is the
+// write rate, a floor.
+func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, endpoint bool, pass int) (RunRecord, error) {
 	suffix, desc := webhookSuffix, "; one webhook endpoint subscribed to every event"
 	if !endpoint {
 		suffix, desc = webhookOffSuffix, "; no webhook endpoint, paired with "+name+webhookSuffix
+	} else {
+		id, err := b.client.CreateWebhook(ctx, rc.url)
+		if err != nil {
+			return RunRecord{}, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+		}
+		defer func() {
+			if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
+				fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
+			}
+		}()
 	}
 	start, before := time.Now(), rc.n.Load()
 	b.runOn(ctx, b.main, name, name+suffix, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
@@ -129,7 +132,7 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, 
 	backlogAt := rc.n.Load()
 	waitStable(ctx, rc, b.cfg.drain)
 	if !endpoint || name != svc.Bulk100 || pass != b.cfg.passes {
-		return out
+		return out, nil
 	}
 	last := time.Unix(0, rc.last.Load())
 	delivered := rc.n.Load() - before
@@ -144,7 +147,7 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, 
 	b.rep.Runs = append(b.rep.Runs, rec)
 	fmt.Fprintf(b.log, "measure  service       %-20s %d events in %.1fs: %.0f events/s (%d of them after the writes ended; target ≥ 1000)\n",
 		WebhookDelivery, delivered, secs, rec.RequestsPerSec, max(int64(0), rc.n.Load()-backlogAt))
-	return out
+	return out, nil
 }
 
 // waitStable waits until the receiver has had nothing for two seconds, or limit has passed.
