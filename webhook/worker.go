@@ -49,7 +49,7 @@ func (nopRecorder) WebhookDelivery(context.Context, string, time.Duration) {}
 
 // Config tunes a [Worker]. Zero values take the defaults named on each field.
 type Config struct {
-	Workers     int // endpoints delivered to at once; default 8
+	Workers     int // endpoints delivered to at once (WEBHOOK_WORKERS); default DefaultWorkers
 	PerEndpoint int // deliveries claimed per endpoint at once; default 100
 	// PerEndpointParallel is how many of an endpoint's deliveries are in flight at once;
 	// default 4. One worker serves an endpoint, so this bounds what one receiver gets.
@@ -76,7 +76,7 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	outbox.SetDefault(&c.Workers, 8)
+	outbox.SetDefault(&c.Workers, DefaultWorkers)
 	outbox.SetDefault(&c.PerEndpoint, 100)
 	outbox.SetDefault(&c.PerEndpointParallel, 4)
 	outbox.SetDefault(&c.Timeout, 10*time.Second)
@@ -99,6 +99,9 @@ func (c *Config) defaults() {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
+
+// DefaultWorkers is how many endpoints one process delivers to at once by default.
+const DefaultWorkers = 8
 
 // UserAgent is the User-Agent of every delivery.
 const UserAgent = "subscriberd-webhooks/1"

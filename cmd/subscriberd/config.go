@@ -17,6 +17,7 @@ import (
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
+	"github.com/subscriberd/subscriberd/webhook"
 )
 
 // Config is the whole configuration (docs/api-contract.md §7 and §11), read once at start from
@@ -46,6 +47,7 @@ type Config struct {
 	IdempotencyTTL      time.Duration
 	WebhookTimeout      time.Duration
 	WebhookAllowPrivate bool
+	WebhookWorkers      int  // endpoints this instance delivers to at once; 0 = it delivers none
 	DocsUI              bool // serve the API reference page /api/v1/docs
 
 	// raw is each loaded setting as given (or defaulted), for the log; explicit names those
@@ -104,6 +106,7 @@ func (c *Config) settings() []setting {
 		{"IDEMPOTENCY_TTL", defaultIdempotencyTTL, "how long a stored response is replayed for its Idempotency-Key", false, to(&c.IdempotencyTTL, parseDuration)},
 		{"WEBHOOK_TIMEOUT", defaultWebhookTimeout, "per webhook delivery attempt", false, to(&c.WebhookTimeout, parseDuration)},
 		{"WEBHOOK_ALLOW_PRIVATE", defaultWebhookAllowPrivate, "allow webhook URLs on loopback and private networks", false, to(&c.WebhookAllowPrivate, parseBool)},
+		{"WEBHOOK_WORKERS", strconv.Itoa(webhook.DefaultWorkers), "webhook endpoints this instance delivers to at once; 0 = it delivers none (another instance must)", false, to(&c.WebhookWorkers, parseWorkers)},
 		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (off turns it off; the OpenAPI document stays)", false, to(&c.DocsUI, parseBool)},
 	}
 }
@@ -292,6 +295,19 @@ func parseDuration(name, raw string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %q is not a positive duration such as 10s, 5m or 24h", name, raw)
 	}
 	return d, nil
+}
+
+// maxWebhookWorkers bounds WEBHOOK_WORKERS, so that a slip of the keyboard cannot open
+// thousands of connections: each worker keeps up to 4 open to its endpoint's receiver.
+const maxWebhookWorkers = 256
+
+// parseWorkers reads a worker count from 0 (none) to maxWebhookWorkers.
+func parseWorkers(name, raw string) (int, error) {
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || n > maxWebhookWorkers {
+		return 0, fmt.Errorf("%s: %q is not a whole number from 0 to %d", name, raw, maxWebhookWorkers)
+	}
+	return n, nil
 }
 
 func parseBool(name, raw string) (bool, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/limits"
 	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/webhook"
 )
 
 // loadConfig parses args as serve's settings would be, with env and, for dev, its defaults.
@@ -49,6 +50,7 @@ func TestConfigDefaultsComeFromTheirPackages(t *testing.T) {
 		ConfirmRateLimits: confirm,
 		LogLevel:          slog.LevelInfo, LogFormat: "json",
 		IdempotencyTTL: 24 * time.Hour, WebhookTimeout: 10 * time.Second, WebhookAllowPrivate: false, DocsUI: true,
+		WebhookWorkers: webhook.DefaultWorkers,
 	}
 	if diff := cmp.Diff(want, *cfg, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
 		f := p.Last().String()
@@ -99,10 +101,25 @@ func TestConfigDevTurnsLockoutsOffUnlessSet(t *testing.T) {
 }
 
 func TestConfigRejectsBadValuesNamingTheVariable(t *testing.T) {
-	for _, name := range []string{"IDEMPOTENCY_TTL", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_PRIVATE", "DOCS_UI", "LOG_LEVEL", "LOG_FORMAT"} {
+	for _, name := range []string{"IDEMPOTENCY_TTL", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_WORKERS", "DOCS_UI", "LOG_LEVEL", "LOG_FORMAT"} {
 		_, err := loadConfig(t, map[string]string{name: "-soon"}, false)
 		if err == nil || !strings.HasPrefix(err.Error(), name+": ") {
 			t.Errorf("%s=-soon: %v, want an error starting with %s", name, err, name)
+		}
+	}
+}
+
+func TestConfigWebhookWorkersBounds(t *testing.T) {
+	for raw, want := range map[string]int{"0": 0, "1": 1, "256": 256} {
+		cfg, err := loadConfig(t, map[string]string{"WEBHOOK_WORKERS": raw}, false)
+		if err != nil || cfg.WebhookWorkers != want {
+			t.Errorf("WEBHOOK_WORKERS=%s: %v, %v; want %d", raw, cfg, err, want)
+		}
+	}
+	for _, raw := range []string{"-1", "257", "1.5", "eight"} {
+		if _, err := loadConfig(t, map[string]string{"WEBHOOK_WORKERS": raw}, false); err == nil ||
+			err.Error() != `WEBHOOK_WORKERS: "`+raw+`" is not a whole number from 0 to 256` {
+			t.Errorf("WEBHOOK_WORKERS=%s: %v", raw, err)
 		}
 	}
 }
