@@ -18,6 +18,12 @@
 # against the targets (production ≤ 5 %; 100 % ≤ 20 % on get, ≤ 10 % on the others). The main
 # instance is started as before, and its table means what it meant.
 #
+# The webhook pairs (issue 22) measure update, create_active and bulk_100 without an endpoint,
+# with one whose deliveries the main instance makes meanwhile, and with one whose deliveries
+# are only queued: those writes go to a "queue-only" instance (WEBHOOK_WORKERS=0, the rest as
+# the main one) while the tool pauses the main instance (SIGSTOP), the only one with workers;
+# the comparison instances above run with WEBHOOK_WORKERS=0 too.
+#
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
 #                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
@@ -26,7 +32,7 @@
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
 #   --passes N        N passes of the measured run; the table shows medians (~3 min per pass)
 #   --profile         CPU profiles and goroutine dumps from the admin listener into the output
-#   --env NAME=VALUE  extra environment of the main service only (e.g. LOG_LEVEL=info)
+#   --env NAME=VALUE  extra environment of the main service and of the queue-only one (e.g. LOG_LEVEL=info)
 #   --no-telemetry    skip the telemetry comparison (no "off", "on" and "production" instances; ~3 min less a pass)
 #   --telemetry-env NAME=VALUE  extra environment of both comparison instances (e.g. GOGC=200)
 #   --off-env NAME=VALUE, --on-env NAME=VALUE, --prod-env NAME=VALUE  extra environment of the "off", "on" or "production" instance
@@ -38,7 +44,7 @@
 #
 # Environment: PG_ADMIN_URL (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable),
 # BENCH_PORT / BENCH_ADMIN_PORT (default: free ports), BENCH_OUT (default bench-out/<time>).
-# Logs: $out/service.log, service-telemetry-off.log, service-telemetry-on.log, service-telemetry-production.log.
+# Logs: $out/service.log, service-queue-only.log, service-telemetry-off.log, service-telemetry-on.log, service-telemetry-production.log.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -74,7 +80,7 @@ while [ $# -gt 0 ]; do
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,47p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -94,7 +100,7 @@ free_port() {
 port=${BENCH_PORT:-$(free_port)}
 admin_port=${BENCH_ADMIN_PORT:-$(free_port)}
 while [ "$admin_port" = "$port" ]; do admin_port=$(free_port); done
-# The comparison instances' listeners and the tool's OTLP receiver: five more ports, all
+# The comparison instances' listeners and the tool's OTLP receiver: more ports, all
 # different from each other and from the main instance's (other_port runs in a subshell, so
 # the caller records each port it gets in $taken).
 taken=" $port $admin_port "
@@ -104,6 +110,8 @@ other_port() {
 	while [[ "$taken" == *" $p "* ]]; do p=$(free_port); done
 	echo "$p"
 }
+queue_port=$(other_port); taken+="$queue_port "
+queue_admin_port=$(other_port); taken+="$queue_admin_port "
 if [ "$telemetry" = 1 ]; then
 	off_port=$(other_port); taken+="$off_port "
 	off_admin_port=$(other_port); taken+="$off_admin_port "
@@ -116,6 +124,7 @@ if [ "$telemetry" = 1 ]; then
 fi
 
 service_pid=
+queue_pid=
 off_pid=
 on_pid=
 prod_pid=
@@ -134,7 +143,7 @@ stop() {
 cleanup() {
 	status=$?
 	# shellcheck disable=SC2086 # the unset ones vanish
-	stop $service_pid $off_pid $on_pid $prod_pid
+	stop $service_pid $queue_pid $off_pid $on_pid $prod_pid
 	if [ "$keep_db" = 0 ]; then
 		psql "$pg_admin" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	else
@@ -179,6 +188,14 @@ env "${service_env[@]}" bin/subscriberd serve 2>"$out/service.log" &
 service_pid=$!
 wait_ready "$service_pid" "$ADMIN_ADDR" "$out/service.log"
 
+# Every instance but the main one delivers no webhooks: pausing the main one stops delivery.
+export WEBHOOK_WORKERS=0
+echo "== start the queue-only instance (WEBHOOK_WORKERS=0) on 127.0.0.1:$queue_port" >&2
+env LISTEN_ADDR="127.0.0.1:$queue_port" ADMIN_ADDR="127.0.0.1:$queue_admin_port" "${service_env[@]}" WEBHOOK_WORKERS=0 \
+	bin/subscriberd serve 2>"$out/service-queue-only.log" &
+queue_pid=$!
+wait_ready "$queue_pid" "127.0.0.1:$queue_admin_port" "$out/service-queue-only.log"
+
 if [ "$telemetry" = 1 ]; then
 	# The same binary, database, newsletter and key; only the telemetry settings differ
 	# (LISTEN_ADDR, ADMIN_ADDR and LOG_LEVEL here override the exported ones).
@@ -204,6 +221,7 @@ fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
 	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid"
+	-webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid"
 	-passes "$passes" -json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	-command "$invocation")
 if [ ${#service_env[@]} -gt 0 ]; then args+=(-label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) ${service_env[*]}"); fi

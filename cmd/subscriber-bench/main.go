@@ -78,9 +78,13 @@ type config struct {
 	otlpSink           string
 
 	// webhooks measures the write scenarios again with one webhook endpoint delivering to a
-	// receiver on webhookReceiver, and the delivery throughput (webhooks.go).
+	// receiver on webhookReceiver, and the delivery throughput (webhooks.go); with
+	// webhookQueueURL, an instance that delivers nothing, also with the endpoint's deliveries
+	// only queued while the main instance (pid) is paused.
 	webhooks        bool
 	webhookReceiver string
+	webhookQueueURL string
+	webhookQueuePID int
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -110,6 +114,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
 	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again, without and with one webhook endpoint subscribed to every event in turn, and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
 	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
+	fs.StringVar(&c.webhookQueueURL, "webhook-queue-url", "", "base URL of an instance of the service with WEBHOOK_WORKERS=0 (same database and key): the webhook writes are also measured on it with the endpoint while the main instance, the only one delivering, is paused (needs -pid and -database-url)")
+	fs.IntVar(&c.webhookQueuePID, "webhook-queue-pid", 0, "process id of the -webhook-queue-url instance, for its CPU")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
 	fs.BoolVar(&c.noBaseline, "no-baseline", false, "skip the baseline even with a database URL")
@@ -724,24 +730,35 @@ func (b *bench) drainOutbox(ctx context.Context, rec *RunRecord) {
 	if b.db == nil || b.cfg.drain <= 0 {
 		return
 	}
-	pending := func() (int, error) {
-		var n int
-		err := b.db.NewRaw("SELECT count(*) FROM email_outbox WHERE state = 'pending'").Scan(ctx, &n)
-		return n, err
-	}
 	t0 := time.Now()
-	n, err := pending()
+	n, left, err := b.waitDrained(ctx, "email_outbox")
 	if err != nil || n == 0 {
 		return
 	}
 	rec.OutboxQueued = n
-	for n > 0 && time.Since(t0) < b.cfg.drain && ctx.Err() == nil {
+	rec.DrainSeconds = time.Since(t0).Seconds()
+	rec.OutboxLeft = left
+	rec.OutboxDrained = left == 0
+}
+
+// waitDrained waits until table (email_outbox or webhook_deliveries) holds no pending row, or
+// -drain-timeout has passed, and returns how many it held at first and at the end.
+func (b *bench) waitDrained(ctx context.Context, table string) (first, left int, err error) {
+	pending := func() (int, error) {
+		var n int
+		err := b.db.NewRaw("SELECT count(*) FROM ? WHERE state = 'pending'", bun.Ident(table)).Scan(ctx, &n)
+		return n, err
+	}
+	t0 := time.Now()
+	if first, err = pending(); err != nil {
+		return 0, 0, err
+	}
+	left = first
+	for left > 0 && time.Since(t0) < b.cfg.drain && ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
-		if n, err = pending(); err != nil {
-			return
+		if left, err = pending(); err != nil {
+			return first, left, err
 		}
 	}
-	rec.DrainSeconds = time.Since(t0).Seconds()
-	rec.OutboxLeft = n
-	rec.OutboxDrained = n == 0
+	return first, left, nil
 }

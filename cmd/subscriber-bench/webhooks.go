@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
@@ -20,12 +23,27 @@ var webhookScenarios = []string{svc.Update, svc.CreateActive, svc.Bulk100}
 // delivered per second to a local receiver that answers at once.
 const WebhookDelivery = "webhook_delivery"
 
-// webhookSuffix names a write scenario measured with the endpoint, webhookOffSuffix the same
-// writes measured without it, paired with it in the same pass.
+// A webhook write runs in one of three ways in each pass: without an endpoint, with one whose
+// deliveries are only queued (on the queue-only instance, the main one paused), and with one
+// whose deliveries the main instance makes meanwhile.
+type hookMode int
+
 const (
-	webhookSuffix    = "_webhook"
-	webhookOffSuffix = "_webhook_off"
+	hookNone hookMode = iota
+	hookQueued
+	hookDelivered
 )
+
+// The suffix of each way's scenario name; webhookSuffix is the delivered one.
+const (
+	webhookOffSuffix    = "_webhook_off"
+	webhookQueuedSuffix = "_webhook_queued"
+	webhookSuffix       = "_webhook"
+)
+
+func (m hookMode) suffix() string {
+	return [...]string{webhookOffSuffix, webhookQueuedSuffix, webhookSuffix}[m]
+}
 
 // receiver is the local webhook receiver: it answers 204 at once and counts deliveries, with
 // the time of the last.
@@ -53,11 +71,13 @@ func startReceiver(addr string) (*receiver, error) {
 
 // runWebhooks measures the write scenarios with one endpoint subscribed to every event against
 // the same writes without one, and the delivery throughput of the backlog the bulk writes
-// leave. Each pass runs each scenario twice, back to back on the same tables: without the
-// endpoint, then with it (the other way round in even passes, so that neither always runs on
-// the larger tables). Each run starts with nothing left to deliver: the endpoint is created
-// for its run and deleted after its backlog drained. The service must allow a loopback URL
-// (WEBHOOK_ALLOW_PRIVATE=true); otherwise it says so and measures nothing.
+// leave. Each pass runs each scenario back to back on the same tables: without the endpoint,
+// with it and its deliveries only queued (when there is a queue-only instance, see
+// queueInstance), and with it delivered meanwhile; even passes run them the other way round,
+// so that none always runs on the larger tables. Each run starts with nothing left to
+// deliver: the endpoint is created for its run and deleted after its backlog drained. The
+// service must allow a loopback URL (WEBHOOK_ALLOW_PRIVATE=true); otherwise it says so and
+// measures nothing.
 func (b *bench) runWebhooks(ctx context.Context) error {
 	rc, err := startReceiver(b.cfg.webhookReceiver)
 	if err != nil {
@@ -73,47 +93,79 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 		fmt.Fprintf(b.log, "note: webhooks not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", err)
 		return nil
 	}
+	queue := b.queueInstance()
+	modes := []hookMode{hookNone, hookDelivered}
+	if queue != nil {
+		modes = []hookMode{hookNone, hookQueued, hookDelivered}
+	}
 	fmt.Fprintf(b.log, "== writes with and without one webhook endpoint (every event) delivering to %s\n", rc.url)
 	for pass := 1; pass <= b.cfg.passes; pass++ {
+		order := slices.Clone(modes)
+		if pass%2 == 0 {
+			slices.Reverse(order)
+		}
 		for _, name := range webhookScenarios {
 			if b.cfg.only != nil && !b.cfg.only[name] {
 				continue
 			}
-			order := []bool{false, true}
-			if pass%2 == 0 {
-				order = []bool{true, false}
-			}
-			runs := map[bool]RunRecord{} // by whether the endpoint was there
-			for _, endpoint := range order {
+			runs := map[hookMode]RunRecord{}
+			for _, mode := range order {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				r, err := b.runWebhookWrite(ctx, rc, name, endpoint, pass)
+				r, err := b.runWebhookWrite(ctx, rc, queue, name, mode, pass)
 				if err != nil {
 					return err
 				}
-				runs[endpoint] = r
+				runs[mode] = r
 			}
-			if plain := runs[false]; plain.RowsPerSec > 0 {
-				fmt.Fprintf(b.log, "         %s with the endpoint: %.2f × its rows/s without (target ≥ 0.85)\n",
-					name, runs[true].RowsPerSec/plain.RowsPerSec)
+			plain := runs[hookNone].RowsPerSec
+			if plain <= 0 {
+				continue
 			}
+			if r, ok := runs[hookQueued]; ok {
+				fmt.Fprintf(b.log, "         %s with the endpoint, deliveries queued: %.2f × its rows/s without (target ≥ 0.85)\n",
+					name, r.RowsPerSec/plain)
+			}
+			fmt.Fprintf(b.log, "         %s with the endpoint, delivered meanwhile: %.2f × its rows/s without (target ≥ 0.85)\n",
+				name, runs[hookDelivered].RowsPerSec/plain)
 		}
 	}
 	return nil
 }
 
-// runWebhookWrite runs the write scenario name with an endpoint created for the run (its
-// record named with webhookSuffix) or without one (webhookOffSuffix), then waits for what it
-// left to be delivered and deletes the endpoint. The last pass's bulk run with the endpoint
-// also gives the delivery throughput: every delivery since the run began over the time until
-// the last one. While the workers lag, that is their throughput; when they kept up, it is the
-// write rate, a floor.
-func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, endpoint bool, pass int) (RunRecord, error) {
-	suffix, desc := webhookSuffix, "; one webhook endpoint subscribed to every event"
-	if !endpoint {
-		suffix, desc = webhookOffSuffix, "; no webhook endpoint, paired with "+name+webhookSuffix
-	} else {
+// queueInstance is the -webhook-queue-url instance, or nil when there is none or the main
+// instance cannot be paused (no -pid) or its backlog not watched (no -database-url).
+func (b *bench) queueInstance() *instance {
+	c := b.cfg
+	switch {
+	case c.webhookQueueURL == "":
+		return nil
+	case c.pid <= 0 || b.db == nil:
+		fmt.Fprintln(b.log, "note: writes with their deliveries only queued not measured: -webhook-queue-url needs -pid and -database-url")
+		return nil
+	}
+	cl := svc.NewClient(c.webhookQueueURL, c.key, c.runID+"-queue", c.clients, c.timeout)
+	cl.IDs = b.client.IDs
+	return &instance{kind: kindService, client: cl, pid: c.webhookQueuePID}
+}
+
+// runWebhookWrite runs the write scenario name in the way mode, its record named with the
+// mode's suffix. With an endpoint, the endpoint is created for the run; afterwards the tool
+// waits for what the run left to be delivered and deletes the endpoint. With deliveries only
+// queued, the writes go to the queue-only instance while the main one, the only one with
+// webhook workers, is stopped (SIGSTOP) until the run ends. The last pass's bulk run with
+// deliveries also gives the delivery throughput: every delivery since the run began over the
+// time until the last one. While the workers lag, that is their throughput; when they kept
+// up, it is the write rate, a floor.
+func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instance, name string, mode hookMode, pass int) (RunRecord, error) {
+	desc := map[hookMode]string{
+		hookNone:      "; no webhook endpoint, paired with " + name + webhookSuffix,
+		hookQueued:    "; one webhook endpoint subscribed to every event, its deliveries queued by an instance with WEBHOOK_WORKERS=0 while the one that delivers was paused",
+		hookDelivered: "; one webhook endpoint subscribed to every event",
+	}[mode]
+	in := b.main
+	if mode != hookNone {
 		id, err := b.client.CreateWebhook(ctx, rc.url)
 		if err != nil {
 			return RunRecord{}, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
@@ -124,14 +176,36 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, name string, 
 			}
 		}()
 	}
+	resume := func() {}
+	if mode == hookQueued {
+		in = queue
+		if err := syscall.Kill(b.cfg.pid, syscall.SIGSTOP); err != nil {
+			return RunRecord{}, fmt.Errorf("pausing the main instance (pid %d): %w", b.cfg.pid, err)
+		}
+		var once sync.Once
+		resume = func() {
+			once.Do(func() {
+				if err := syscall.Kill(b.cfg.pid, syscall.SIGCONT); err != nil {
+					fmt.Fprintf(b.log, "warning: resuming the main instance (pid %d): %v\n", b.cfg.pid, err)
+				}
+			})
+		}
+		defer resume()
+	}
 	start, before := time.Now(), rc.n.Load()
-	b.runOn(ctx, b.main, name, name+suffix, b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
+	b.runOn(ctx, in, name, name+mode.suffix(), b.cfg.clients, b.cfg.warmup, b.cfg.duration, "measure", pass)
 	r := &b.rep.Runs[len(b.rep.Runs)-1]
 	r.Desc += desc
 	out := *r
+	resume()
 	backlogAt := rc.n.Load()
+	if mode == hookQueued {
+		if _, left, err := b.waitDrained(ctx, "webhook_deliveries"); err != nil || left > 0 {
+			fmt.Fprintf(b.log, "note: %s: %d deliveries still queued after %s (%v)\n", name+mode.suffix(), left, b.cfg.drain, err)
+		}
+	}
 	waitStable(ctx, rc, b.cfg.drain)
-	if !endpoint || name != svc.Bulk100 || pass != b.cfg.passes {
+	if mode != hookDelivered || name != svc.Bulk100 || pass != b.cfg.passes {
 		return out, nil
 	}
 	last := time.Unix(0, rc.last.Load())
