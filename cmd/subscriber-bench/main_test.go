@@ -403,10 +403,20 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 		// before and after: each run's ratio to its own baseline, CPU per request (µs), RSS
 		"run `old` of service abc1234 (-, `scripts/bench.sh --no-telemetry`, `--compare-with old.json`)",
 		"Only one of the two ran the telemetry comparison", "| get | 1000.0 | 900.0 | 0.25 | 0.45 | 200.0 → 100.0 | 300.0 → - | - → - |",
-		"reads, 256 clients 86.0 → 62.0 MiB"} {
+		"reads, 256 clients 86.0 → 62.0 MiB",
+		// the baseline ran at half its rate: the machine, not the service
+		"The same SQL (the baselines, on the same data) ran at 0.50 × its rate in the before run"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
+	}
+	now.Runs[1].RequestsPerSec, now.Runs[1].RowsPerSec = 3800, 3800 // within a quarter: no such sentence
+	now.compare()
+	now.against(then, "old.json")
+	md.Reset()
+	markdown(&md, now)
+	if strings.Contains(md.String(), "The same SQL") {
+		t.Errorf("markdown speaks of the machine's speed at 0.95 × :\n%s", md.String())
 	}
 }
 

@@ -299,6 +299,10 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprint(w, " Only one of the two ran the telemetry comparison, which keeps three more instances of the service, idle, "+
 			"on the same database: where their workers cost the database something, compare the ratios rather than the throughput.")
 	}
+	if speed := ref.machineSpeed(); speed > 0 && (speed < 0.8 || speed > 1.25) {
+		fmt.Fprintf(w, " The same SQL (the baselines, on the same data) ran at %.2f × its rate in the before run: the machine was %s, "+
+			"so compare the ratios, not the rates or the CPU per request.", speed, map[bool]string{true: "slower", false: "faster"}[speed < 1])
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
@@ -324,6 +328,22 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 	if len(rss) > 0 {
 		fmt.Fprintf(w, "\nPeak RSS before → after: %s.\n", strings.Join(rss, "; "))
 	}
+}
+
+// machineSpeed is the median, over the scenarios with a baseline in both runs, of the baseline's
+// throughput now over then (a scenario's rate over its ratio to its baseline): how fast this
+// run's machine ran the same SQL as the reference's. 0 when no scenario has both.
+func (ref *Reference) machineSpeed() float64 {
+	var speeds []float64
+	for _, r := range ref.Ratios {
+		if r.NowBase > 0 && r.ThenBase > 0 && r.Then > 0 {
+			speeds = append(speeds, (r.Now/r.NowBase)/(r.Then/r.ThenBase))
+		}
+	}
+	if len(speeds) == 0 {
+		return 0
+	}
+	return median(speeds)
 }
 
 func orDash(s string) string {
