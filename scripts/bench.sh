@@ -142,6 +142,8 @@ stop() {
 }
 cleanup() {
 	status=$?
+	# The tool may have left the main instance paused (SIGSTOP) if it was interrupted.
+	if [ -n "$service_pid" ]; then kill -CONT "$service_pid" 2>/dev/null || true; fi
 	# shellcheck disable=SC2086 # the unset ones vanish
 	stop $service_pid $queue_pid $off_pid $on_pid $prod_pid
 	if [ "$keep_db" = 0 ]; then

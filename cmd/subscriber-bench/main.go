@@ -112,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.drain, "drain-timeout", 2*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them, so that its work does not slow the next scenario (needs -database-url)")
 	fs.DurationVar(&c.stall, "stall", 3*time.Second, "a scenario with no completion for this long has stalled")
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
-	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again, without and with one webhook endpoint subscribed to every event in turn, and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
+	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again, without and with one webhook endpoint subscribed to every event in turn (its deliveries made meanwhile, and with -webhook-queue-url only queued), and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
 	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
 	fs.StringVar(&c.webhookQueueURL, "webhook-queue-url", "", "base URL of an instance of the service with WEBHOOK_WORKERS=0 (same database and key): the webhook writes are also measured on it with the endpoint while the main instance, the only one delivering, is paused (needs -pid and -database-url)")
 	fs.IntVar(&c.webhookQueuePID, "webhook-queue-pid", 0, "process id of the -webhook-queue-url instance, for its CPU")

@@ -365,10 +365,10 @@ func webhooksMarkdown(w io.Writer, rep *Report) {
 		}
 		queuedRows, queuedRatio, queuedCPU := "-", "-", ""
 		if queued, _, r, pp := rep.webhookRatio(name, webhookQueuedSuffix); queued != nil {
-			queuedRows, queuedRatio, queuedCPU = f1(queued.RowsPerSec), verdict(r, pp), cpuTriple(queued)+" → "
+			queuedRows, queuedRatio, queuedCPU = f1(queued.RowsPerSec), webhookVerdict(r, pp), cpuTriple(queued)+" → "
 		}
 		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s → %s%s |", name, f1(plain.RowsPerSec),
-			queuedRows, queuedRatio, f1(with.RowsPerSec), verdict(ratio, perPass), cpuTriple(plain), queuedCPU, cpuTriple(with)))
+			queuedRows, queuedRatio, f1(with.RowsPerSec), webhookVerdict(ratio, perPass), cpuTriple(plain), queuedCPU, cpuTriple(with)))
 	}
 	d := rep.find("service", WebhookDelivery, "measure", 1)
 	if len(rows) == 0 && d == nil {
@@ -392,8 +392,8 @@ func webhooksMarkdown(w io.Writer, rep *Report) {
 	}
 }
 
-// verdict shows a webhook ratio against its target of 0.85, with the passes' ratios.
-func verdict(ratio float64, perPass string) string {
+// webhookVerdict shows a webhook ratio against its target of 0.85, with the passes' ratios.
+func webhookVerdict(ratio float64, perPass string) string {
 	v := map[bool]string{true: "met", false: "**missed**"}[ratio >= 0.85]
 	return fmt.Sprintf("%.2f %s (%s)", ratio, v, perPass)
 }

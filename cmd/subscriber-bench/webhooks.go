@@ -200,8 +200,11 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instan
 	resume()
 	backlogAt := rc.n.Load()
 	if mode == hookQueued {
-		if _, left, err := b.waitDrained(ctx, "webhook_deliveries"); err != nil || left > 0 {
-			fmt.Fprintf(b.log, "note: %s: %d deliveries still queued after %s (%v)\n", name+mode.suffix(), left, b.cfg.drain, err)
+		switch _, left, err := b.waitDrained(ctx, "webhook_deliveries"); {
+		case err != nil:
+			fmt.Fprintf(b.log, "note: %s: reading the webhook queue: %v\n", name+mode.suffix(), err)
+		case left > 0:
+			fmt.Fprintf(b.log, "note: %s: %d deliveries still queued after %s\n", name+mode.suffix(), left, b.cfg.drain)
 		}
 	}
 	waitStable(ctx, rc, b.cfg.drain)
