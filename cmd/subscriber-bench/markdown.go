@@ -89,7 +89,7 @@ func markdown(w io.Writer, rep *Report) {
 			first = false
 			verdict := ""
 			if c.Met != nil {
-				verdict = map[bool]string{true: "met", false: "**missed**"}[*c.Met]
+				verdict = metWord(*c.Met)
 			}
 			rt := f2(c.Ratio)
 			if c.Metric == "rows/s" {
@@ -117,7 +117,7 @@ func markdown(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "\n| scenario | setting | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
 		fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|---|---|")
 		for _, s := range t.Scenarios {
-			verdict := map[bool]string{true: "met", false: "**missed**"}[s.Met]
+			verdict := metWord(s.Met)
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, settingOf(s), f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
 				pcts(s.PassOverheads), cpuChange(s), s.Target, verdict)
 		}
@@ -386,15 +386,23 @@ func webhooksMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, r)
 	}
 	if d != nil {
-		verdict := map[bool]string{true: "met", false: "**missed**"}[d.RequestsPerSec >= 1000]
+		verdict := metWord(d.RequestsPerSec >= 1000)
 		fmt.Fprintf(w, "\nDelivery to a local receiver answering at once: %d events in %.1f s, %.0f events/s (target ≥ 1000: %s).\n",
 			d.Requests, d.Seconds, d.RequestsPerSec, verdict)
 	}
 }
 
+// metWord is a verdict column's word: met, or missed in bold.
+func metWord(met bool) string {
+	if met {
+		return "met"
+	}
+	return "**missed**"
+}
+
 // webhookVerdict shows a webhook ratio against its target of 0.85, with the passes' ratios.
 func webhookVerdict(ratio float64, perPass string) string {
-	v := map[bool]string{true: "met", false: "**missed**"}[ratio >= 0.85]
+	v := metWord(ratio >= 0.85)
 	return fmt.Sprintf("%.2f %s (%s)", ratio, v, perPass)
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,7 +42,10 @@ func TestServeWithoutWebhookWorkers(t *testing.T) {
 	if code, body := call(t, "POST", a.api+"/api/v1/subscribers", key, `{"email":"ann@example.com"}`); code != http.StatusCreated {
 		t.Fatalf("create subscriber = %d %v", code, body)
 	}
-	waitMetric(t, a.admin, "webhook_queue_depth 1")
+	depth := func(n string) func() bool {
+		return func() bool { return strings.Contains(get(t, a.admin+"/metrics"), "\nwebhook_queue_depth "+n+"\n") }
+	}
+	waitUntil(t, "the queued delivery on /metrics", depth("1"))
 	time.Sleep(2 * time.Second) // four of a worker's poll intervals
 	if n := got.Load(); n != 0 {
 		t.Fatalf("the instance with WEBHOOK_WORKERS=0 delivered %d webhooks", n)
@@ -53,33 +55,11 @@ func TestServeWithoutWebhookWorkers(t *testing.T) {
 	}
 
 	b := startServe(t, env)
-	for deadline := time.Now().Add(30 * time.Second); got.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the instance with the default workers did not deliver the waiting webhook")
-		}
-	}
-	waitMetric(t, a.admin, "webhook_queue_depth 0")
+	waitUntil(t, "the instance with the default workers to deliver the waiting webhook", func() bool { return got.Load() > 0 })
+	waitUntil(t, "the delivered queue on /metrics", depth("0"))
 	b.stop(t)
 	a.stop(t)
 	if n := got.Load(); n != 1 {
 		t.Errorf("%d deliveries, want 1", n)
 	}
-}
-
-// waitMetric waits until admin's /metrics holds line.
-func waitMetric(t *testing.T, admin, line string) {
-	t.Helper()
-	var last string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		res, err := http.Get(admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if last = string(b); strings.Contains(last, "\n"+line+"\n") {
-			return
-		}
-	}
-	t.Fatalf("/metrics never held %q:\n%s", line, last)
 }
