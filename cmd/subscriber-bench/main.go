@@ -137,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.telemetryProdURL, "telemetry-prod-url", "", "base URL of an instance of the service at the production setting (OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1, exporting): measured against -telemetry-off-url in pairs of its own")
 	fs.IntVar(&c.telemetryProdPID, "telemetry-prod-pid", 0, "process id of the -telemetry-prod-url instance, for its CPU and settings")
 	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
-	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all")
+	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all; the scenarios judged against another service scenario (replay against get, …) run with it in slices this long too, each for -duration")
 	fs.DurationVar(&c.telemetryDuration, "telemetry-duration", 20*time.Second, "measured time per instance and scenario of the telemetry comparison: its overhead is a difference of two throughputs, and 6 s a side read ±3 points on this machine")
 	fs.StringVar(&c.otlpSink, "otlp-sink", "", "serve an OTLP/HTTP trace receiver on this address (e.g. 127.0.0.1:4318) for the whole run: it discards the spans and counts the exports and their bytes")
 	if err := fs.Parse(args); err != nil {
@@ -223,7 +223,8 @@ var plan = []pair{
 	{svc.CreateActive, true, []string{baseline.InsertOne}},
 	{svc.CreatePending, true, []string{baseline.InsertPending}},
 	{svc.Bulk100, true, []string{baseline.Insert100}},
-	// API 1.1: compared with the service scenarios above (targets in report.go).
+	// API 1.1: compared with the service scenarios above (targets in report.go), each also in
+	// alternating slices with the scenario it is judged against (runServicePair).
 	{svc.ListCursorDeep, false, nil},
 	{svc.LookupEmail, false, nil},
 	{svc.Replay, false, nil},
@@ -418,6 +419,11 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 						b.runBaseline(ctx, name, cfg.clients, pass)
 					}
 				}
+				for _, t := range targets {
+					if t.vsService && t.service == p.service {
+						b.runServicePair(ctx, t.service, t.baseline, pass)
+					}
+				}
 			}
 			if err := b.runTelemetry(ctx, writes, pass); err != nil {
 				return b.rep, err
@@ -546,6 +552,31 @@ func (b *bench) runOn(ctx context.Context, in *instance, name, as string, client
 		wait()
 	}
 	return b.record(ctx, in, sc, rec, out, dur)
+}
+
+// phasePaired is the phase of the runs of runServicePair.
+const phasePaired = "paired"
+
+// runServicePair runs scenario name and the service scenario it is judged against on the main
+// instance in alternating slices of -telemetry-slice (load.RunAlternating), each for the
+// measured run's duration after its warm-up, and records both in phase "paired". Run a few
+// minutes apart, a replay and a get, which do about the same work, read 0.78 or 1.19 of each
+// other as the machine's speed drifted; in alternating slices, a slow spell falls on both.
+// Their CPU is not split between them: the measured runs give each scenario's.
+func (b *bench) runServicePair(ctx context.Context, name, against string, pass int) {
+	names := [2]string{name, against}
+	var scs [2]svc.Scenario
+	var recs [2]RunRecord
+	var ops [2]load.Op
+	for i, n := range names {
+		scs[i], recs[i], ops[i] = b.prepare(ctx, b.main, n, b.cfg.clients, phasePaired, pass)
+		recs[i].Against = names[1-i]
+	}
+	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}
+	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
+	for i := range names {
+		b.record(ctx, b.main, scs[i], recs[i], outs[i], b.cfg.duration)
+	}
 }
 
 // prepare checks one answer of scenario name on the instance in against the contract and

@@ -189,9 +189,10 @@ func TestRunAgainstTheService(t *testing.T) {
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
 		"-stall", "1m", "-pid", strconv.Itoa(srv.pid))
-	// 12 measured service scenarios, 10 baselines, 12 checks at 6 clients.
-	if len(rep.Runs) != 34 {
-		t.Errorf("%d runs, want 34", len(rep.Runs))
+	// 12 measured service scenarios, 10 baselines, 5 pairs in alternating slices, 12 checks at 6
+	// clients.
+	if len(rep.Runs) != 44 {
+		t.Errorf("%d runs, want 44", len(rep.Runs))
 	}
 	for _, r := range rep.Runs {
 		if r.OK != 12 {
@@ -210,6 +211,9 @@ func TestRunAgainstTheService(t *testing.T) {
 	if len(rep.Comparisons) != len(targets) {
 		t.Errorf("%d comparisons, want %d", len(rep.Comparisons), len(targets))
 	}
+	if paired := rep.pairedComparisons(); len(paired) != 5 {
+		t.Errorf("%d comparisons from alternating runs, want 5: %+v", len(paired), paired)
+	}
 	if rep.Meta.Newsletter != nl || rep.Meta.SubscribersAtStart != 300 || !rep.Meta.Vacuumed {
 		t.Errorf("meta = %+v; want the CLI's newsletter, 300 subscribers, vacuumed", rep.Meta)
 	}
@@ -221,7 +225,7 @@ func TestRunAgainstTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 34 {
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 44 {
 		t.Errorf("the JSON does not read back: %v", err)
 	}
 }
@@ -318,6 +322,52 @@ func waitReady(t *testing.T, url string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s never became ready", url)
+}
+
+func TestAlternatingPairsDecideTheTargetsAgainstTheService(t *testing.T) {
+	rep := &Report{Meta: Meta{Clients: 16, Passes: 3}, Runs: []RunRecord{
+		// The measured runs, minutes apart: replay 0.80 of get, lookup 0.90.
+		rec("service", svc.Get, 1000, 1000), rec("service", svc.Replay, 800, 800), rec("service", svc.LookupEmail, 900, 900),
+	}}
+	// Replay and get in alternating slices, pass by pass: 1.01, 0.97, 1.05 of get.
+	for i, rates := range [][2]float64{{1010, 1000}, {970, 1000}, {1260, 1200}} {
+		r, g := rec("service", svc.Replay, rates[0], rates[0]), rec("service", svc.Get, rates[1], rates[1])
+		r.Phase, r.Pass, r.Against = phasePaired, i+1, svc.Get
+		g.Phase, g.Pass, g.Against = phasePaired, i+1, svc.Replay
+		rep.Runs = append(rep.Runs, g, r)
+	}
+	// A get paired with another scenario, in the same pass, does not count for the replay.
+	other := rec("service", svc.Get, 100, 100)
+	other.Phase, other.Pass, other.Against = phasePaired, 1, svc.LookupEmail
+	rep.Runs = append(rep.Runs, other)
+	rep.compare()
+	got := map[string]Comparison{}
+	for _, c := range rep.Comparisons {
+		got[c.Service] = c
+	}
+	replay, lookup := got[svc.Replay], got[svc.LookupEmail]
+	if math.Abs(replay.Ratio-1.01) > 1e-9 || replay.Met == nil || !*replay.Met || replay.Value != 1010 || replay.Base != 1000 ||
+		ratioList(replay.PassRatios) != "1.01, 0.97, 1.05" {
+		t.Errorf("replay = %+v; want the median pass ratio 1.01 (met) of 1010 against 1000 req/s", replay)
+	}
+	if lookup.PassRatios != nil || math.Abs(lookup.Ratio-0.9) > 1e-9 || lookup.Met == nil || !*lookup.Met {
+		t.Errorf("lookup_email = %+v; without alternating runs, the measured runs' 0.90 (met)", lookup)
+	}
+
+	var text, md bytes.Buffer
+	printReport(&text, rep)
+	markdown(&md, rep)
+	for name, out := range map[string]string{"text": text.String(), "markdown": md.String()} {
+		for _, want := range []string{"alternating slices", "1.01, 0.97, 1.05", "lookup_email"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s report lacks %q:\n%s", name, want, out)
+			}
+		}
+	}
+	// The replay keeps its row among the measured scenarios, without the paired ratio there.
+	if !strings.Contains(md.String(), "| replay | 800.0 |") || strings.Count(md.String(), "| 1.01 |") != 1 {
+		t.Errorf("markdown: want replay's measured row and its paired ratio once:\n%s", md.String())
+	}
 }
 
 func TestFindTakesTheMedianPass(t *testing.T) {

@@ -74,7 +74,7 @@ func markdown(w io.Writer, rep *Report) {
 		}
 		first := true
 		for _, c := range rep.Comparisons {
-			if c.Service != p.service {
+			if c.Service != p.service || len(c.PassRatios) > 0 { // alternating pairs: their own table
 				continue
 			}
 			b := rep.find("baseline", c.Baseline, "measure", m.Clients)
@@ -97,6 +97,26 @@ func markdown(w io.Writer, rep *Report) {
 			}
 			fmt.Fprintf(w, "%s| %s | %s | %s | %s | %s | %s | %s | %s |\n", left, c.Baseline, f1(b.RequestsPerSec), rowsCol(b),
 				f2(b.P50Ms), f2(b.P99Ms), rt, c.Target, verdict)
+		}
+		if first {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | | | | | | | | |\n", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
+				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
+		}
+	}
+
+	if paired := rep.pairedComparisons(); len(paired) > 0 {
+		fmt.Fprintln(w, "\nAgainst the service's own scenarios: in every pass, each pair also ran in alternating slices of "+
+			"half a second (a b b a …), each for the scenario's time, so that a slow spell of the machine falls on both; "+
+			"the ratio is the median of the passes' ratios.")
+		fmt.Fprintln(w, "\n| scenario | req/s | against | req/s | ratio | per pass | target | verdict |")
+		fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|---|---|")
+		for _, c := range paired {
+			verdict := ""
+			if c.Met != nil {
+				verdict = metWord(*c.Met)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio),
+				ratioList(c.PassRatios), c.Target, verdict)
 		}
 	}
 

@@ -70,10 +70,12 @@ type SeedRecord struct {
 type RunRecord struct {
 	Scenario string `json:"scenario"`
 	Kind     string `json:"kind"`  // service, baseline, telemetry-off or telemetry-on
-	Phase    string `json:"phase"` // measure, check or scale
+	Phase    string `json:"phase"` // measure, paired, check or scale
 	Pass     int    `json:"pass,omitempty"`
-	Clients  int    `json:"clients"`
-	Desc     string `json:"description"`
+	// Against is, in phase paired, the scenario this one ran with in alternating slices.
+	Against string `json:"against,omitempty"`
+	Clients int    `json:"clients"`
+	Desc    string `json:"description"`
 
 	Requests       int64             `json:"requests"`
 	OK             int64             `json:"ok"`
@@ -137,6 +139,10 @@ type Comparison struct {
 	// Target is the issue's minimum ratio ("" when the pair is shown for information).
 	Target string `json:"target,omitempty"`
 	Met    *bool  `json:"met,omitempty"`
+	// PassRatios are set when the two service scenarios ran in alternating slices in every
+	// pass (phase paired): each pass's ratio; Ratio is then their median, and Value and Base
+	// the medians of the two scenarios' paired runs.
+	PassRatios []float64 `json:"pass_ratios,omitempty"`
 }
 
 // RSSRecord is the service's peak resident set size during one part of the run.
@@ -321,6 +327,9 @@ func (rep *Report) compare() {
 			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
 		}
 		c.Ratio = stats.Ratio(c.Value, c.Base)
+		if t.vsService {
+			rep.pairedRatio(&c)
+		}
 		if t.min > 0 {
 			met := c.Ratio >= t.min
 			c.Target = fmt.Sprintf("≥ %.2f", t.min)
@@ -333,6 +342,50 @@ func (rep *Report) compare() {
 		}
 		rep.Comparisons = append(rep.Comparisons, c)
 	}
+}
+
+// pairedRatio sets c from the runs in which its two service scenarios alternated, when there
+// are any: per pass, the ratio of their request rates; overall, the medians.
+func (rep *Report) pairedRatio(c *Comparison) {
+	var values, bases, ratios []float64
+	for i := range rep.Runs {
+		s := &rep.Runs[i]
+		if s.Phase != phasePaired || s.Scenario != c.Service || s.Against != c.Baseline || s.Clients != rep.Meta.Clients {
+			continue
+		}
+		for j := range rep.Runs {
+			b := &rep.Runs[j]
+			if b.Phase == phasePaired && b.Scenario == c.Baseline && b.Against == c.Service && b.Pass == s.Pass && b.Clients == s.Clients {
+				values, bases = append(values, s.RequestsPerSec), append(bases, b.RequestsPerSec)
+				ratios = append(ratios, stats.Ratio(s.RequestsPerSec, b.RequestsPerSec))
+				break
+			}
+		}
+	}
+	if len(ratios) == 0 {
+		return
+	}
+	c.Value, c.Base, c.Ratio, c.PassRatios = median(values), median(bases), median(ratios), ratios
+}
+
+// pairedComparisons are the comparisons taken from alternating runs (see pairedRatio).
+func (rep *Report) pairedComparisons() []Comparison {
+	var out []Comparison
+	for _, c := range rep.Comparisons {
+		if len(c.PassRatios) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ratioList shows ratios with two decimals, comma-separated.
+func ratioList(vs []float64) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = f2(v)
+	}
+	return strings.Join(out, ", ")
 }
 
 // judge lists the run's problems: any error, any stall, any answer off the contract.
@@ -437,6 +490,9 @@ func printReport(w io.Writer, rep *Report) {
 					c = &rep.Comparisons[i]
 				}
 			}
+			if c != nil && len(c.PassRatios) > 0 {
+				continue // in the table of alternating pairs below
+			}
 			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
 				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
 			if printed {
@@ -466,13 +522,28 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	for _, r := range rep.Runs {
-		if r.Phase == "measure" {
+		if r.Phase == "measure" || r.Phase == phasePaired {
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Clients, f1(r.RequestsPerSec), rowsCol(&r),
 			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), cpuCol(&r), checkNote(r))
 	}
 	tw.Flush()
+
+	if paired := rep.pairedComparisons(); len(paired) > 0 {
+		fmt.Fprintln(w, "\nagainst the service's own scenarios, the two in alternating slices in every pass (median of the passes' ratios):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\treq/s\tagainst\treq/s\tratio\tper pass\ttarget\tverdict\t")
+		for _, c := range paired {
+			verdict := ""
+			if c.Met != nil {
+				verdict = verdictOf(*c.Met)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio),
+				ratioList(c.PassRatios), c.Target, verdict)
+		}
+		tw.Flush()
+	}
 
 	if rows := cpuSplit(rep); len(rows) > 0 {
 		fmt.Fprintln(w, "\nCPU per request in µs (service, PostgreSQL, load generator), measured scenarios and their baselines:")
