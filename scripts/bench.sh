@@ -3,8 +3,9 @@
 # tool, start the service on a fresh database of the local PostgreSQL with every limit off,
 # make a newsletter and an API key with the CLI, seed it through the bulk API, run every
 # scenario and its raw-SQL baseline, print one table and write it as JSON. A scenario judged
-# against another of the service's (replay against get, create_idem against create_active, …)
-# also runs with it in alternating half-second slices in every pass, and is judged on those.
+# against another of the service's of like latency (replay against get, create_idem against
+# create_active, …) also runs with it in alternating half-second slices in every pass, and is
+# judged on those.
 #
 # It also prices telemetry on the official OpenTelemetry components (issue 20): three more
 # instances of the same binary run on the same database, newsletter and key, "off"

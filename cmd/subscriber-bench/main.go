@@ -137,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.telemetryProdURL, "telemetry-prod-url", "", "base URL of an instance of the service at the production setting (OTEL_TRACES_SAMPLER=parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1, exporting): measured against -telemetry-off-url in pairs of its own")
 	fs.IntVar(&c.telemetryProdPID, "telemetry-prod-pid", 0, "process id of the -telemetry-prod-url instance, for its CPU and settings")
 	telScenarios := fs.String("telemetry-scenarios", strings.Join(defaultTelemetryScenarios, ","), "comma-separated scenarios of the telemetry comparison, run whatever -only says (empty = none): "+strings.Join(serviceNames(), ","))
-	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all; the scenarios judged against another service scenario (replay against get, …) run with it in slices this long too, each for -duration")
+	fs.DurationVar(&c.telemetrySlice, "telemetry-slice", 500*time.Millisecond, "the telemetry comparison runs each scenario on the two instances in alternating slices this long (off on on off …), each for -telemetry-duration in all; a scenario judged against another service scenario of like latency (replay against get, …) runs with it in slices this long too, each for -duration")
 	fs.DurationVar(&c.telemetryDuration, "telemetry-duration", 20*time.Second, "measured time per instance and scenario of the telemetry comparison: its overhead is a difference of two throughputs, and 6 s a side read ±3 points on this machine")
 	fs.StringVar(&c.otlpSink, "otlp-sink", "", "serve an OTLP/HTTP trace receiver on this address (e.g. 127.0.0.1:4318) for the whole run: it discards the spans and counts the exports and their bytes")
 	if err := fs.Parse(args); err != nil {
@@ -223,8 +223,8 @@ var plan = []pair{
 	{svc.CreateActive, true, []string{baseline.InsertOne}},
 	{svc.CreatePending, true, []string{baseline.InsertPending}},
 	{svc.Bulk100, true, []string{baseline.Insert100}},
-	// API 1.1: compared with the service scenarios above (targets in report.go), each also in
-	// alternating slices with the scenario it is judged against (runServicePair).
+	// API 1.1: compared with the service scenarios above (targets in report.go), those of like
+	// latency also in alternating slices (runServicePair).
 	{svc.ListCursorDeep, false, nil},
 	{svc.LookupEmail, false, nil},
 	{svc.Replay, false, nil},
@@ -321,13 +321,14 @@ type instance struct {
 	sent atomic.Int64
 }
 
-// reread is the report of an earlier run (-report), its telemetry comparison worked out
-// again from its runs, so that a change of how the comparison is judged applies to it too.
+// reread is the report of an earlier run (-report), its comparisons and telemetry comparison
+// worked out again from its runs, so that a change of how they are judged applies to it too.
 func reread(path string) (*Report, error) {
 	rep, err := readJSON(path)
 	if err != nil {
 		return nil, err
 	}
+	rep.compare()
 	rep.telemetryResults()
 	return rep, nil
 }
@@ -420,7 +421,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 					}
 				}
 				for _, t := range targets {
-					if t.vsService && t.service == p.service {
+					if t.paired && t.service == p.service {
 						b.runServicePair(ctx, t.service, t.baseline, pass)
 					}
 				}

@@ -264,6 +264,12 @@ type target struct {
 	rows              bool    // compare rows/s instead of requests/s
 	min               float64 // 0 = shown for information
 	strict            bool    // the ratio must exceed min
+
+	// paired: the two service scenarios also run in alternating slices (runServicePair), and
+	// the verdict is on those runs. Only for two scenarios of like latency: the calls of a
+	// slow one that start near the end of its slice run on into the other's, which then
+	// starts late; against a deep page (40 ms a call against 4) that cost the fast one 3 %.
+	paired bool
 }
 
 var targets = []target{
@@ -278,10 +284,10 @@ var targets = []target{
 	{service: svc.Get, baseline: baseline.SelectByID, min: 0.3},
 	{service: svc.Update, baseline: baseline.UpdateByID},
 	// API 1.1 (issue #21): against the service's own scenarios.
-	{service: svc.CreateIdem, baseline: svc.CreateActive, vsService: true, min: 0.85},
-	{service: svc.Replay, baseline: svc.Get, vsService: true, min: 1},
-	{service: svc.LookupEmail, baseline: svc.Get, vsService: true, min: 0.8},
-	{service: svc.ListCursorDeep, baseline: svc.ListFirst, vsService: true, min: 0.8},
+	{service: svc.CreateIdem, baseline: svc.CreateActive, vsService: true, paired: true, min: 0.85},
+	{service: svc.Replay, baseline: svc.Get, vsService: true, paired: true, min: 1},
+	{service: svc.LookupEmail, baseline: svc.Get, vsService: true, paired: true, min: 0.8},
+	{service: svc.ListCursorDeep, baseline: svc.ListFirst, vsService: true, paired: true, min: 0.8},
 	{service: svc.ListCursorDeep, baseline: svc.ListDeep, vsService: true, min: 10},
 }
 
@@ -327,7 +333,7 @@ func (rep *Report) compare() {
 			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
 		}
 		c.Ratio = stats.Ratio(c.Value, c.Base)
-		if t.vsService {
+		if t.paired {
 			rep.pairedRatio(&c)
 		}
 		if t.min > 0 {
