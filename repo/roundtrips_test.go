@@ -297,3 +297,41 @@ func createKeyed(ctx context.Context, idem *repo.Idempotency, subs *repo.Subscri
 	})
 	return err
 }
+
+// BenchmarkListPage reads a page of 25 subscribers with its exact total through
+// Subscribers.List, as the list operation does, against the test PostgreSQL: the first page,
+// and the page after a cursor's position (keyset).
+// Run with: go test ./repo -run '^$' -bench ListPage -benchmem
+func BenchmarkListPage(b *testing.B) {
+	if testdb.Store() != testdb.Postgres {
+		b.Skip("PostgreSQL only")
+	}
+	_, subs, nl, _ := benchSubscriber(b)
+	ctx := context.Background()
+	in := make([]model.NewSubscriber, 100)
+	for i := range in {
+		in[i] = model.NewSubscriber{Email: fmt.Sprintf("reader%d@example.com", i), FirstName: "Ada", LastName: "Lovelace",
+			Status: model.StatusActive}
+	}
+	if _, err := subs.CreateMany(ctx, nl.ID, in); err != nil {
+		b.Fatal(err)
+	}
+	first, _, err := subs.List(ctx, nl.ID, model.ListQuery{Page: 1, Limit: 25})
+	if err != nil || len(first) != 26 {
+		b.Fatalf("first page: %d subscribers, %v", len(first), err)
+	}
+	last := first[24]
+	for name, q := range map[string]model.ListQuery{
+		"first": {Page: 1, Limit: 25},
+		"after": {Limit: 25, After: &model.Position{CreatedAt: last.CreatedAt, ID: last.ID}},
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if page, _, err := subs.List(ctx, nl.ID, q); err != nil || len(page) != 26 {
+					b.Fatalf("%d subscribers, %v", len(page), err)
+				}
+			}
+		})
+	}
+}

@@ -261,7 +261,9 @@ func insertNamingConflicts(ctx context.Context, tx bun.Tx, sorted, rows []subscr
 // It returns up to q.Limit+1 subscribers: one more than the page when another follows it in
 // the order, so that the caller knows whether there is a next page (docs/api-contract.md
 // §9.2). With q.After the page starts after that position (keyset: every such page costs what
-// the first costs); with q.Email it holds the subscriber with that address, if any.
+// the first costs); with q.Email it holds the subscriber with that address, if any. A page
+// read by position leaves UpdatedAt zero: no answer shows it, and every timestamp of every row
+// is text the driver parses.
 func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
 	if q.Email != "" {
 		return s.lookupEmail(ctx, nl, q)
@@ -347,8 +349,7 @@ func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {
 // after. A keyset page reads the list index from that position on, like a first page.
 const (
 	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
-    NULL::timestamptz AS updated_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
 FROM subscriber_counts WHERE newsletter_id = $1`
 	listOrderPostgres = `
 ORDER BY created_at DESC, id DESC`
@@ -357,28 +358,28 @@ ORDER BY created_at DESC, id DESC`
 var (
 	listFirstPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
     WHERE newsletter_id = $1
     ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3
 )` + listOrderPostgres)
 
 	listFirstStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
     WHERE newsletter_id = $1 AND status = $2
     ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
 )` + listOrderPostgres)
 
 	listAfterPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
     WHERE newsletter_id = $1 AND (created_at, id) < ($3, $4)
     ORDER BY created_at DESC, id DESC LIMIT $2
 )` + listOrderPostgres)
 
 	listAfterStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at, updated_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
     WHERE newsletter_id = $1 AND status = $2 AND (created_at, id) < ($4, $5)
     ORDER BY created_at DESC, id DESC LIMIT $3
 )` + listOrderPostgres)
@@ -404,13 +405,12 @@ func listDeepPostgres(status model.Status) string {
 
 const (
 	listDeepTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
-    NULL::timestamptz AS updated_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
 FROM subscriber_counts WHERE newsletter_id = ?0`
 
 	listDeepAllPostgres = listDeepTotalPostgres + `
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
@@ -418,7 +418,7 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s
 
 	listDeepStatusPostgres = listDeepTotalPostgres + ` AND status = ?1
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0 AND status = ?1
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
@@ -428,11 +428,11 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s
 // listSQLite reads the total and the page in one statement (SQLite lacks LATERAL, so the
 // page is a plain subquery). One statement reads one snapshot, so page and total agree.
 const listSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
         ORDER BY created_at DESC, id DESC
@@ -443,11 +443,11 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
 const listAfterSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
         ORDER BY created_at DESC, id DESC
