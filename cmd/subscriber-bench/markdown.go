@@ -108,15 +108,10 @@ func markdown(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "\nAgainst the service's own scenarios: in every pass, each pair also ran in alternating slices "+
 			"(a b b a …), each for the scenario's time, so that a slow spell of the machine falls on both; "+
 			"the ratio is the median of the passes' ratios.")
-		fmt.Fprintln(w, "\n| scenario | req/s | against | req/s | ratio | per pass | target | verdict |")
+		fmt.Fprintf(w, "\n| %s |\n", strings.Join(pairedHeader, " | "))
 		fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|---|---|")
 		for _, c := range paired {
-			verdict := ""
-			if c.Met != nil {
-				verdict = metWord(*c.Met)
-			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio),
-				ratioList(c.PassRatios), c.Target, verdict)
+			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c, metWord), " | "))
 		}
 	}
 

@@ -385,6 +385,18 @@ func (rep *Report) pairedComparisons() []Comparison {
 	return out
 }
 
+// pairedHeader and pairedRow are the columns and the cells of the table of alternating pairs;
+// word writes the verdict in the format's style (verdictOf or metWord).
+var pairedHeader = []string{"scenario", "req/s", "against", "req/s", "ratio", "per pass", "target", "verdict"}
+
+func pairedRow(c Comparison, word func(bool) string) []string {
+	verdict := ""
+	if c.Met != nil {
+		verdict = word(*c.Met)
+	}
+	return []string{c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio), ratioList(c.PassRatios), c.Target, verdict}
+}
+
 // ratioList shows ratios with two decimals, comma-separated.
 func ratioList(vs []float64) string {
 	out := make([]string, len(vs))
@@ -539,14 +551,9 @@ func printReport(w io.Writer, rep *Report) {
 	if paired := rep.pairedComparisons(); len(paired) > 0 {
 		fmt.Fprintln(w, "\nagainst the service's own scenarios, the two in alternating slices in every pass (median of the passes' ratios):")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\treq/s\tagainst\treq/s\tratio\tper pass\ttarget\tverdict\t")
+		fmt.Fprintln(tw, strings.Join(pairedHeader, "\t")+"\t")
 		for _, c := range paired {
-			verdict := ""
-			if c.Met != nil {
-				verdict = verdictOf(*c.Met)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio),
-				ratioList(c.PassRatios), c.Target, verdict)
+			fmt.Fprintln(tw, strings.Join(pairedRow(c, verdictOf), "\t")+"\t")
 		}
 		tw.Flush()
 	}
