@@ -72,17 +72,17 @@ func markdown(w io.Writer, rep *Report) {
 		if s == nil {
 			continue
 		}
+		left := fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s ", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
+			f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
 		first := true
 		for _, c := range rep.Comparisons {
-			if c.Service != p.service || len(c.PassRatios) > 0 { // alternating pairs: their own table
+			if c.Service != p.service || c.alternated() { // alternating pairs: their own table
 				continue
 			}
 			b := rep.find("baseline", c.Baseline, "measure", m.Clients)
 			if b == nil { // a target against another service scenario (API 1.1)
 				b = rep.find("service", c.Baseline, "measure", m.Clients)
 			}
-			left := fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s ", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
 			if !first {
 				left = "| | | | | | | | "
 			}
@@ -98,9 +98,8 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "%s| %s | %s | %s | %s | %s | %s | %s | %s |\n", left, c.Baseline, f1(b.RequestsPerSec), rowsCol(b),
 				f2(b.P50Ms), f2(b.P99Ms), rt, c.Target, verdict)
 		}
-		if first {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | | | | | | | | |\n", s.Scenario, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s))
+		if first { // no comparison in this table: the scenario's own figures alone
+			fmt.Fprintf(w, "%s| | | | | | | | |\n", left)
 		}
 	}
 

@@ -145,6 +145,9 @@ type Comparison struct {
 	PassRatios []float64 `json:"pass_ratios,omitempty"`
 }
 
+// alternated tells whether c comes from runs in alternating slices (see pairedRatio).
+func (c Comparison) alternated() bool { return len(c.PassRatios) > 0 }
+
 // RSSRecord is the service's peak resident set size during one part of the run.
 type RSSRecord struct {
 	During  string  `json:"during"`
@@ -378,7 +381,7 @@ func (rep *Report) pairedRatio(c *Comparison) {
 func (rep *Report) pairedComparisons() []Comparison {
 	var out []Comparison
 	for _, c := range rep.Comparisons {
-		if len(c.PassRatios) > 0 {
+		if c.alternated() {
 			out = append(out, c)
 		}
 	}
@@ -508,7 +511,7 @@ func printReport(w io.Writer, rep *Report) {
 					c = &rep.Comparisons[i]
 				}
 			}
-			if c != nil && len(c.PassRatios) > 0 {
+			if c != nil && c.alternated() {
 				continue // in the table of alternating pairs below
 			}
 			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
