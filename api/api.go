@@ -142,8 +142,9 @@ func New(cfg Config) *Server {
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
 	// comes after the limits, so that a refused request never waits, and before the
-	// Idempotency-Key check, whose transaction holds a connection and which reads the body.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.gate, s.idempotency, s.preflight)
+	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
+	// only a bulk create whose key has a stored response is answered before it.
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()

@@ -299,3 +299,62 @@ func (g *gateEnv) releaseFirstThenBulk(t *testing.T, first <-chan *recorder) {
 		t.Errorf("%d bulk creates reached the store; want 2 (not the one that waited)", got)
 	}
 }
+
+// TestBulkGateAnswersReplaysAtOnce: with the gate full, a bulk create whose Idempotency-Key
+// has a stored response gets its replay, or 422 for another body (413 for one over the limit),
+// without waiting for a slot, as does a bad key's 400; a new key still waits, its body unread.
+func TestBulkGateAnswersReplaysAtOnce(t *testing.T) {
+	g := newGateEnv(t, 1, func(c *api.Config) { c.BulkWait = time.Minute })
+	stored := `{"success":true,"data":{"created":[]}}`
+	sent := `[{"email":"earlier@example.com","name":"E"}]`
+	g.idem.stored[newsletterA.String()+" done"] = model.StoredResponse{
+		Fingerprint: model.Fingerprint(http.MethodPost, subs+"/bulk", []byte(sent)), Status: http.StatusCreated, Body: []byte(stored)}
+	first := g.bulk(context.Background(), bulkBody(0))
+	eventually(t, "the first bulk create holds the only slot", func() bool { return g.held.inside.Load() == 1 })
+
+	answer := func(what string, body io.Reader, headers ...string) *recorder {
+		t.Helper()
+		select {
+		case rec := <-g.bulk(context.Background(), body, headers...):
+			return rec
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still waiting at the full gate after 5 s; want an answer at once", what)
+			return nil
+		}
+	}
+	rec := answer("replay", strings.NewReader(sent), "Idempotency-Key: done")
+	if rec.Code != http.StatusCreated || rec.Header().Get(api.HeaderReplayed) != "true" || rec.Body.String() != stored {
+		t.Errorf("replay: status %d, %s %q, body %s; want the stored 201, replayed", rec.Code, api.HeaderReplayed,
+			rec.Header().Get(api.HeaderReplayed), rec.Body)
+	}
+	rec = answer("reused key", bulkBody(1), "Idempotency-Key: done")
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), `"code":"`+api.CodeIdempotencyKeyReused+`"`) {
+		t.Errorf("reused key: status %d, body %s; want 422 %s", rec.Code, rec.Body, api.CodeIdempotencyKeyReused)
+	}
+	// A body of no declared length, read past the limit as it is hashed.
+	rec = answer("too large", io.MultiReader(strings.NewReader(strings.Repeat(" ", api.MaxBodyBytes)), strings.NewReader(sent)),
+		"Idempotency-Key: done")
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("too large: status %d, body %s; want 413", rec.Code, rec.Body)
+	}
+	rec = answer("bad key", bulkBody(2), "Idempotency-Key: two words")
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("bad key: status %d, body %s; want 400", rec.Code, rec.Body)
+	}
+
+	body := bulkBody(3)
+	fresh := g.bulk(context.Background(), body, "Idempotency-Key: fresh")
+	eventually(t, "the request with a new key waits", func() bool { return g.metrics.waiting.Load() == 1 })
+	if body.read.Load() {
+		t.Error("the waiting request's body was read")
+	}
+	close(g.held.release)
+	for _, done := range []<-chan *recorder{first, fresh} {
+		if rec := <-done; rec.Code != http.StatusCreated || rec.Header().Get(api.HeaderReplayed) != "" {
+			t.Errorf("status %d, %s %q, body %s; want 201, run", rec.Code, api.HeaderReplayed, rec.Header().Get(api.HeaderReplayed), rec.Body)
+		}
+	}
+	if got, want := g.metrics.Waits(), map[string]int{api.GateAdmitted: 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("gate waits by outcome %v; want %v (only the two that ran)", got, want)
+	}
+}

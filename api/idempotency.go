@@ -125,16 +125,14 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	r, _ := humago.Unwrap(ctx)
-	vals, present := r.Header[HeaderIdempotencyKey]
-	if !present {
+	key, ok := s.idempotencyKey(ctx, r)
+	switch {
+	case !ok:
+		return
+	case key == "":
 		next(ctx)
 		return
 	}
-	if len(vals) != 1 || !model.ValidIdempotencyKey(vals[0]) {
-		s.writeErr(ctx, newError(http.StatusBadRequest, model.MsgIdempotencyKeyInvalid))
-		return
-	}
-	key := vals[0]
 	body, ok := s.readBody(ctx, r)
 	if !ok {
 		return
@@ -177,6 +175,56 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	default:
 		s.idemOutcome(ctx, IdempotencyRan)
 		rec.flush(ctx)
+	}
+}
+
+// idempotencyKey returns r's Idempotency-Key, "" when it has none. When the header is there
+// but not one valid key, it answers 400 and reports false.
+func (s *Server) idempotencyKey(ctx huma.Context, r *http.Request) (string, bool) {
+	vals, present := r.Header[HeaderIdempotencyKey]
+	if !present {
+		return "", true
+	}
+	if len(vals) != 1 || !model.ValidIdempotencyKey(vals[0]) {
+		s.writeErr(ctx, newError(http.StatusBadRequest, model.MsgIdempotencyKeyInvalid))
+		return "", false
+	}
+	return vals[0], true
+}
+
+// replayUngated answers, before the bulk gate, the requests of gated operations whose
+// Idempotency-Key has a stored response: a replay, or a 422, needs no bulk slot. A client
+// that retries a bulk create after a timeout, when the gate is most likely full, then gets its
+// answer at once instead of queueing behind the imports that are running. The body is hashed
+// as it is read and not kept, as no request before the gate keeps one; a bad key answers 400
+// here too, since a refused request never waits. Every other request goes on to the gate, and
+// idempotency, after it, looks the key up again: the first request with the key may finish
+// while this one waits.
+func (s *Server) replayUngated(ctx huma.Context, next func(huma.Context)) {
+	op := ctx.Operation()
+	if s.cfg.Idempotency == nil || s.bulkSlots == nil || op.Metadata[metaGated] != true || op.Metadata[metaIdempotent] != true {
+		next(ctx)
+		return
+	}
+	r, _ := humago.Unwrap(ctx)
+	key, ok := s.idempotencyKey(ctx, r)
+	switch {
+	case !ok:
+		return
+	case key == "":
+		next(ctx)
+		return
+	}
+	stored, found, err := s.cfg.Idempotency.Lookup(ctx.Context(), principalFrom(ctx.Context()).NewsletterID, key)
+	switch {
+	case err != nil:
+		s.writeErr(ctx, err)
+	case !found:
+		next(ctx)
+	default:
+		if sum, ok := s.hashBody(ctx, r); ok {
+			s.answerStored(ctx, stored, model.FingerprintSum(r.Method, r.URL.Path, sum))
+		}
 	}
 }
 

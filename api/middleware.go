@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -503,16 +504,30 @@ func (s *Server) readBody(ctx huma.Context, r *http.Request) ([]byte, bool) {
 		return b.all, true // read and checked by an earlier middleware (idempotency), unread since
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	return body, s.bodyRead(ctx, err, int64(len(body)))
+}
+
+// hashBody is readBody for a request whose body only needs its SHA-256: it hashes the body as
+// it reads it and keeps none of it.
+func (s *Server) hashBody(ctx huma.Context, r *http.Request) ([sha256.Size]byte, bool) {
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(r.Body, MaxBodyBytes+1))
+	return [sha256.Size]byte(h.Sum(nil)), s.bodyRead(ctx, err, n)
+}
+
+// bodyRead answers a body read that ended with err after n bytes, as readBody says, and
+// reports whether the read succeeded.
+func (s *Server) bodyRead(ctx huma.Context, err error, n int64) bool {
 	switch {
 	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
 		s.writeErr(ctx, clientClosed())
-		return nil, false
+		return false
 	case err != nil:
 		s.writeErr(ctx, newError(http.StatusBadRequest, "The request body could not be read."))
-		return nil, false
-	case len(body) > MaxBodyBytes:
+		return false
+	case n > MaxBodyBytes:
 		s.writeErr(ctx, errBodyTooLarge)
-		return nil, false
+		return false
 	}
-	return body, true
+	return true
 }

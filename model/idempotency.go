@@ -36,7 +36,11 @@ func ValidIdempotencyKey(s string) bool {
 // Fingerprint identifies a request for its Idempotency-Key: the SHA-256 of its method, its
 // path and the SHA-256 of its exact body bytes.
 func Fingerprint(method, path string, body []byte) []byte {
-	bh := sha256.Sum256(body)
+	return FingerprintSum(method, path, sha256.Sum256(body))
+}
+
+// FingerprintSum is Fingerprint of a body whose SHA-256 is bh, for a body hashed as it was read.
+func FingerprintSum(method, path string, bh [sha256.Size]byte) []byte {
 	h := sha256.New()
 	h.Write([]byte(method))
 	h.Write([]byte{0})
