@@ -120,17 +120,8 @@ func (s *Server) documentIdempotency() {
 // header, answers a replay, 409 or 422, or runs the rest of the chain inside the store's
 // transaction, holding the response until it is stored and committed.
 func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
-	if s.cfg.Idempotency == nil || ctx.Operation().Metadata[metaIdempotent] != true {
-		next(ctx)
-		return
-	}
-	r, _ := humago.Unwrap(ctx)
-	key, ok := s.idempotencyKey(ctx, r)
-	switch {
-	case !ok:
-		return
-	case key == "":
-		next(ctx)
+	r, key, ok := s.keyed(ctx, next, true)
+	if !ok {
 		return
 	}
 	body, ok := s.readBody(ctx, r)
@@ -178,18 +169,26 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	}
 }
 
-// idempotencyKey returns r's Idempotency-Key, "" when it has none. When the header is there
-// but not one valid key, it answers 400 and reports false.
-func (s *Server) idempotencyKey(ctx huma.Context, r *http.Request) (string, bool) {
+// keyed returns the request and its Idempotency-Key when the middleware applies to it (when
+// applies is set and the operation takes the header) and it has a valid one. Otherwise it
+// reports false, having passed the request on (it has no key, or the middleware does not
+// apply) or answered 400 (the header is there but not one valid key).
+func (s *Server) keyed(ctx huma.Context, next func(huma.Context), applies bool) (*http.Request, string, bool) {
+	if !applies || s.cfg.Idempotency == nil || ctx.Operation().Metadata[metaIdempotent] != true {
+		next(ctx)
+		return nil, "", false
+	}
+	r, _ := humago.Unwrap(ctx)
 	vals, present := r.Header[HeaderIdempotencyKey]
-	if !present {
-		return "", true
-	}
-	if len(vals) != 1 || !model.ValidIdempotencyKey(vals[0]) {
+	switch {
+	case !present:
+		next(ctx)
+		return nil, "", false
+	case len(vals) != 1 || !model.ValidIdempotencyKey(vals[0]):
 		s.writeErr(ctx, newError(http.StatusBadRequest, model.MsgIdempotencyKeyInvalid))
-		return "", false
+		return nil, "", false
 	}
-	return vals[0], true
+	return r, vals[0], true
 }
 
 // replayUngated answers, before the bulk gate, the requests of gated operations whose
@@ -201,18 +200,8 @@ func (s *Server) idempotencyKey(ctx huma.Context, r *http.Request) (string, bool
 // idempotency, after it, looks the key up again: the first request with the key may finish
 // while this one waits.
 func (s *Server) replayUngated(ctx huma.Context, next func(huma.Context)) {
-	op := ctx.Operation()
-	if s.cfg.Idempotency == nil || s.bulkSlots == nil || op.Metadata[metaGated] != true || op.Metadata[metaIdempotent] != true {
-		next(ctx)
-		return
-	}
-	r, _ := humago.Unwrap(ctx)
-	key, ok := s.idempotencyKey(ctx, r)
-	switch {
-	case !ok:
-		return
-	case key == "":
-		next(ctx)
+	r, key, ok := s.keyed(ctx, next, s.bulkSlots != nil && ctx.Operation().Metadata[metaGated] == true)
+	if !ok {
 		return
 	}
 	stored, found, err := s.cfg.Idempotency.Lookup(ctx.Context(), principalFrom(ctx.Context()).NewsletterID, key)
