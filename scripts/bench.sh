@@ -25,7 +25,9 @@
 # with one whose deliveries the main instance makes meanwhile, and with one whose deliveries
 # are only queued: those writes go to a "queue-only" instance (WEBHOOK_WORKERS=0, the rest as
 # the main one) while the tool pauses the main instance (SIGSTOP), the only one with workers;
-# the comparison instances above run with WEBHOOK_WORKERS=0 too.
+# the comparison instances above run with WEBHOOK_WORKERS=0 too. In every pass the queued writes
+# also alternate, in half-second slices on the queue-only instance, with the same writes to a
+# second newsletter that has no endpoint, and the queued ratio is judged on those.
 #
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
@@ -175,6 +177,9 @@ bin/subscriberd migrate >/dev/null 2>"$out/migrate.log"
 
 newsletter=$(bin/subscriberd newsletter create --name "bench $stamp" | jq -er .id)
 key=$(bin/subscriberd apikey create --newsletter "$newsletter" --label bench | jq -er .key)
+# A second newsletter, never given a webhook endpoint, for the queued writes to alternate with.
+plain_newsletter=$(bin/subscriberd newsletter create --name "bench $stamp without webhooks" | jq -er .id)
+plain_key=$(bin/subscriberd apikey create --newsletter "$plain_newsletter" --label bench | jq -er .key)
 
 # wait_ready PID ADMIN_ADDR LOG: wait until the instance answers /readyz, or fail with its log.
 wait_ready() {
@@ -226,7 +231,7 @@ fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
 	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid"
-	-webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid"
+	-webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid" -webhook-plain-key "$plain_key"
 	-passes "$passes" -json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	-command "$invocation")
 if [ ${#service_env[@]} -gt 0 ]; then args+=(-label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) ${service_env[*]}"); fi

@@ -80,11 +80,14 @@ type config struct {
 	// webhooks measures the write scenarios again with one webhook endpoint delivering to a
 	// receiver on webhookReceiver, and the delivery throughput (webhooks.go); with
 	// webhookQueueURL, an instance that delivers nothing, also with the endpoint's deliveries
-	// only queued while the main instance (pid) is paused.
+	// only queued while the main instance (pid) is paused; with webhookPlainKey, a second
+	// newsletter's, those writes also alternate with the same writes to that newsletter,
+	// which has no endpoint.
 	webhooks        bool
 	webhookReceiver string
 	webhookQueueURL string
 	webhookQueuePID int
+	webhookPlainKey string
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -116,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
 	fs.StringVar(&c.webhookQueueURL, "webhook-queue-url", "", "base URL of an instance of the service with WEBHOOK_WORKERS=0 (same database and key): the webhook writes are also measured on it with the endpoint while the main instance, the only one delivering, is paused (needs -pid and -database-url)")
 	fs.IntVar(&c.webhookQueuePID, "webhook-queue-pid", 0, "process id of the -webhook-queue-url instance, for its CPU")
+	fs.StringVar(&c.webhookPlainKey, "webhook-plain-key", "", "API key of a second newsletter on the same database, with no webhook endpoint: with -webhook-queue-url, the writes with their deliveries only queued then also run against the same writes to it, in alternating slices on the queue-only instance, and are judged on those")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
 	fs.BoolVar(&c.noBaseline, "no-baseline", false, "skip the baseline even with a database URL")

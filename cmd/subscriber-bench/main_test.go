@@ -428,6 +428,41 @@ func TestWebhookRatioPairsEachPass(t *testing.T) {
 	}
 }
 
+// TestQueuedRatioFromAlternatingRuns: when the queued writes also alternated with a newsletter
+// without an endpoint (runQueuedPair), the queued column keeps the back-to-back run's rows and
+// CPU but is judged on the alternating runs, pass by pass, and says so.
+func TestQueuedRatioFromAlternatingRuns(t *testing.T) {
+	rep := &Report{Meta: Meta{Clients: 16, Passes: 2}}
+	for i, p := range [][5]float64{{1000, 700, 700, 950, 1000}, {1000, 700, 700, 850, 1000}} {
+		off := rec("service", svc.Update+webhookOffSuffix, p[0], p[0])
+		queued := rec("service", svc.Update+webhookQueuedSuffix, p[1], p[1])
+		with := rec("service", svc.Update+webhookSuffix, p[2], p[2])
+		pq := rec("service", svc.Update+webhookQueuedSuffix, p[3], p[3])
+		pp := rec("service", svc.Update+webhookPlainSuffix, p[4], p[4])
+		pq.Phase, pp.Phase = phasePaired, phasePaired
+		for _, r := range []*RunRecord{&off, &queued, &with, &pq, &pp} {
+			r.Pass = i + 1
+		}
+		rep.Runs = append(rep.Runs, off, queued, with, pq, pp)
+	}
+	queued, plain, ratio, perPass := rep.queuedPairRatio(svc.Update)
+	if queued == nil || queued.Phase != phasePaired || plain == nil || plain.Scenario != svc.Update+webhookPlainSuffix ||
+		math.Abs(ratio-0.9) > 1e-9 || perPass != "0.95, 0.85" {
+		t.Errorf("queuedPairRatio = %+v, %+v, %v, %q; want the paired runs, 0.9 (the median of the passes'), 0.95, 0.85", queued, plain, ratio, perPass)
+	}
+	if _, _, ratio, _ := rep.webhookRatio(svc.Update, webhookQueuedSuffix); math.Abs(ratio-0.7) > 1e-9 {
+		t.Errorf("back-to-back queued ratio %v; want 0.7, from the measured runs only", ratio)
+	}
+	var md bytes.Buffer
+	webhooksMarkdown(&md, rep)
+	if want := "| update | 1000.0 | 700.0 | 0.90 met (0.95, 0.85) alt. | 700.0 | 0.70 **missed** (0.70, 0.70) |"; !strings.Contains(md.String(), want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md.String())
+	}
+	if !strings.Contains(md.String(), "marked alt.") {
+		t.Errorf("markdown does not say what alt. means:\n%s", md.String())
+	}
+}
+
 func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 	then := &Report{Meta: Meta{Clients: 16, RunID: "old", Label: "abc1234", Command: "scripts/bench.sh --no-telemetry"}, Runs: []RunRecord{
 		rec("service", svc.Get, 1000, 1000), rec("baseline", baseline.SelectByID, 4000, 4000),

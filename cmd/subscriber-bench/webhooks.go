@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/subscriberd/subscriberd/internal/bench/load"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -41,12 +42,19 @@ const (
 	hookDelivered
 )
 
-// The suffix of each way's scenario name; webhookSuffix is the delivered one.
+// The suffix of each way's scenario name; webhookSuffix is the delivered one. The runs of
+// runQueuedPair are named with webhookQueuedSuffix and webhookPlainSuffix (the newsletter
+// without an endpoint) in phase "paired".
 const (
 	webhookOffSuffix    = "_webhook_off"
 	webhookQueuedSuffix = "_webhook_queued"
 	webhookSuffix       = "_webhook"
+	webhookPlainSuffix  = "_webhook_plain"
 )
+
+// plainSeed is how many subscribers the newsletter without an endpoint is seeded with, for
+// its updates to pick from.
+const plainSeed = 10000
 
 func (m hookMode) suffix() string {
 	return [...]string{webhookOffSuffix, webhookQueuedSuffix, webhookSuffix}[m]
@@ -101,6 +109,10 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 		return nil
 	}
 	queue := b.queueInstance()
+	plain, err := b.plainInstance(ctx, queue)
+	if err != nil {
+		return err
+	}
 	modes := []hookMode{hookNone, hookDelivered}
 	if queue != nil {
 		modes = []hookMode{hookNone, hookQueued, hookDelivered}
@@ -126,16 +138,26 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 				}
 				runs[mode] = r
 			}
-			plain := runs[hookNone].RowsPerSec
-			if plain <= 0 {
+			if plain != nil {
+				queued, without, err := b.runQueuedPair(ctx, rc, queue, plain, name, pass)
+				if err != nil {
+					return err
+				}
+				if without.RowsPerSec > 0 {
+					fmt.Fprintf(b.log, "         %s with the endpoint, deliveries queued, alternating with a newsletter without: %.2f × its rows/s (target ≥ %.2f)\n",
+						name, queued.RowsPerSec/without.RowsPerSec, webhookRatioTarget)
+				}
+			}
+			none := runs[hookNone].RowsPerSec
+			if none <= 0 {
 				continue
 			}
 			if r, ok := runs[hookQueued]; ok {
 				fmt.Fprintf(b.log, "         %s with the endpoint, deliveries queued: %.2f × its rows/s without (target ≥ %.2f)\n",
-					name, r.RowsPerSec/plain, webhookRatioTarget)
+					name, r.RowsPerSec/none, webhookRatioTarget)
 			}
 			fmt.Fprintf(b.log, "         %s with the endpoint, delivered meanwhile: %.2f × its rows/s without (target ≥ %.2f)\n",
-				name, runs[hookDelivered].RowsPerSec/plain, webhookRatioTarget)
+				name, runs[hookDelivered].RowsPerSec/none, webhookRatioTarget)
 		}
 	}
 	return nil
@@ -155,6 +177,95 @@ func (b *bench) queueInstance() *instance {
 	cl := svc.NewClient(c.webhookQueueURL, c.key, c.runID+"-queue", c.clients, c.timeout)
 	cl.IDs = b.client.IDs
 	return &instance{kind: kindService, client: cl, pid: c.webhookQueuePID}
+}
+
+// plainInstance is the queue-only instance reached with -webhook-plain-key, the key of a
+// newsletter with no webhook endpoint, seeded with plainSeed subscribers; nil when there is no
+// queue-only instance or no such key.
+func (b *bench) plainInstance(ctx context.Context, queue *instance) (*instance, error) {
+	c := b.cfg
+	if queue == nil || c.webhookPlainKey == "" {
+		return nil, nil
+	}
+	cl := svc.NewClient(c.webhookQueueURL, c.webhookPlainKey, c.runID+"-plain", c.clients, c.timeout)
+	ids, err := cl.Seed(ctx, plainSeed, c.seedParallel, nil)
+	if err != nil {
+		return nil, fmt.Errorf("seeding the -webhook-plain-key newsletter: %w", err)
+	}
+	cl.IDs = ids
+	return &instance{kind: kindService, client: cl, pid: c.webhookQueuePID}, nil
+}
+
+// runQueuedPair runs write scenario name on the queue-only instance with one endpoint, its
+// deliveries only queued, against the same writes to the newsletter of plain, which has none,
+// in alternating slices of -telemetry-slice (load.RunAlternating) while the main instance, the
+// only one that delivers, is paused. Back to back, as runWebhookWrite runs them, a pass's
+// queued and plain runs read from 0.77 to 1.09 of each other as the machine drifted; in
+// alternating slices a slow spell falls on both, as in runServicePair. Both runs go to the
+// same tables at the same time; only the endpoint's deliveries differ. It returns the queued
+// run and the plain one (phase "paired"), after the backlog has been delivered.
+func (b *bench) runQueuedPair(ctx context.Context, rc *receiver, queue, plain *instance, name string, pass int) (RunRecord, RunRecord, error) {
+	id, err := b.client.CreateWebhook(ctx, rc.url)
+	if err != nil {
+		return RunRecord{}, RunRecord{}, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+	}
+	defer func() {
+		if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
+			fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
+		}
+	}()
+	resume, err := b.pauseMain()
+	if err != nil {
+		return RunRecord{}, RunRecord{}, err
+	}
+	defer resume()
+	ins := [2]*instance{queue, plain}
+	names := [2]string{name + webhookQueuedSuffix, name + webhookPlainSuffix}
+	var scs [2]svc.Scenario
+	var recs [2]RunRecord
+	var ops [2]load.Op
+	for i, in := range ins {
+		scs[i], recs[i], ops[i] = b.prepare(ctx, in, name, b.cfg.clients, phasePaired, pass)
+		recs[i].Scenario, recs[i].Against = names[i], names[1-i]
+	}
+	recs[0].Desc += "; one webhook endpoint subscribed to every event, its deliveries queued by an instance with WEBHOOK_WORKERS=0 while the one that delivers was paused"
+	recs[1].Desc += "; a second newsletter with no webhook endpoint, on the same instance"
+	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}
+	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
+	for i, in := range ins {
+		recs[i] = b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.duration)
+	}
+	resume()
+	b.waitDelivered(ctx, names[0], rc)
+	return recs[0], recs[1], nil
+}
+
+// pauseMain stops the main instance (SIGSTOP), the only one with webhook workers, and returns
+// the function that resumes it, which does so once however often it is called.
+func (b *bench) pauseMain() (func(), error) {
+	if err := syscall.Kill(b.cfg.pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("pausing the main instance (pid %d): %w", b.cfg.pid, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := syscall.Kill(b.cfg.pid, syscall.SIGCONT); err != nil {
+				fmt.Fprintf(b.log, "warning: resuming the main instance (pid %d): %v\n", b.cfg.pid, err)
+			}
+		})
+	}, nil
+}
+
+// waitDelivered waits, after the run called name whose deliveries were only queued, until the
+// resumed main instance has delivered them.
+func (b *bench) waitDelivered(ctx context.Context, name string, rc *receiver) {
+	switch _, left, err := b.waitDrained(ctx, "webhook_deliveries"); {
+	case err != nil:
+		fmt.Fprintf(b.log, "note: %s: reading the webhook queue: %v\n", name, err)
+	case left > 0:
+		fmt.Fprintf(b.log, "note: %s: %d deliveries still queued after %s\n", name, left, b.cfg.drain)
+	}
+	waitStable(ctx, rc, b.cfg.drain)
 }
 
 // runWebhookWrite runs the write scenario name in the way mode, its record named with the
@@ -186,16 +297,9 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instan
 	resume := func() {}
 	if mode == hookQueued {
 		in = queue
-		if err := syscall.Kill(b.cfg.pid, syscall.SIGSTOP); err != nil {
-			return RunRecord{}, fmt.Errorf("pausing the main instance (pid %d): %w", b.cfg.pid, err)
-		}
-		var once sync.Once
-		resume = func() {
-			once.Do(func() {
-				if err := syscall.Kill(b.cfg.pid, syscall.SIGCONT); err != nil {
-					fmt.Fprintf(b.log, "warning: resuming the main instance (pid %d): %v\n", b.cfg.pid, err)
-				}
-			})
+		var err error
+		if resume, err = b.pauseMain(); err != nil {
+			return RunRecord{}, err
 		}
 		defer resume()
 	}
@@ -207,14 +311,10 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instan
 	resume()
 	backlogAt := rc.n.Load()
 	if mode == hookQueued {
-		switch _, left, err := b.waitDrained(ctx, "webhook_deliveries"); {
-		case err != nil:
-			fmt.Fprintf(b.log, "note: %s: reading the webhook queue: %v\n", name+mode.suffix(), err)
-		case left > 0:
-			fmt.Fprintf(b.log, "note: %s: %d deliveries still queued after %s\n", name+mode.suffix(), left, b.cfg.drain)
-		}
+		b.waitDelivered(ctx, name+mode.suffix(), rc)
+	} else {
+		waitStable(ctx, rc, b.cfg.drain)
 	}
-	waitStable(ctx, rc, b.cfg.drain)
 	if mode != hookDelivered || name != svc.Bulk100 || pass != b.cfg.passes {
 		return out, nil
 	}
