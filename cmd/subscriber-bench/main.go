@@ -569,19 +569,51 @@ const phasePaired = "paired"
 // other as the machine's speed drifted; in alternating slices, a slow spell falls on both.
 // Their CPU is not split between them: the measured runs give each scenario's.
 func (b *bench) runServicePair(ctx context.Context, name, against string, pass int) {
-	names := [2]string{name, against}
-	var scs [2]svc.Scenario
+	h := [2]half{b.half(ctx, b.main, name, phasePaired, pass), b.half(ctx, b.main, against, phasePaired, pass)}
+	h[0].rec.Against, h[1].rec.Against = against, name
+	b.alternate(ctx, h, b.cfg.duration, false)
+}
+
+// half is one of the two runs of an alternating pair: a scenario prepared on an instance, its
+// record so far (for the caller to name) and its operation.
+type half struct {
+	in  *instance
+	sc  svc.Scenario
+	rec RunRecord
+	op  load.Op
+}
+
+// half prepares scenario name on in for one side of an alternating pair (see prepare).
+func (b *bench) half(ctx context.Context, in *instance, name, phase string, pass int) half {
+	sc, rec, op := b.prepare(ctx, in, name, b.cfg.clients, phase, pass)
+	return half{in: in, sc: sc, rec: rec, op: op}
+}
+
+// alternate runs the two halves in alternating slices of -telemetry-slice
+// (load.RunAlternating), each for dur after the measured run's warm-up, and records and
+// returns a run of each. With splitCPU, each instance's CPU is measured over the whole pair
+// and given per second of its own slices, as if it were idle in the other's; without it (two
+// halves on one process cannot be told apart) the runs carry none.
+func (b *bench) alternate(ctx context.Context, h [2]half, dur time.Duration, splitCPU bool) [2]RunRecord {
+	var cpus [2]cpuMeter
+	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
+	if splitCPU {
+		opts.OnMeasure = func() {
+			for i := range h {
+				cpus[i].start(h[i].in.pid)
+			}
+		}
+	}
+	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, [2]load.Op{h[0].op, h[1].op})
 	var recs [2]RunRecord
-	var ops [2]load.Op
-	for i, n := range names {
-		scs[i], recs[i], ops[i] = b.prepare(ctx, b.main, n, b.cfg.clients, phasePaired, pass)
-		recs[i].Against = names[1-i]
+	for i := range h {
+		if splitCPU {
+			service, _, tool := cpus[i].stop()
+			h[i].rec.ServiceCPU, h[i].rec.ToolCPU = 2*service, tool
+		}
+		recs[i] = b.record(ctx, h[i].in, h[i].sc, h[i].rec, outs[i], dur)
 	}
-	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}
-	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
-	for i := range names {
-		b.record(ctx, b.main, scs[i], recs[i], outs[i], b.cfg.duration)
-	}
+	return recs
 }
 
 // prepare checks one answer of scenario name on the instance in against the contract and

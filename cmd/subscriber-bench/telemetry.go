@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -192,31 +191,12 @@ func (b *bench) runTelemetry(ctx context.Context, writes bool, pass int) error {
 // runPair runs scenario name on both instances in alternating slices of -telemetry-slice
 // (load.RunAlternating), each for -telemetry-duration after the measured run's warm-up, and
 // records a run of each. Back to back, a slow spell of the shared machine a few seconds long
-// fell on one instance only: single passes of the same code swung by ±20 points.
-//
-// An instance's CPU is measured over the whole pair and given per second of its own slices,
-// as if it were idle in the other's (its background work, such as the span export, is
-// counted with its own).
+// fell on one instance only: single passes of the same code swung by ±20 points. Each
+// instance's CPU is split as alternate says (its background work, such as the span export,
+// is counted with its own).
 func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass int) {
-	var scs [2]svc.Scenario
-	var recs [2]RunRecord
-	var ops [2]load.Op
-	for i, in := range ins {
-		scs[i], recs[i], ops[i] = b.prepare(ctx, in, name, b.cfg.clients, "measure", pass)
-	}
-	var cpus [2]cpuMeter
-	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.telemetryDuration, MaxRequests: b.cfg.maxRequests,
-		OnMeasure: func() {
-			for i, in := range ins {
-				cpus[i].start(in.pid)
-			}
-		}}
-	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
-	for i, in := range ins {
-		service, _, tool := cpus[i].stop()
-		recs[i].ServiceCPU, recs[i].ToolCPU = 2*service, tool
-		b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.telemetryDuration)
-	}
+	b.alternate(ctx, [2]half{b.half(ctx, ins[0], name, "measure", pass), b.half(ctx, ins[1], name, "measure", pass)},
+		b.cfg.telemetryDuration, true)
 }
 
 // finishTelemetry waits for the "on" instance's last spans to reach the sink and fills the

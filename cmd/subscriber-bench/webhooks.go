@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -205,39 +204,40 @@ func (b *bench) plainInstance(ctx context.Context, queue *instance) (*instance, 
 // same tables at the same time; only the endpoint's deliveries differ. It returns the queued
 // run and the plain one (phase "paired"), after the backlog has been delivered.
 func (b *bench) runQueuedPair(ctx context.Context, rc *receiver, queue, plain *instance, name string, pass int) (RunRecord, RunRecord, error) {
-	id, err := b.client.CreateWebhook(ctx, rc.url)
+	remove, err := b.addEndpoint(ctx, rc)
 	if err != nil {
-		return RunRecord{}, RunRecord{}, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+		return RunRecord{}, RunRecord{}, err
 	}
-	defer func() {
-		if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
-			fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
-		}
-	}()
+	defer remove()
 	resume, err := b.pauseMain()
 	if err != nil {
 		return RunRecord{}, RunRecord{}, err
 	}
 	defer resume()
-	ins := [2]*instance{queue, plain}
-	names := [2]string{name + webhookQueuedSuffix, name + webhookPlainSuffix}
-	var scs [2]svc.Scenario
-	var recs [2]RunRecord
-	var ops [2]load.Op
-	for i, in := range ins {
-		scs[i], recs[i], ops[i] = b.prepare(ctx, in, name, b.cfg.clients, phasePaired, pass)
-		recs[i].Scenario, recs[i].Against = names[i], names[1-i]
-	}
-	recs[0].Desc += "; one webhook endpoint subscribed to every event, its deliveries queued by an instance with WEBHOOK_WORKERS=0 while the one that delivers was paused"
-	recs[1].Desc += "; a second newsletter with no webhook endpoint, on the same instance"
-	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests}
-	outs := load.RunAlternating(ctx, opts, b.cfg.telemetrySlice, ops)
-	for i, in := range ins {
-		recs[i] = b.record(ctx, in, scs[i], recs[i], outs[i], b.cfg.duration)
-	}
+	queued, without := name+webhookQueuedSuffix, name+webhookPlainSuffix
+	h := [2]half{b.half(ctx, queue, name, phasePaired, pass), b.half(ctx, plain, name, phasePaired, pass)}
+	h[0].rec.Scenario, h[0].rec.Against = queued, without
+	h[1].rec.Scenario, h[1].rec.Against = without, queued
+	h[0].rec.Desc += "; one webhook endpoint subscribed to every event, its deliveries queued by an instance with WEBHOOK_WORKERS=0 while the one that delivers was paused"
+	h[1].rec.Desc += "; a second newsletter with no webhook endpoint, on the same instance"
+	recs := b.alternate(ctx, h, b.cfg.duration, false)
 	resume()
-	b.waitDelivered(ctx, names[0], rc)
+	b.waitDelivered(ctx, queued, rc)
 	return recs[0], recs[1], nil
+}
+
+// addEndpoint creates the bench's webhook endpoint, subscribed to every event and delivering
+// to rc, and returns the function that deletes it.
+func (b *bench) addEndpoint(ctx context.Context, rc *receiver) (func(), error) {
+	id, err := b.client.CreateWebhook(ctx, rc.url)
+	if err != nil {
+		return nil, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+	}
+	return func() {
+		if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
+			fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
+		}
+	}, nil
 }
 
 // pauseMain stops the main instance (SIGSTOP), the only one with webhook workers, and returns
@@ -284,15 +284,11 @@ func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instan
 	}[mode]
 	in := b.main
 	if mode != hookNone {
-		id, err := b.client.CreateWebhook(ctx, rc.url)
+		remove, err := b.addEndpoint(ctx, rc)
 		if err != nil {
-			return RunRecord{}, fmt.Errorf("creating the bench's webhook endpoint: %w", err)
+			return RunRecord{}, err
 		}
-		defer func() {
-			if err := b.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
-				fmt.Fprintf(b.log, "note: deleting the bench's webhook endpoint: %v\n", err)
-			}
-		}()
+		defer remove()
 	}
 	resume := func() {}
 	if mode == hookQueued {
