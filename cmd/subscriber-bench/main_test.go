@@ -992,3 +992,51 @@ func TestReportRereadsAnEarlierRun(t *testing.T) {
 		t.Error("reread of a missing file succeeded")
 	}
 }
+
+func TestCPUTargetsAndWhatTheServiceCouldReach(t *testing.T) {
+	run := func(kind, scenario string, rps, svcUs, dbUs, toolUs float64) RunRecord {
+		r := rec(kind, scenario, rps, rps)
+		r.ServiceCPU, r.DBCPU, r.ToolCPU = svcUs*rps/1e6, dbUs*rps/1e6, toolUs*rps/1e6
+		return r
+	}
+	rep := &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{
+		// get: 100 µs of the service's (> 90), 0.80 of the baseline's throughput (≥ 0.6); by CPU
+		// 150/200 µs, without the service 150/100 µs. PostgreSQL: 50 µs against 100.
+		run("service", svc.Get, 1000, 100, 50, 50), run("baseline", baseline.SelectByID, 1250, 0, 100, 50),
+		// create: 140 µs (≤ 150), 0.50 (< 0.8); by CPU 300/560, without the service 300/420.
+		run("service", svc.CreateActive, 1000, 140, 350, 70), run("baseline", baseline.InsertOne, 2000, 0, 240, 60),
+		run("service", svc.Update, 1000, 140, 350, 70), // no baseline run: not judged
+	}, RSS: []RSSRecord{{During: "reads, 64 clients", PeakMiB: 70}, {During: "reads, 256 clients", PeakMiB: 60},
+		{During: "writes, 256 clients", PeakMiB: 65}}}
+	vs := cpuVerdicts(rep)
+	if len(vs) != 2 {
+		t.Fatalf("%d verdicts, want get and create_active: %+v", len(vs), vs)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if v := vs[0]; v.service != svc.Get || !near(v.svcUs, 100) || !near(v.ratio, 0.8) || !near(v.byCPU, 0.75) || !near(v.withoutService, 1.5) {
+		t.Errorf("get: %+v", v)
+	}
+	if v := vs[1]; v.service != svc.CreateActive || !near(v.svcUs, 140) || !near(v.ratio, 0.5) ||
+		!near(v.byCPU, 300.0/560) || !near(v.withoutService, 300.0/420) {
+		t.Errorf("create_active: %+v", v)
+	}
+	var md bytes.Buffer
+	cpuTargetsMarkdown(&md, rep)
+	for _, want := range []string{
+		"| get | 100.0 | ≤ 90 | **missed** | 0.80 | ≥ 0.60 | met | 0.75 | 1.50 |",
+		"| create_active | 140.0 | ≤ 150 | met | 0.50 | ≥ 0.80 | **missed** | 0.54 | 0.71 |",
+		"PostgreSQL's CPU per get: 50.0 µs, 0.50 × the baseline's 100.0 µs (target ≤ 1.5 ×: met).",
+		"Peak RSS at 256 clients: 65.0 MiB (target ≤ 64 MiB: **missed**).",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	// Without CPU figures (an old report), no verdict on the service's CPU and no bound.
+	old := &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{rec("service", svc.Get, 1000, 1000), rec("baseline", baseline.SelectByID, 1000, 1000)}}
+	md.Reset()
+	cpuTargetsMarkdown(&md, old)
+	if !strings.Contains(md.String(), "| get | - |  |  | 1.00 | ≥ 0.60 | met | - | - |") || strings.Contains(md.String(), "PostgreSQL's CPU") {
+		t.Errorf("markdown of a report without CPU:\n%s", md.String())
+	}
+}

@@ -9,6 +9,9 @@ import (
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/subscriberd/subscriberd/internal/bench/baseline"
+	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
 // machine describes the host: CPU model, CPU count and memory, from /proc.
@@ -123,6 +126,8 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.name), f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
 		}
 	}
+
+	cpuTargetsMarkdown(w, rep)
 
 	referenceMarkdown(w, rep)
 
@@ -290,6 +295,13 @@ alternative is pgx's binary format, outside this stack.
   lock and stored response, are prepared like the hot reads (planning the create took
   PostgreSQL 0.84 ms); the other writes go over the simple protocol and are planned on every
   call. PostgreSQL's share is most of a write's cost (the CPU table above).
+- **What bounds a write's ratio.** In the targets table, *without the service* comes out below
+  0.8 for the create and the update: what PostgreSQL spends on them, with what the load
+  generator spends sending them, already costs more than the baseline's whole request. A create
+  writes the row, its event and any webhook deliveries in one statement (with pgbench alone, that
+  statement runs at about 0.7 of the plain insert's rate); an update also reads the row first. The
+  event is written in the change's transaction, as the contract requires ([§10.1](api-contract.md#101-events)),
+  so a ratio of 0.8 would take less work in the database, not a cheaper service.
 - **Webhooks.** Queueing an event's delivery is one more row per endpoint, written by the
   write's own statement or transaction: the webhook table's "queued" column prices it. Each
   delivery is then one HTTP POST, as Standard Webhooks has it, signed and traced by the
@@ -484,4 +496,46 @@ func cpuTriple(r *RunRecord) string {
 		}
 	}
 	return strings.Join(parts, " / ")
+}
+
+// cpuTargetsMarkdown judges what a request costs against cpuTargets, getDBTarget and
+// rss256TargetMiB.
+func cpuTargetsMarkdown(w io.Writer, rep *Report) {
+	vs := cpuVerdicts(rep)
+	if len(vs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nWhat a request costs, against its targets (median pass): the service's own CPU per request, and the "+
+		"throughput against the baseline. *By CPU* is the baseline's CPU per request over the scenario's, every process "+
+		"counted: with the machine saturated, the throughput ratio comes to about that. *Without the service* leaves the "+
+		"service's part out: the most the ratio could be if the service cost nothing, so a ratio target above it cannot "+
+		"be met by work on the service.")
+	fmt.Fprintln(w, "\n| scenario | service µs | target | verdict | ratio | target | verdict | by CPU | without the service |")
+	fmt.Fprintln(w, "|---|--:|---|---|--:|---|---|--:|--:|")
+	for _, v := range vs {
+		svcTarget, svcVerdict := "", ""
+		if v.maxSvcUs > 0 && !math.IsNaN(v.svcUs) {
+			svcTarget, svcVerdict = fmt.Sprintf("≤ %.0f", v.maxSvcUs), metWord(v.svcUs <= v.maxSvcUs)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | ≥ %.2f | %s | %s | %s |\n", v.service, f1(v.svcUs), svcTarget, svcVerdict,
+			f2(v.ratio), v.minRatio, metWord(v.ratio >= v.minRatio), f2(v.byCPU), f2(v.withoutService))
+	}
+	s := rep.find("service", svc.Get, "measure", rep.Meta.Clients)
+	b := rep.find("baseline", baseline.SelectByID, "measure", rep.Meta.Clients)
+	if s != nil && b != nil {
+		if db, base := usPerReq(s.DBCPU, s), usPerReq(b.DBCPU, b); !math.IsNaN(db) && !math.IsNaN(base) {
+			fmt.Fprintf(w, "\nPostgreSQL's CPU per get: %.1f µs, %.2f × the baseline's %.1f µs (target ≤ %.1f ×: %s).\n",
+				db, db/base, base, getDBTarget, metWord(db <= getDBTarget*base))
+		}
+	}
+	peak := 0.0
+	for _, r := range rep.RSS {
+		if strings.HasSuffix(r.During, rss256TargetClient) {
+			peak = max(peak, r.PeakMiB)
+		}
+	}
+	if peak > 0 {
+		fmt.Fprintf(w, "\nPeak RSS at %s: %.1f MiB (target ≤ %d MiB: %s).\n", rss256TargetClient, peak, rss256TargetMiB,
+			metWord(peak <= rss256TargetMiB))
+	}
 }

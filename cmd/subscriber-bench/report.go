@@ -294,6 +294,55 @@ var targets = []target{
 	{service: svc.ListCursorDeep, baseline: svc.ListDeep, vsService: true, min: 10},
 }
 
+// cpuTarget is a target on what a request costs: the service's own CPU per request (at most
+// maxSvcUs; 0, none) and the scenario's throughput against its baseline (at least minRatio).
+type cpuTarget struct {
+	service, baseline string
+	maxSvcUs          float64
+	minRatio          float64
+}
+
+var cpuTargets = []cpuTarget{
+	{svc.Get, baseline.SelectByID, 90, 0.6},
+	{svc.ListFirst, baseline.Page, 150, 0.5},
+	{svc.ListDeep, baseline.PageDeep, 0, 1},
+	{svc.CreateActive, baseline.InsertOne, 150, 0.8},
+	{svc.Update, baseline.UpdateByID, 150, 0.8},
+}
+
+// Targets beside cpuTargets: PostgreSQL's CPU per get at most getDBTarget times the
+// baseline's, and the peak RSS at 256 clients.
+const (
+	getDBTarget        = 1.5
+	rss256TargetMiB    = 64
+	rss256TargetClient = "256 clients"
+)
+
+// cpuVerdict is a cpuTarget's figures in a run (median passes). byCPU is the baseline's CPU
+// per request over the scenario's, all processes counted: on a machine the two saturate,
+// their throughput ratio comes to about that. withoutService is the same with the service's
+// part left out: the most the ratio could be if the service cost nothing.
+type cpuVerdict struct {
+	cpuTarget
+	svcUs, ratio, byCPU, withoutService float64
+}
+
+func cpuVerdicts(rep *Report) []cpuVerdict {
+	var out []cpuVerdict
+	for _, t := range cpuTargets {
+		s := rep.find("service", t.service, "measure", rep.Meta.Clients)
+		b := rep.find("baseline", t.baseline, "measure", rep.Meta.Clients)
+		if s == nil || b == nil {
+			continue
+		}
+		svcUs, db, tool := usPerReq(s.ServiceCPU, s), usPerReq(s.DBCPU, s), usPerReq(s.ToolCPU, s)
+		base := usPerReq(b.DBCPU, b) + usPerReq(b.ToolCPU, b) // NaN when either is unknown
+		out = append(out, cpuVerdict{cpuTarget: t, svcUs: svcUs, ratio: stats.Ratio(s.RequestsPerSec, b.RequestsPerSec),
+			byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
+	}
+	return out
+}
+
 // kind is the run kind of the target's baseline.
 func (t target) kind() string {
 	if t.vsService {
