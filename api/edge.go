@@ -36,6 +36,13 @@ func (s *Server) bound(next http.Handler) http.Handler {
 			writeError(w, newError(http.StatusBadRequest, msg))
 			return
 		}
+		if q := literalPercents(r.URL.RawQuery); q != r.URL.RawQuery {
+			u := *r.URL
+			u.RawQuery = q
+			r2 := *r
+			r2.URL = &u
+			r = &r2
+		}
 		if r.ContentLength > MaxBodyBytes {
 			w.Header().Set("Connection", "close")
 			writeError(w, errBodyTooLarge)
@@ -56,6 +63,38 @@ func queryProblem(raw string) string {
 		return msgQueryTooMany
 	}
 	return ""
+}
+
+// literalPercents returns raw with every "%" that does not start an escape (two hex digits)
+// written as "%25". Huma, like Go's url.ParseQuery, skips a parameter whose value it cannot
+// decode, as if it had not been sent: ?email=ann%40example.com%zz would list every subscriber,
+// and ?status=%zz would not filter. Taken literally, the value is what was sent, and the
+// parameter's own rule judges it (an invalid page, limit, status, email or cursor is a 400),
+// as PHP, whose decoding the user's Laravel-styled spec assumes, reads it.
+func literalPercents(raw string) string {
+	var b strings.Builder
+	done := 0 // raw[:done] is in b
+	for i := strings.IndexByte(raw, '%'); i >= 0; {
+		if i+2 >= len(raw) || !ishex(raw[i+1]) || !ishex(raw[i+2]) {
+			b.WriteString(raw[done : i+1])
+			b.WriteString("25")
+			done = i + 1
+		}
+		next := strings.IndexByte(raw[i+1:], '%')
+		if next < 0 {
+			break
+		}
+		i += 1 + next
+	}
+	if done == 0 {
+		return raw
+	}
+	b.WriteString(raw[done:])
+	return b.String()
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // cleanPath reports whether the mux serves p as it is: no empty, "." or ".." segment (a

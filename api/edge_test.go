@@ -200,3 +200,44 @@ func TestDeclaredBodyOver1MiB(t *testing.T) {
 		t.Errorf("small body with Expect: first line %q; want 100 Continue", status)
 	}
 }
+
+// TestMalformedEscapesAreTakenLiterally: a "%" that starts no escape is part of the value, so
+// a parameter with one is judged by its own rule rather than skipped as if it were absent (a
+// lookup by email that listed every subscriber, a status filter that did not filter).
+func TestMalformedEscapesAreTakenLiterally(t *testing.T) {
+	e := newEnv(t)
+	e.create(t, keyA, `{"email":"ann@example.com"}`)
+	e.create(t, keyA, `{"email":"bob@example.com","status":"pending"}`)
+	for _, tt := range []struct{ query, msg string }{
+		{"email=ann%40example.com%zz", "The email filter must be a valid email address."},
+		{"email=ann%40example.com%", "The email filter must be a valid email address."},
+		{"status=%zz", "The status filter must be one of: active, pending, unsubscribed."},
+		{"status=active%2", "The status filter must be one of: active, pending, unsubscribed."},
+		{"page=%zz", "The page parameter must be an integer greater than or equal to 1."},
+		{"limit=1%", "The limit parameter must be an integer between 1 and 100."},
+		{"cursor=%zz", api.MsgCursorInvalid},
+	} {
+		rec := e.call(t, "GET", subs+"?"+tt.query, "")
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("?%s: status %d, body %s; want 400", tt.query, rec.Code, rec.Body)
+			continue
+		}
+		wantEnvelope(t, rec, "validation_error", tt.msg)
+	}
+	// Taken literally, an address with a stray "%" is one nobody has; an unknown parameter
+	// with one is ignored like any other; good escapes around a bad one still decode.
+	for query, want := range map[string]int{
+		"email=ann%zz%40example.com":     0,
+		"utm=%zz&status=pending":         1,
+		"email=%41nn%40example.com&x=%g": 1,
+	} {
+		rec := e.call(t, "GET", subs+"?"+query, "")
+		var env struct {
+			Pagination struct{ Total int }
+		}
+		decodeInto(t, rec, &env)
+		if rec.Code != http.StatusOK || env.Pagination.Total != want {
+			t.Errorf("?%s: status %d, body %s; want 200 with total %d", query, rec.Code, rec.Body, want)
+		}
+	}
+}

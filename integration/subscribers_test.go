@@ -525,6 +525,17 @@ func TestListPaginationWalk(t *testing.T) {
 	if string(r.raw[:len(`{"success":true,"data":[]`)]) != `{"success":true,"data":[]` {
 		t.Errorf("past the end = %s, want data: []", r.raw)
 	}
+	// Any page that fits in an int is a page, past the end of every list: the database is asked
+	// for the largest offset there is, and the totals are real. A larger number is refused.
+	r = e.do("GET", "/subscribers?limit=100&page=9223372036854775807", nil).want(t, http.StatusOK, "")
+	if want := fmt.Sprintf(`{"success":true,"data":[],"pagination":{"page":9223372036854775807,"limit":100,"total":%d,"pages":1,`,
+		total); !strings.HasPrefix(string(r.raw), want) {
+		t.Errorf("largest page = %s, want data: [] with the real totals", r.raw)
+	}
+	r = e.do("GET", "/subscribers?page=9223372036854775808", nil).want(t, http.StatusBadRequest, "validation_error")
+	if msg := r.body["message"]; msg != "The page parameter must not be greater than 9223372036854775807." {
+		t.Errorf("page beyond an int: message %q", msg)
+	}
 	// An empty newsletter: data is [] and pages 0.
 	_, key := e.newKey(t, true)
 	r = e.do("GET", "/subscribers", nil, "Authorization: Bearer "+key).want(t, http.StatusOK, "")

@@ -6,6 +6,7 @@ package model
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"time"
 
@@ -139,8 +140,14 @@ type Position struct {
 	ID        uuid.UUID
 }
 
-// Offset is the number of rows before the page.
-func (q ListQuery) Offset() int { return (q.Page - 1) * q.Limit }
+// Offset is the number of rows before the page: math.MaxInt, past the end of any list, when
+// the product does not fit in an int.
+func (q ListQuery) Offset() int {
+	if q.Limit > 0 && q.Page-1 > math.MaxInt/q.Limit {
+		return math.MaxInt
+	}
+	return (q.Page - 1) * q.Limit
+}
 
 // Paging defaults and bounds of the list operation.
 const (

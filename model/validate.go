@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +90,6 @@ const (
 	msgQueryLimit   = "The limit parameter must be an integer between 1 and 100."
 	msgQueryStatus  = "The status filter must be one of: active, pending, unsubscribed."
 	msgQueryEmail   = "The email filter must be a valid email address."
-	maxPage         = 1<<31 - 1
 	attrBody        = "body"
 	attrEmail       = "email"
 	attrName        = "name"
@@ -384,13 +384,20 @@ func validDomain(domain string) bool {
 	return strings.TrimFunc(tld, func(r rune) bool { return r >= '0' && r <= '9' }) != ""
 }
 
+// msgQueryPageMax refuses a page number too large for an int; any smaller one past the end
+// is an empty page (docs/api-contract.md §4.3).
+var msgQueryPageMax = "The page parameter must not be greater than " + strconv.Itoa(math.MaxInt) + "."
+
 // ParseListQuery validates the list parameters; "" means absent. Invalid values give a
 // *QueryError (400).
 func ParseListQuery(page, limit, status string) (ListQuery, error) {
 	q := ListQuery{Page: DefaultPage, Limit: DefaultLimit}
 	if page != "" {
-		n, ok := parseBoundedInt(page, 1, maxPage)
-		if !ok {
+		n, ok := parseBoundedInt(page, 1, math.MaxInt)
+		switch {
+		case !ok && strings.TrimLeft(page, "0123456789") == "" && strings.TrimLeft(page, "0") != "":
+			return ListQuery{}, &QueryError{msgQueryPageMax} // digits, not zero: beyond an int
+		case !ok:
 			return ListQuery{}, &QueryError{msgQueryPage}
 		}
 		q.Page = n
@@ -423,7 +430,7 @@ func ParseEmailFilter(raw string) (string, error) {
 
 // parseBoundedInt accepts only plain decimal digits within [lo, hi].
 func parseBoundedInt(s string, lo, hi int) (int, bool) {
-	if len(s) > 10 || strings.TrimLeft(s, "0123456789") != "" {
+	if strings.TrimLeft(s, "0123456789") != "" {
 		return 0, false
 	}
 	n, err := strconv.Atoi(s)

@@ -3,6 +3,7 @@ package model_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -721,9 +722,10 @@ func TestValidationError(t *testing.T) {
 
 func TestParseListQuery(t *testing.T) {
 	const (
-		msgPage   = "The page parameter must be an integer greater than or equal to 1."
-		msgLimit  = "The limit parameter must be an integer between 1 and 100."
-		msgStatus = "The status filter must be one of: active, pending, unsubscribed."
+		msgPage    = "The page parameter must be an integer greater than or equal to 1."
+		msgPageMax = "The page parameter must not be greater than 9223372036854775807."
+		msgLimit   = "The limit parameter must be an integer between 1 and 100."
+		msgStatus  = "The status filter must be one of: active, pending, unsubscribed."
 	)
 	tests := []struct {
 		name                string
@@ -738,7 +740,9 @@ func TestParseListQuery(t *testing.T) {
 		{name: "limit 1", limit: "1", want: model.ListQuery{Page: 1, Limit: 1}},
 		{name: "limit 100", limit: "100", want: model.ListQuery{Page: 1, Limit: 100}},
 		{name: "leading zeros", page: "007", limit: "010", want: model.ListQuery{Page: 7, Limit: 10}},
-		{name: "largest page", page: "2147483647", want: model.ListQuery{Page: 2147483647, Limit: 25}},
+		{name: "page past int32", page: "2147483648", want: model.ListQuery{Page: 2147483648, Limit: 25}},
+		{name: "largest page", page: "9223372036854775807", want: model.ListQuery{Page: math.MaxInt, Limit: 25}},
+		{name: "many leading zeros", page: "0000000000000000000001", limit: "000000000000000000100", want: model.ListQuery{Page: 1, Limit: 100}},
 		{name: "page 0", page: "0", wantErr: msgPage},
 		{name: "page -1", page: "-1", wantErr: msgPage},
 		{name: "page abc", page: "abc", wantErr: msgPage},
@@ -748,8 +752,9 @@ func TestParseListQuery(t *testing.T) {
 		{name: "page 1e3", page: "1e3", wantErr: msgPage},
 		{name: "page with space", page: " 1", wantErr: msgPage},
 		{name: "page 0x10", page: "0x10", wantErr: msgPage},
-		{name: "page past int32", page: "2147483648", wantErr: msgPage},
-		{name: "page huge", page: "99999999999999999999999", wantErr: msgPage},
+		{name: "page past int64", page: "9223372036854775808", wantErr: msgPageMax},
+		{name: "page huge", page: "99999999999999999999999", wantErr: msgPageMax},
+		{name: "page zeros", page: "0000000000000000000000", wantErr: msgPage},
 		{name: "page unicode digit", page: "١", wantErr: msgPage},
 		{name: "limit 0", limit: "0", wantErr: msgLimit},
 		{name: "limit 101", limit: "101", wantErr: msgLimit},
@@ -791,6 +796,10 @@ func TestListQueryOffset(t *testing.T) {
 		{model.ListQuery{Page: 1, Limit: 25}, 0},
 		{model.ListQuery{Page: 2, Limit: 25}, 25},
 		{model.ListQuery{Page: 4, Limit: 100}, 300},
+		{model.ListQuery{Page: math.MaxInt/100 + 1, Limit: 100}, math.MaxInt / 100 * 100},
+		{model.ListQuery{Page: math.MaxInt/100 + 2, Limit: 100}, math.MaxInt}, // past any end
+		{model.ListQuery{Page: math.MaxInt, Limit: 1}, math.MaxInt - 1},
+		{model.ListQuery{Page: math.MaxInt, Limit: 25}, math.MaxInt},
 	}
 	for _, tt := range tests {
 		if got := tt.q.Offset(); got != tt.want {
