@@ -140,14 +140,36 @@ func checkWebhookURL(s string) string {
 }
 
 // PublicAddr reports whether a is an address a webhook may be delivered to: not loopback,
-// private (RFC 1918, RFC 4193), link-local, unspecified or multicast. IPv4-mapped IPv6
-// addresses are judged as the IPv4 address they carry.
+// private (RFC 1918, RFC 4193), link-local, unspecified or multicast, nor in notPublic.
+// IPv4-mapped IPv6 addresses and those of the NAT64 well-known prefix are judged as the IPv4
+// address they carry (64:ff9b::7f00:1 reaches 127.0.0.1 through a translator).
 func PublicAddr(a netip.Addr) bool {
 	a = a.Unmap()
+	if nat64.Contains(a) {
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte(b[12:]))
+	}
+	for _, p := range notPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
 	return a.IsValid() && !a.IsLoopback() && !a.IsPrivate() && !a.IsLinkLocalUnicast() &&
 		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() && !a.IsMulticast() &&
 		!a.IsUnspecified()
 }
+
+var (
+	// nat64 is the NAT64 well-known prefix (RFC 6052); the IPv4 address is the last 4 bytes.
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	// notPublic are the networks beyond netip's predicates that no public receiver is on.
+	notPublic = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),      // "this network" (RFC 1122)
+		netip.MustParsePrefix("100.64.0.0/10"),  // shared address space: carriers' and clouds' internal networks (RFC 6598)
+		netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and the broadcast address 255.255.255.255
+		netip.MustParsePrefix("64:ff9b:1::/48"), // local-use IPv4/IPv6 translation (RFC 8215)
+	}
+)
 
 // WebhookBackoff is the delay after each failed delivery attempt (docs/api-contract.md §10.4),
 // before jitter: after the last, the delivery fails.

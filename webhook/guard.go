@@ -49,6 +49,9 @@ func (g Guard) CheckURL(ctx context.Context, raw string) error {
 		}
 		return nil
 	}
+	if endsInNumber(host) {
+		return ErrPrivateAddress
+	}
 	r := g.Resolver
 	if r == nil {
 		r = net.DefaultResolver
@@ -65,6 +68,19 @@ func (g Guard) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	return nil
+}
+
+// endsInNumber reports whether host's last label is a number (decimal digits, or 0x and hex
+// digits), as in 127.1, 2130706433, 0x7f000001 or 0177.0.0.1: the URL Standard makes such a
+// host an IPv4 address, and browsers, curl and the C library's resolver read it as one
+// (127.0.0.1, each of these), though netip does not. No domain name ends in a number, so such
+// a host is refused rather than left to whichever resolver the process has.
+func endsInNumber(host string) bool {
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if h, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(h, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // control is the dialer's Control function: it runs after the name is resolved, with the

@@ -89,6 +89,21 @@ func TestGuard(t *testing.T) {
 		{"http://[fe80::1%25eth0]/", false},
 		{"http://[::ffff:10.0.0.1]/", false},
 		{"http://224.0.0.1/", false},
+		{"http://100.64.0.1/", false},
+		{"http://100.100.100.200/", false},
+		{"http://255.255.255.255/", false},
+		{"http://0.1.2.3/", false},
+		{"http://[64:ff9b::7f00:1]/", false},
+		{"http://[64:ff9b::a00:1]/", false},
+		{"http://[64:ff9b::5db8:d70e]/", true}, // 93.184.215.14 through NAT64
+		{"http://[64:ff9b:1::1]/", false},
+		// IPv4 in the forms the URL Standard reads and netip does not.
+		{"http://127.1/", false},
+		{"http://2130706433/", false},
+		{"http://0x7f000001/", false},
+		{"http://0x7F.1/", false},
+		{"http://0177.0.0.1/", false},
+		{"http://0/", false},
 	} {
 		err := g.CheckURL(ctx, c.url)
 		if (err == nil) != c.public {
@@ -96,6 +111,13 @@ func TestGuard(t *testing.T) {
 		}
 		if err := (Guard{AllowPrivate: true}).CheckURL(ctx, c.url); err != nil {
 			t.Errorf("AllowPrivate: CheckURL(%s) = %v", c.url, err)
+		}
+	}
+	// Names are looked up, so checked here without the lookup: only a number ends a refused one.
+	for host, want := range map[string]bool{"hooks.example.com": false, "1x.example": false, "example.0x": true,
+		"10.0.0.0x1f": true, "0xg": false, "a.1": true, "a1": false, "": false} {
+		if got := endsInNumber(host); got != want {
+			t.Errorf("endsInNumber(%q) = %v, want %v", host, got, want)
 		}
 	}
 	if err := g.control("tcp4", "127.0.0.1:80", nil); err == nil {
