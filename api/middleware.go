@@ -457,7 +457,14 @@ func invalidJSON(body []byte) string {
 	pos = min(pos, len(body))
 	line := 1 + bytes.Count(body[:pos], []byte{'\n'})
 	col := 1 + utf8.RuneCount(body[bytes.LastIndexByte(body[:pos], '\n')+1:pos])
-	return fmt.Sprintf("The request body is not valid JSON: %s at line %d, column %d.", syn.Error(), line, col)
+	why := syn.Error()
+	if pos < len(body) && body[pos] >= utf8.RuneSelf {
+		// encoding/json names the character by its first byte alone ('ï' for a byte order
+		// mark): name the character the body has there.
+		r, _ := utf8.DecodeRune(body[pos:])
+		why = strings.Replace(why, fmt.Sprintf("%q", rune(body[pos])), fmt.Sprintf("%q", r), 1)
+	}
+	return fmt.Sprintf("The request body is not valid JSON: %s at line %d, column %d.", why, line, col)
 }
 
 // writeErr writes an error from a Huma middleware in the envelope.
