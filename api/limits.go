@@ -17,8 +17,9 @@ import (
 type Limiter interface {
 	// CheckClient: is the client at ip locked out after repeated authentication failures?
 	CheckClient(ctx context.Context, ip netip.Addr) limits.Decision
-	// AuthFailed records a 401 answered to ip.
-	AuthFailed(ctx context.Context, ip netip.Addr)
+	// AuthFailed records an authentication failure of ip, before its 401; a refusing Decision
+	// means the client is locked already, and the request gets the lockout's 429 instead.
+	AuthFailed(ctx context.Context, ip netip.Addr) limits.Decision
 	// CheckKey: may the key keyID make this request (its write lockout, its rate windows, and
 	// the bulk windows when bulk)?
 	CheckKey(ctx context.Context, keyID string, bulk bool) limits.Decision

@@ -36,9 +36,9 @@ func (s *spyLimiter) CheckClient(ctx context.Context, ip netip.Addr) limits.Deci
 	return s.Limiter.CheckClient(ctx, ip)
 }
 
-func (s *spyLimiter) AuthFailed(ctx context.Context, ip netip.Addr) {
+func (s *spyLimiter) AuthFailed(ctx context.Context, ip netip.Addr) limits.Decision {
 	s.record("AuthFailed")
-	s.Limiter.AuthFailed(ctx, ip)
+	return s.Limiter.AuthFailed(ctx, ip)
 }
 
 func (s *spyLimiter) CheckKey(ctx context.Context, keyID string, bulk bool) limits.Decision {
@@ -219,5 +219,48 @@ func TestTooManyRequestsSaysWhy(t *testing.T) {
 			}
 			golden(t, "errors/"+tt.golden, rec.Body.Bytes())
 		})
+	}
+}
+
+// barrierLimiter holds every CheckClient until n requests have passed it, as n requests that
+// arrive at once all pass the client check before any of them has failed.
+type barrierLimiter struct {
+	api.Limiter
+	arrived sync.WaitGroup
+}
+
+func (b *barrierLimiter) CheckClient(ctx context.Context, ip netip.Addr) limits.Decision {
+	d := b.Limiter.CheckClient(ctx, ip)
+	b.arrived.Done()
+	b.arrived.Wait()
+	return d
+}
+
+// TestConcurrentFailuresGetTheLockout: of n bad keys from one client at once, the first
+// `failures` get 401 (the last of them starts the lock) and the others the lockout's 429,
+// as they would one after another.
+func TestConcurrentFailuresGetTheLockout(t *testing.T) {
+	const n, failures = 12, 3
+	b := &barrierLimiter{Limiter: limits.New(limits.Config{AuthLockout: limits.Lockout{Failures: failures, Window: time.Minute,
+		Lock: time.Minute}}, limits.NewMemory(nil, 0))}
+	b.arrived.Add(n)
+	e := newEnv(t, func(c *api.Config) { c.Limiter = b; c.KeyCacheTTL = -1 })
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			rec := newRecorder()
+			e.srv.ServeHTTP(rec, newRequest(req{method: "GET", path: subs, headers: []string{"Authorization: Bearer sk_" + strings.Repeat("Z", 40)}}))
+			codes <- rec.Code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[http.StatusUnauthorized] != failures || got[http.StatusTooManyRequests] != n-failures {
+		t.Errorf("statuses %v; want %d × 401 and %d × 429", got, failures, n-failures)
 	}
 }

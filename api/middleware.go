@@ -286,10 +286,12 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		s.metrics.AuthFailure(outcome)
 	}
 	if err != nil {
-		s.writeErr(ctx, err)
 		if s.limiter != nil && refused {
-			s.limiter.AuthFailed(ctx.Context(), s.clientIP(ctx))
+			if d := s.limiter.AuthFailed(ctx.Context(), s.clientIP(ctx)); !d.Allowed {
+				err = tooManyRequests(d, MsgClientLocked) // a failure that raced the one that locked
+			}
 		}
+		s.writeErr(ctx, err)
 		return
 	}
 	if !p.APIAccess {

@@ -16,8 +16,11 @@ type Backend interface {
 	// LockedFor reports how long the lock at lockKey still holds (0 when it does not).
 	LockedFor(ctx context.Context, lockKey string) (time.Duration, error)
 	// Fail records one failure in the log at logKey; when rule.Failures failures fall within
-	// rule.Window, it clears the log, sets the lock at lockKey for rule.Lock and reports true.
-	Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (bool, error)
+	// rule.Window, it clears the log, sets the lock at lockKey for rule.Lock and reports
+	// started. While the lock holds it records nothing and reports how long the lock still
+	// holds: a failure that raced the one that started the lock neither counts toward the
+	// next lock nor starts it again.
+	Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (started bool, held time.Duration, err error)
 	// Ping reports whether the backend is reachable.
 	Ping(ctx context.Context) error
 	// Name is a fixed name for telemetry: "memory" or "redis".

@@ -118,11 +118,11 @@ func (f *Failover) LockedFor(ctx context.Context, lockKey string) (time.Duration
 }
 
 // Fail implements Backend.
-func (f *Failover) Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (bool, error) {
+func (f *Failover) Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (bool, time.Duration, error) {
 	if f.up.Load() {
-		ok, err := f.primary.Fail(ctx, logKey, lockKey, rule)
+		started, held, err := f.primary.Fail(ctx, logKey, lockKey, rule)
 		if err == nil || ctx.Err() != nil {
-			return ok, err
+			return started, held, err
 		}
 		f.down(err)
 	}

@@ -166,16 +166,30 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 	return d
 }
 
-// AuthFailed records an authentication failure (a 401) from ip; the failure that fills the
-// AuthLockout rule starts the lock.
-func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) {
-	l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
+// AuthFailed records an authentication failure from ip, before its 401 is answered; the
+// failure that fills the AuthLockout rule starts the lock and still gets its 401. When the
+// client is locked already (a failure that ran at the same time as the one that started the
+// lock, past CheckClient before the lock existed), it records nothing and the Decision is the
+// lockout's: the request gets the 429 CheckClient would now give it.
+func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) Decision {
+	parent := trace.SpanFromContext(ctx)
+	d, span := l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
+	if span != nil {
+		defer span.End()
+		if !d.Allowed {
+			l.record(parent, span, ScopeClientLockout, OutcomeLocked, d, "")
+		}
+	}
+	return d
 }
 
 // WriteFailed records a failed write (a 4xx other than 401, 403 and 429 to POST, PUT or
-// DELETE) of the key keyID; the failure that fills the WriteLockout rule starts the lock.
+// DELETE) of the key keyID, after it was answered; the failure that fills the WriteLockout
+// rule starts the lock. A failure while the lock holds is not recorded.
 func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
-	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout)
+	if _, span := l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout); span != nil {
+		span.End()
+	}
 }
 
 // CountsAsWriteFailure reports whether a response with status to a request with method
@@ -199,26 +213,31 @@ func CountsAsWriteFailure(method string, status int) bool {
 // went away.
 const statusClientClosed = 499
 
-func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) {
+// fail records a failure under rule in its own span, which the caller ends (nil when the rule
+// is off). The Decision refuses only when the lock already held: nothing was recorded.
+func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) (Decision, trace.Span) {
 	if !rule.Enabled() {
-		return
+		return Decision{Allowed: true}, nil
 	}
 	ctx, span := l.tracer.Start(ctx, name)
-	defer span.End()
-	locked, err := l.b.Fail(ctx, logKey, lockKey, rule)
+	started, held, err := l.b.Fail(ctx, logKey, lockKey, rule)
 	if err != nil {
 		l.backendError(ctx, span, err)
-		return
+		return Decision{Allowed: true}, span
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", locked),
+		span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", started),
 			attribute.String("limits.backend", l.b.Name()))
 	}
-	if locked {
+	if started {
 		l.rec.Lockout(subject)
 		l.log.InfoContext(ctx, "rate limiter: lockout started", slog.String("scope", scope),
 			slog.Duration("lock", rule.Lock))
 	}
+	if held > 0 {
+		return Decision{RetryAfter: seconds(held), Locked: true}, span
+	}
+	return Decision{Allowed: true}, span
 }
 
 // CheckKey answers step 4 of docs/api-contract.md §5 for the key keyID: its write lockout, then its rate

@@ -281,18 +281,25 @@ func testAuthLockout(t *testing.T, nb newBackend) {
 	l.AuthFailed(ctx, ip) // 2 within the window, then the 3rd locks
 	wantDecision(t, "2 failures within the window", l.CheckClient(ctx, ip), Decision{Allowed: true})
 	c.Advance(9*time.Minute + 59*time.Second)
-	l.AuthFailed(ctx, ip)
+	wantDecision(t, "the failure that locks (still a 401)", l.AuthFailed(ctx, ip), Decision{Allowed: true})
 	wantDecision(t, "3rd failure within the window", l.CheckClient(ctx, ip), Decision{RetryAfter: 900, Locked: true})
 	wantDecision(t, "another client", l.CheckClient(ctx, other), Decision{Allowed: true})
-	c.Advance(15*time.Minute - 1500*time.Millisecond)
+	// A failure that raced the one that locked (past CheckClient before the lock existed) gets
+	// the lockout's answer and is not recorded: it neither restarts the lock nor counts
+	// toward the next one.
+	c.Advance(time.Minute)
+	for range 5 {
+		wantDecision(t, "a failure while locked", l.AuthFailed(ctx, ip), Decision{RetryAfter: 840, Locked: true})
+	}
+	c.Advance(14*time.Minute - 1500*time.Millisecond)
 	wantDecision(t, "1.5 s before the end", l.CheckClient(ctx, ip), Decision{RetryAfter: 2, Locked: true})
 	c.Advance(1500 * time.Millisecond)
 	wantDecision(t, "at the end of the lock", l.CheckClient(ctx, ip), Decision{Allowed: true})
 	// The lock cleared the log: a single failure does not lock again.
 	l.AuthFailed(ctx, ip)
 	wantDecision(t, "one failure after the lock", l.CheckClient(ctx, ip), Decision{Allowed: true})
-	if got := rec.count("client_lockout/locked"); got != 2 {
-		t.Errorf("client_lockout/locked = %d, want 2", got)
+	if got := rec.count("client_lockout/locked"); got != 7 {
+		t.Errorf("client_lockout/locked = %d, want 7 (2 checks, 5 failures while locked)", got)
 	}
 	if got := rec.count("lockout/client"); got != 1 {
 		t.Errorf("client lockouts imposed = %d, want 1", got)
@@ -314,10 +321,16 @@ func testWriteLockout(t *testing.T, nb newBackend) {
 		wantDecision(t, "after 2 write failures", l.CheckKey(ctx, "k", false), Decision{Limit: 10, Reset: 600, RetryAfter: 600, Locked: true})
 	}
 	wantDecision(t, "another key", l.CheckKey(ctx, "k2", false), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
-	c.Advance(10 * time.Minute)
+	// Writes admitted before the lock and answered after it do not start it again.
+	c.Advance(5 * time.Minute)
+	for range 3 {
+		l.WriteFailed(ctx, "k")
+	}
+	wantDecision(t, "after 3 more failures while locked", l.CheckKey(ctx, "k", false), Decision{Limit: 10, Reset: 300, RetryAfter: 300, Locked: true})
+	c.Advance(5 * time.Minute)
 	wantDecision(t, "after the lock", l.CheckKey(ctx, "k", false), Decision{Allowed: true, Limit: 10, Remaining: 9, Reset: 6})
-	if got := rec.count("key_lockout/locked"); got != 20 {
-		t.Errorf("key_lockout/locked = %d, want 20", got)
+	if got := rec.count("key_lockout/locked"); got != 21 {
+		t.Errorf("key_lockout/locked = %d, want 21", got)
 	}
 	if got := rec.count("lockout/key"); got != 1 {
 		t.Errorf("key lockouts imposed = %d, want 1", got)

@@ -100,14 +100,17 @@ func (m *Memory) LockedFor(_ context.Context, lockKey string) (time.Duration, er
 }
 
 // Fail implements Backend.
-func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (bool, error) {
+func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (bool, time.Duration, error) {
 	now := m.now().UnixMicro()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.maybeSweep(now)
+	if end := m.locks[lockKey]; end > now {
+		return false, us(end - now), nil
+	}
 	log, ok := m.logs[logKey]
 	if !ok && !m.room(now) {
-		return false, nil
+		return false, 0, nil
 	}
 	// Newest first, at most rule.Failures long: the same shape as the Redis list.
 	if len(log) < rule.Failures {
@@ -121,11 +124,11 @@ func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (
 		if _, ok := m.locks[lockKey]; ok || m.room(now) {
 			m.locks[lockKey] = now + rule.Lock.Microseconds()
 		}
-		return true, nil
+		return true, 0, nil
 	}
 	m.logs[logKey] = log
 	m.logWindow[logKey] = rule.Window.Microseconds()
-	return false, nil
+	return false, 0, nil
 }
 
 // room reports whether one more entry fits, sweeping first when the backend is full.

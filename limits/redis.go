@@ -128,9 +128,12 @@ return 0
 `)
 
 // failScript: KEYS[1] the failure log (a list, newest first), KEYS[2] the lock; ARGV[1] now,
-// ARGV[2] failures, ARGV[3] window (µs), ARGV[4] lock (µs). Returns 1 when the lock starts.
-// It is Memory.Fail in Lua; keep them in step.
+// ARGV[2] failures, ARGV[3] window (µs), ARGV[4] lock (µs). Returns {started, held}: {1, 0}
+// when the lock starts, {0, µs} while it already holds, else {0, 0}. It is Memory.Fail in
+// Lua; keep them in step.
 var failScript = redis.NewScript(scriptNow + `
+local held = tonumber(redis.call('GET', KEYS[2]) or '0')
+if held > now then return {0, held - now} end
 local n = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 local lock = tonumber(ARGV[4])
@@ -139,10 +142,10 @@ redis.call('LTRIM', KEYS[1], 0, n - 1)
 if redis.call('LLEN', KEYS[1]) >= n and now - tonumber(redis.call('LINDEX', KEYS[1], n - 1)) < window then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], string.format('%d', now + lock), 'PX', math.ceil(lock / 1000))
-  return 1
+  return {1, 0}
 end
 redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
-return 0
+return {0, 0}
 `)
 
 // Take implements Backend.
@@ -183,13 +186,16 @@ func (r *Redis) LockedFor(ctx context.Context, lockKey string) (time.Duration, e
 }
 
 // Fail implements Backend.
-func (r *Redis) Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (bool, error) {
-	n, err := failScript.Run(ctx, r.rdb, []string{r.prefix + logKey, r.prefix + lockKey},
-		r.clockArg(), rule.Failures, rule.Window.Microseconds(), rule.Lock.Microseconds()).Int64()
+func (r *Redis) Fail(ctx context.Context, logKey, lockKey string, rule Lockout) (bool, time.Duration, error) {
+	res, err := failScript.Run(ctx, r.rdb, []string{r.prefix + logKey, r.prefix + lockKey},
+		r.clockArg(), rule.Failures, rule.Window.Microseconds(), rule.Lock.Microseconds()).Int64Slice()
 	if err != nil {
-		return false, fmt.Errorf("limits: redis fail: %w", err)
+		return false, 0, fmt.Errorf("limits: redis fail: %w", err)
 	}
-	return n == 1, nil
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("limits: redis fail: %d values", len(res))
+	}
+	return res[0] == 1, us(res[1]), nil
 }
 
 // formatMicros keeps key suffixes short and exact.

@@ -68,8 +68,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 		case n < 7:
 			ip := ips[rng.IntN(len(ips))]
 			op = "AuthFailed(" + ip.String() + ")"
-			mem.AuthFailed(ctx, ip)
-			red.AuthFailed(ctx, ip)
+			dm, dr = mem.AuthFailed(ctx, ip), red.AuthFailed(ctx, ip)
 		case n < 8:
 			ip := ips[rng.IntN(len(ips))]
 			op = "CheckClient(" + ip.String() + ")"
