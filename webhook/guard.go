@@ -13,8 +13,8 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// ErrPrivateAddress is a webhook URL, or an address dialled for one, on a loopback, private,
-// link-local or unspecified network (docs/api-contract.md §10.3).
+// ErrPrivateAddress is a webhook URL, or an address dialled for one, that is not public
+// (model.PublicAddr, docs/api-contract.md §10.3).
 var ErrPrivateAddress = errors.New("webhook address is not public")
 
 // Guard applies the SSRF rule of docs/api-contract.md §10.3. With AllowPrivate
