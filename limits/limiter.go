@@ -172,24 +172,14 @@ func (l *Limiter) CheckClient(ctx context.Context, ip netip.Addr) Decision {
 // lock, past CheckClient before the lock existed), it records nothing and the Decision is the
 // lockout's: the request gets the 429 CheckClient would now give it.
 func (l *Limiter) AuthFailed(ctx context.Context, ip netip.Addr) Decision {
-	parent := trace.SpanFromContext(ctx)
-	d, span := l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout)
-	if span != nil {
-		defer span.End()
-		if !d.Allowed {
-			l.record(parent, span, ScopeClientLockout, OutcomeLocked, d, "")
-		}
-	}
-	return d
+	return l.fail(ctx, "limits.auth_failure", ScopeClientLockout, LockoutClient, clientLogKey(ip), clientLockKey(ip), l.cfg.AuthLockout, true)
 }
 
 // WriteFailed records a failed write (a 4xx other than 401, 403 and 429 to POST, PUT or
 // DELETE) of the key keyID, after it was answered; the failure that fills the WriteLockout
 // rule starts the lock. A failure while the lock holds is not recorded.
 func (l *Limiter) WriteFailed(ctx context.Context, keyID string) {
-	if _, span := l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout); span != nil {
-		span.End()
-	}
+	l.fail(ctx, "limits.write_failure", ScopeKeyLockout, LockoutKey, keyLogKey(keyID), keyLockKey(keyID), l.cfg.WriteLockout, false)
 }
 
 // CountsAsWriteFailure reports whether a response with status to a request with method
@@ -213,17 +203,20 @@ func CountsAsWriteFailure(method string, status int) bool {
 // went away.
 const statusClientClosed = 499
 
-// fail records a failure under rule in its own span, which the caller ends (nil when the rule
-// is off). The Decision refuses only when the lock already held: nothing was recorded.
-func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout) (Decision, trace.Span) {
+// fail records a failure under rule. The Decision refuses only when the lock already held,
+// and then nothing was recorded. With answers, the failure is recorded before its request is
+// answered, and that refusal becomes the request's decision, counted as the lockout's.
+func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKey string, rule Lockout, answers bool) Decision {
 	if !rule.Enabled() {
-		return Decision{Allowed: true}, nil
+		return Decision{Allowed: true}
 	}
+	parent := trace.SpanFromContext(ctx)
 	ctx, span := l.tracer.Start(ctx, name)
+	defer span.End()
 	started, held, err := l.b.Fail(ctx, logKey, lockKey, rule)
 	if err != nil {
 		l.backendError(ctx, span, err)
-		return Decision{Allowed: true}, span
+		return Decision{Allowed: true}
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("limits.scope", scope), attribute.Bool("limits.lock_started", started),
@@ -235,9 +228,13 @@ func (l *Limiter) fail(ctx context.Context, name, scope, subject, logKey, lockKe
 			slog.Duration("lock", rule.Lock))
 	}
 	if held > 0 {
-		return Decision{RetryAfter: seconds(held), Locked: true}, span
+		d := Decision{RetryAfter: seconds(held), Locked: true}
+		if answers {
+			l.record(parent, span, scope, OutcomeLocked, d, "")
+		}
+		return d
 	}
-	return Decision{Allowed: true}, span
+	return Decision{Allowed: true}
 }
 
 // CheckKey answers step 4 of docs/api-contract.md §5 for the key keyID: its write lockout, then its rate
