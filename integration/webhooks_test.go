@@ -195,6 +195,8 @@ func TestWebhookValidation(t *testing.T) {
 		{"url not a string", map[string]any{"url": 5}, map[string][]string{"url": {"The url field must be a string."}}},
 		{"relative", map[string]any{"url": "/hook"}, map[string][]string{"url": {"The url field must be a valid URL."}}},
 		{"not a url", map[string]any{"url": "hooks example"}, map[string][]string{"url": {"The url field must be a valid URL."}}},
+		{"a space in the path", map[string]any{"url": "https://example.com/o k"}, map[string][]string{"url": {"The url field must be a valid URL."}}},
+		{"a space in the query", map[string]any{"url": "https://example.com/hook?a=b c"}, map[string][]string{"url": {"The url field must be a valid URL."}}},
 		{"ftp", map[string]any{"url": "ftp://example.com/x"}, map[string][]string{"url": {"The url field must be an http or https URL."}}},
 		{"user", map[string]any{"url": "https://u:p@example.com/x"}, map[string][]string{"url": {"The url field must not contain a user name or password."}}},
 		{"too long", map[string]any{"url": "https://example.com/" + strings.Repeat("a", 2029)}, map[string][]string{"url": {"The url field must not be greater than 2048 characters."}}},

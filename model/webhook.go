@@ -122,7 +122,9 @@ func checkWebhookURL(s string) string {
 		return fmt.Sprintf(msgMax, "url", MaxWebhookURLLen)
 	}
 	u, err := url.Parse(s)
-	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" || u.Hostname() == "" {
+	// url.Parse takes a raw space in the path or the query; a URL has none (RFC 3986), and
+	// which receiver it would reach (%20, +, or a cut) is anyone's guess.
+	if err != nil || strings.ContainsRune(s, ' ') || !u.IsAbs() || u.Host == "" || u.Opaque != "" || u.Hostname() == "" {
 		return fmt.Sprintf(msgURL, "url")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
