@@ -9,9 +9,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
 // machine describes the host: CPU model, CPU count and memory, from /proc.
@@ -498,8 +495,7 @@ func cpuTriple(r *RunRecord) string {
 	return strings.Join(parts, " / ")
 }
 
-// cpuTargetsMarkdown judges what a request costs against cpuTargets, getDBTarget and
-// rss256TargetMiB.
+// cpuTargetsMarkdown judges what a request costs against cpuTargets and rss256TargetMiB.
 func cpuTargetsMarkdown(w io.Writer, rep *Report) {
 	vs := cpuVerdicts(rep)
 	if len(vs) == 0 {
@@ -520,12 +516,10 @@ func cpuTargetsMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | ≥ %.2f | %s | %s | %s |\n", v.service, f1(v.svcUs), svcTarget, svcVerdict,
 			f2(v.ratio), v.minRatio, metWord(v.ratio >= v.minRatio), f2(v.byCPU), f2(v.withoutService))
 	}
-	s := rep.find("service", svc.Get, "measure", rep.Meta.Clients)
-	b := rep.find("baseline", baseline.SelectByID, "measure", rep.Meta.Clients)
-	if s != nil && b != nil {
-		if db, base := usPerReq(s.DBCPU, s), usPerReq(b.DBCPU, b); !math.IsNaN(db) && !math.IsNaN(base) {
-			fmt.Fprintf(w, "\nPostgreSQL's CPU per get: %.1f µs, %.2f × the baseline's %.1f µs (target ≤ %.1f ×: %s).\n",
-				db, db/base, base, getDBTarget, metWord(db <= getDBTarget*base))
+	for _, v := range vs {
+		if v.maxDBTimes > 0 && !math.IsNaN(v.db) && !math.IsNaN(v.baseDB) {
+			fmt.Fprintf(w, "\nPostgreSQL's CPU per %s: %.1f µs, %.2f × the baseline's %.1f µs (target ≤ %.1f ×: %s).\n",
+				v.service, v.db, v.db/v.baseDB, v.baseDB, v.maxDBTimes, metWord(v.db <= v.maxDBTimes*v.baseDB))
 		}
 	}
 	peak := 0.0

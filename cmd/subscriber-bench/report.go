@@ -295,36 +295,37 @@ var targets = []target{
 }
 
 // cpuTarget is a target on what a request costs: the service's own CPU per request (at most
-// maxSvcUs; 0, none) and the scenario's throughput against its baseline (at least minRatio).
+// maxSvcUs; 0, none), the scenario's throughput against its baseline (at least minRatio) and
+// PostgreSQL's CPU per request against the baseline's (at most maxDBTimes; 0, none).
 type cpuTarget struct {
 	service, baseline string
 	maxSvcUs          float64
 	minRatio          float64
+	maxDBTimes        float64
 }
 
 var cpuTargets = []cpuTarget{
-	{svc.Get, baseline.SelectByID, 90, 0.6},
-	{svc.ListFirst, baseline.Page, 150, 0.5},
-	{svc.ListDeep, baseline.PageDeep, 0, 1},
-	{svc.CreateActive, baseline.InsertOne, 150, 0.8},
-	{svc.Update, baseline.UpdateByID, 150, 0.8},
+	{svc.Get, baseline.SelectByID, 90, 0.6, 1.5},
+	{svc.ListFirst, baseline.Page, 150, 0.5, 0},
+	{svc.ListDeep, baseline.PageDeep, 0, 1, 0},
+	{svc.CreateActive, baseline.InsertOne, 150, 0.8, 0},
+	{svc.Update, baseline.UpdateByID, 150, 0.8, 0},
 }
 
-// Targets beside cpuTargets: PostgreSQL's CPU per get at most getDBTarget times the
-// baseline's, and the peak RSS at 256 clients.
+// The target beside cpuTargets: the peak RSS at 256 clients.
 const (
-	getDBTarget        = 1.5
 	rss256TargetMiB    = 64
 	rss256TargetClient = "256 clients"
 )
 
-// cpuVerdict is a cpuTarget's figures in a run (median passes). byCPU is the baseline's CPU
-// per request over the scenario's, all processes counted: on a machine the two saturate,
-// their throughput ratio comes to about that. withoutService is the same with the service's
-// part left out: the most the ratio could be if the service cost nothing.
+// cpuVerdict is a cpuTarget's figures in a run (median passes), in µs per request and ratios.
+// byCPU is the baseline's CPU per request over the scenario's, all processes counted: on a
+// machine the two saturate, their throughput ratio comes to about that. withoutService is the
+// same with the service's part left out: the most the ratio could be if the service cost
+// nothing.
 type cpuVerdict struct {
 	cpuTarget
-	svcUs, ratio, byCPU, withoutService float64
+	svcUs, db, baseDB, ratio, byCPU, withoutService float64
 }
 
 func cpuVerdicts(rep *Report) []cpuVerdict {
@@ -336,9 +337,10 @@ func cpuVerdicts(rep *Report) []cpuVerdict {
 			continue
 		}
 		svcUs, db, tool := usPerReq(s.ServiceCPU, s), usPerReq(s.DBCPU, s), usPerReq(s.ToolCPU, s)
-		base := usPerReq(b.DBCPU, b) + usPerReq(b.ToolCPU, b) // NaN when either is unknown
-		out = append(out, cpuVerdict{cpuTarget: t, svcUs: svcUs, ratio: stats.Ratio(s.RequestsPerSec, b.RequestsPerSec),
-			byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
+		baseDB := usPerReq(b.DBCPU, b)
+		base := baseDB + usPerReq(b.ToolCPU, b) // NaN when either is unknown
+		out = append(out, cpuVerdict{cpuTarget: t, svcUs: svcUs, db: db, baseDB: baseDB,
+			ratio: stats.Ratio(s.RequestsPerSec, b.RequestsPerSec), byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
 	}
 	return out
 }
