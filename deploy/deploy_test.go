@@ -286,10 +286,15 @@ func githubAnchor(heading string) string {
 // docker-compose.yml mounts exists.
 func TestComposeWiring(t *testing.T) {
 	var prom struct {
-		RuleFiles     []string `yaml:"rule_files"`
+		RuleFiles []string `yaml:"rule_files"`
+		Global    struct {
+			ScrapeNativeHistograms bool `yaml:"scrape_native_histograms"`
+		} `yaml:"global"`
 		ScrapeConfigs []struct {
 			JobName       string `yaml:"job_name"`
 			MetricsPath   string `yaml:"metrics_path"`
+			ScrapeNative  *bool  `yaml:"scrape_native_histograms"`
+			ScrapeClassic bool   `yaml:"always_scrape_classic_histograms"`
 			StaticConfigs []struct {
 				Targets []string `yaml:"targets"`
 			} `yaml:"static_configs"`
@@ -303,6 +308,16 @@ func TestComposeWiring(t *testing.T) {
 	for _, sc := range prom.ScrapeConfigs {
 		if sc.JobName == "subscriberd" && sc.MetricsPath == "/metrics" && len(sc.StaticConfigs) == 1 {
 			target = strings.Join(sc.StaticConfigs[0].Targets, ",")
+			// A histogram exposed both ways loses its classic series to the native one unless
+			// the job keeps them, and the rules and dashboards read only classic series.
+			native := prom.Global.ScrapeNativeHistograms
+			if sc.ScrapeNative != nil {
+				native = *sc.ScrapeNative
+			}
+			if native && !sc.ScrapeClassic {
+				t.Error("job subscriberd scrapes native histograms without always_scrape_classic_histograms: " +
+					"Prometheus would drop the _bucket, _count and _sum series the rules and dashboards read")
+			}
 		}
 	}
 	if target != "subscriberd:9090" {
