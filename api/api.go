@@ -41,7 +41,8 @@ type Store interface {
 	Unsubscribe(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
 }
 
-// Authenticator finds what a key hash grants; an unknown or revoked key is model.ErrKeyNotFound.
+// Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
+// one model.ErrKeyRevoked with the key's id.
 type Authenticator interface {
 	Authenticate(ctx context.Context, keyHash []byte) (model.Principal, error)
 }

@@ -230,6 +230,7 @@ func (s *fakeStore) Unsubscribe(_ context.Context, newsletter, id uuid.UUID) (mo
 type fakeAuth struct {
 	mu      sync.Mutex
 	keys    map[[32]byte]model.Principal
+	revoked map[[32]byte]model.Principal
 	lookups int
 	err     error // returned for every lookup when set
 }
@@ -237,7 +238,7 @@ type fakeAuth struct {
 var _ api.Authenticator = (*fakeAuth)(nil)
 
 func newFakeAuth() *fakeAuth {
-	a := &fakeAuth{keys: map[[32]byte]model.Principal{}}
+	a := &fakeAuth{keys: map[[32]byte]model.Principal{}, revoked: map[[32]byte]model.Principal{}}
 	a.Set(keyA, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterA, APIAccess: true})
 	a.Set(keyB, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterB, APIAccess: true})
 	a.Set(keyNoAccess, model.Principal{KeyID: uuid.New(), NewsletterID: newsletterA, APIAccess: false})
@@ -251,6 +252,9 @@ func (a *fakeAuth) Authenticate(_ context.Context, hash []byte) (model.Principal
 	if a.err != nil {
 		return model.Principal{}, a.err
 	}
+	if p, ok := a.revoked[[32]byte(hash)]; ok {
+		return model.Principal{KeyID: p.KeyID, NewsletterID: p.NewsletterID}, fmt.Errorf("fake auth: %w", model.ErrKeyRevoked)
+	}
 	p, ok := a.keys[[32]byte(hash)]
 	if !ok {
 		return model.Principal{}, fmt.Errorf("fake auth: %w", model.ErrKeyNotFound)
@@ -263,13 +267,18 @@ func (a *fakeAuth) Set(key string, p model.Principal) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.keys[[32]byte(model.HashKey(key))] = p
+	delete(a.revoked, [32]byte(model.HashKey(key)))
 }
 
-// Revoke makes key unknown.
+// Revoke revokes key, as the repo does: it is refused, and told apart from an unknown key.
 func (a *fakeAuth) Revoke(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.keys, [32]byte(model.HashKey(key)))
+	h := [32]byte(model.HashKey(key))
+	if p, ok := a.keys[h]; ok {
+		a.revoked[h] = p
+		delete(a.keys, h)
+	}
 }
 
 // Lookups returns how many times the server asked for a key.

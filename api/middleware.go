@@ -270,7 +270,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	refused := isAPIErr && apiErr.status == http.StatusUnauthorized
 	switch {
 	case refused:
-		outcome = authFailure(header)
+		outcome = authFailure(header, p)
 	case err != nil:
 		outcome = authError
 	case !p.APIAccess:
@@ -305,7 +305,8 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 const (
 	authOK           = "ok"
 	authMissing      = "missing"       // no Authorization header, or another scheme
-	authInvalid      = "invalid"       // malformed, unknown or revoked key (not told apart)
+	authInvalid      = "invalid"       // malformed or unknown key
+	authRevoked      = "revoked"       // a revoked key (answered as an unknown one)
 	authPlanDisabled = "plan_disabled" // the newsletter's plan has API access disabled
 	authError        = "error"         // the key could not be checked (the database failed)
 )
@@ -328,7 +329,7 @@ func authEvent(outcome string, keyID uuid.UUID) []trace.EventOption {
 // keylessAuthEvents are the auth event options of the outcomes that name no key.
 var keylessAuthEvents = func() map[string][]trace.EventOption {
 	m := map[string][]trace.EventOption{}
-	for _, o := range []string{authOK, authMissing, authInvalid, authPlanDisabled, authError} {
+	for _, o := range []string{authOK, authMissing, authInvalid, authRevoked, authPlanDisabled, authError} {
 		m[o] = []trace.EventOption{trace.WithAttributes(attribute.String("app.auth.outcome", o))}
 	}
 	return m
@@ -343,16 +344,21 @@ func verifiedEvent(p model.Principal) []trace.EventOption {
 	return authEvent(authOK, p.KeyID)
 }
 
-// authFailure classifies the header of a request refused with 401.
-func authFailure(header string) string {
+// authFailure classifies a request refused with 401 by its header and what principal found:
+// the id of a revoked key, or nothing.
+func authFailure(header string, p model.Principal) string {
 	if scheme, _, ok := strings.Cut(header, " "); !ok || !strings.EqualFold(scheme, "Bearer") {
 		return authMissing
+	}
+	if p.KeyID != uuid.Nil {
+		return authRevoked
 	}
 	return authInvalid
 }
 
 // principal verifies an Authorization header value. With the principal of a verified key
-// come the options of its auth event (authEvent); they are nil when err is not.
+// come the options of its auth event (authEvent); they are nil when err is not. A revoked key
+// is refused as an unknown one, but its id comes back for the auth event and the metric.
 func (s *Server) principal(ctx context.Context, header string) (model.Principal, []trace.EventOption, error) {
 	scheme, key, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -368,6 +374,8 @@ func (s *Server) principal(ctx context.Context, header string) (model.Principal,
 	}
 	p, err := s.cfg.Auth.Authenticate(ctx, hash)
 	switch {
+	case errors.Is(err, model.ErrKeyRevoked):
+		return model.Principal{KeyID: p.KeyID}, nil, unauthorized()
 	case errors.Is(err, model.ErrKeyNotFound):
 		return model.Principal{}, nil, unauthorized()
 	case err != nil:

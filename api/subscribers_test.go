@@ -150,6 +150,23 @@ func TestAuthorizationHeaderForms(t *testing.T) {
 	}
 }
 
+// A revoked key gets the answer of an unknown one; only the metric and the auth event tell
+// them apart, for an operator looking for an integration still sending it.
+func TestRevokedKeyIsAnsweredAsUnknownButCountedApart(t *testing.T) {
+	e := newEnv(t)
+	unknown := e.do(t, req{"GET", subs, nil, []string{bearer(keyUnknown)}})
+	e.auth.Revoke(keyB)
+	revoked := e.do(t, req{"GET", subs, nil, []string{bearer(keyB)}})
+	if revoked.Code != http.StatusUnauthorized || revoked.Body.String() != unknown.Body.String() ||
+		revoked.Header().Get("WWW-Authenticate") != unknown.Header().Get("WWW-Authenticate") {
+		t.Errorf("revoked key: %d %s %v; unknown key: %d %s %v", revoked.Code, revoked.Body, revoked.Header(),
+			unknown.Code, unknown.Body, unknown.Header())
+	}
+	if diff := cmp.Diff(map[string]int{"invalid": 1, "revoked": 1}, e.metrics.authFailures); diff != "" {
+		t.Errorf("auth failures (-want +got):\n%s", diff)
+	}
+}
+
 func TestMalformedKeyNeedsNoLookup(t *testing.T) {
 	e := newEnv(t)
 	for _, h := range []string{"", "Basic x", "Bearer sk_short", "Bearer " + strings.Repeat("A", 43)} {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
+
+	"github.com/subscriberd/subscriberd/model"
 )
 
 var timestampRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$`)
@@ -416,6 +419,14 @@ func TestAuthentication(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.do("GET", "/subscribers", nil, "Authorization: Bearer "+key).want(t, http.StatusUnauthorized, "unauthorized")
+		// Told apart from an unknown key for telemetry, with the key's id.
+		p, err := e.accounts.Authenticate(t.Context(), model.HashKey(key))
+		if !errors.Is(err, model.ErrKeyRevoked) || !errors.Is(err, model.ErrKeyNotFound) || p.KeyID.String() != id || p.APIAccess {
+			t.Errorf("Authenticate(revoked key) = %+v, %v; want its id and ErrKeyRevoked", p, err)
+		}
+		if _, err := e.accounts.Authenticate(t.Context(), model.HashKey("sk_"+strings.Repeat("C", 40))); !errors.Is(err, model.ErrKeyNotFound) || errors.Is(err, model.ErrKeyRevoked) {
+			t.Errorf("Authenticate(unknown key) error = %v; want ErrKeyNotFound alone", err)
+		}
 	})
 	t.Run("plan without API access", func(t *testing.T) {
 		_, key := e.newKey(t, false)

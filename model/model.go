@@ -6,6 +6,7 @@ package model
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -164,6 +165,9 @@ var (
 	ErrUnavailable = errors.New("storage unavailable")
 	// ErrKeyNotFound is returned for an unknown or revoked API key.
 	ErrKeyNotFound = errors.New("api key not found")
+	// ErrKeyRevoked is the ErrKeyNotFound of a key that exists but was revoked: the client's
+	// answer is the same, only telemetry tells them apart.
+	ErrKeyRevoked = fmt.Errorf("%w: revoked", ErrKeyNotFound)
 	// ErrNewsletterNotFound is returned for an unknown newsletter id.
 	ErrNewsletterNotFound = errors.New("newsletter not found")
 )

@@ -173,8 +173,9 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 var authenticateStmt = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
 FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`)
 
-// Authenticate finds the live key with this hash and what it grants. An unknown or revoked
-// key gives model.ErrKeyNotFound.
+// Authenticate finds the live key with this hash and what it grants. An unknown key gives
+// model.ErrKeyNotFound; a revoked one model.ErrKeyRevoked (an ErrKeyNotFound too) with the
+// key's id, prefix and newsletter, for telemetry.
 func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Principal, error) {
 	var row struct {
 		ID           uuid.UUID  `bun:"id"`
@@ -193,8 +194,12 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 	}
 	// The index lookup already matched the hash; compare again in constant time so no code
 	// path depends on how much of it matched.
-	if subtle.ConstantTimeCompare(row.Hash, hash) != 1 || row.RevokedAt != nil {
+	if subtle.ConstantTimeCompare(row.Hash, hash) != 1 {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}
-	return model.Principal{KeyID: row.ID, KeyPrefix: row.Prefix, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess}, nil
+	p := model.Principal{KeyID: row.ID, KeyPrefix: row.Prefix, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess}
+	if row.RevokedAt != nil {
+		return model.Principal{KeyID: p.KeyID, KeyPrefix: p.KeyPrefix, NewsletterID: p.NewsletterID}, fmt.Errorf("%w", model.ErrKeyRevoked)
+	}
+	return p, nil
 }
