@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -34,6 +35,47 @@ type testServer struct {
 	mu         sync.Mutex
 	msgs       []received
 	rejects    map[string]*smtp.SMTPError
+	wire       bytes.Buffer // every byte clients sent, as sent (go-smtp forgives bare paths)
+}
+
+// recordingConn copies what a client sends into its server's wire.
+type recordingConn struct {
+	net.Conn
+	ts *testServer
+}
+
+func (c recordingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.ts.mu.Lock()
+	c.ts.wire.Write(p[:n])
+	c.ts.mu.Unlock()
+	return n, err
+}
+
+type recordingListener struct {
+	net.Listener
+	ts *testServer
+}
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return recordingConn{Conn: c, ts: l.ts}, nil
+}
+
+// sent returns the lines clients sent that start with prefix.
+func (ts *testServer) sent(prefix string) []string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var lines []string
+	for _, l := range strings.Split(ts.wire.String(), "\r\n") {
+		if strings.HasPrefix(l, prefix) {
+			lines = append(lines, l)
+		}
+	}
+	return lines
 }
 
 func startServer(t *testing.T, user, pass string) *testServer {
@@ -50,7 +92,7 @@ func startServer(t *testing.T, user, pass string) *testServer {
 		t.Fatal(err)
 	}
 	ts.addr = ln.Addr().String()
-	go srv.Serve(ln)
+	go srv.Serve(recordingListener{Listener: ln, ts: ts})
 	t.Cleanup(func() { srv.Close() })
 	return ts
 }
@@ -174,6 +216,12 @@ func TestSMTPSendsMultipartMessage(t *testing.T) {
 	}
 	if got[0].From != "news@example.com" || len(got[0].To) != 1 || got[0].To[0] != "ann@example.com" {
 		t.Errorf("envelope from %q to %q", got[0].From, got[0].To)
+	}
+	// The paths as RFC 5321 writes them: a strict server refuses "MAIL FROM:news@example.com".
+	mailFrom, rcptTo := ts.sent("MAIL FROM:"), ts.sent("RCPT TO:")
+	if len(mailFrom) != 1 || !strings.HasPrefix(mailFrom[0], "MAIL FROM:<news@example.com>") ||
+		len(rcptTo) != 1 || rcptTo[0] != "RCPT TO:<ann@example.com>" {
+		t.Errorf("envelope commands %q %q; want the paths in angle brackets", mailFrom, rcptTo)
 	}
 	msg, err := netmail.ReadMessage(strings.NewReader(string(got[0].Data)))
 	if err != nil {

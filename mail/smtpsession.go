@@ -69,10 +69,12 @@ func (s *SMTP) SendGated(ctx context.Context, m *Message, gate func(accept func(
 			return &PermanentError{Code: 0, Err: ErrNoSMTPUTF8}
 		}
 	}
-	if err := sc.Mail(from); err != nil {
+	// go-mail's SMTP client sends the path as given: RFC 5321 wants it in angle brackets,
+	// and strict servers refuse a bare address.
+	if err := sc.Mail("<" + from + ">"); err != nil {
 		return classifyReply("MAIL FROM", err)
 	}
-	if err := sc.Rcpt(rcpt); err != nil {
+	if err := sc.Rcpt("<" + rcpt + ">"); err != nil {
 		return classifyReply("RCPT TO "+rcpt, err)
 	}
 	w, err := sc.Data()
