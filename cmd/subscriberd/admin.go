@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,7 +101,7 @@ func databaseName(dsn string) string {
 
 func migrateCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, loader := cliFlags("migrate", stderr, getenv)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseArgs(fs, args, 0); err != nil {
 		return err
 	}
 	cfg, err := loader.load(nil)
@@ -147,7 +148,7 @@ func newsletterCmd(ctx context.Context, prog string, args []string, getenv func(
 	case "create":
 		name := fs.String("name", "", "newsletter name")
 		access := fs.Bool("api-access", true, "whether the newsletter's plan has API access")
-		if err := fs.Parse(args[1:]); err != nil {
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
 		if strings.TrimSpace(*name) == "" {
@@ -163,11 +164,8 @@ func newsletterCmd(ctx context.Context, prog string, args []string, getenv func(
 	case "update":
 		name := fs.String("name", "", "new newsletter name")
 		access := fs.Bool("api-access", true, "whether the newsletter's plan has API access (unchanged when not given)")
-		id, rest, err := idArg("newsletter update", args[1:])
+		id, err := idArg(fs, args[1:])
 		if err != nil {
-			return err
-		}
-		if err := fs.Parse(rest); err != nil {
 			return err
 		}
 		set := map[string]bool{}
@@ -197,7 +195,7 @@ func newsletterCmd(ctx context.Context, prog string, args []string, getenv func(
 			return printJSON(stdout, newsletterJSON{ID: n.ID.String(), Name: n.Name, APIAccess: n.APIAccess})
 		})
 	case "list":
-		if err := fs.Parse(args[1:]); err != nil {
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
 		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
@@ -234,7 +232,7 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 	case "create":
 		nl := fs.String("newsletter", "", "newsletter id")
 		label := fs.String("label", "", "a note on what the key is for")
-		if err := fs.Parse(args[1:]); err != nil {
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
 		id, err := uuid.Parse(*nl)
@@ -253,7 +251,7 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 		})
 	case "list":
 		nl := fs.String("newsletter", "", "newsletter id")
-		if err := fs.Parse(args[1:]); err != nil {
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
 		id, err := uuid.Parse(*nl)
@@ -275,11 +273,8 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 			return printJSON(stdout, map[string]any{"keys": out})
 		})
 	case "revoke":
-		id, rest, err := idArg("apikey revoke", args[1:])
+		id, err := idArg(fs, args[1:])
 		if err != nil {
-			return err
-		}
-		if err := fs.Parse(rest); err != nil {
 			return err
 		}
 		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
@@ -295,27 +290,46 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 	}
 }
 
-// idArg takes the leading ID argument of a command, accepting flags before or after it.
-func idArg(cmd string, args []string) (uuid.UUID, []string, error) {
-	for i, a := range args {
-		if strings.HasPrefix(a, "-") {
-			continue
+// parseArgs parses a command's flags, which may come before, between and after its arguments,
+// and returns the arguments; more than max of them is an error naming the first extra one.
+// A true/false flag takes its value after "=": in "--api-access false" the flag is true and
+// "false" is an argument, which must not pass silently.
+func parseArgs(fs *flag.FlagSet, args []string, max int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
 		}
-		if i > 0 && !strings.Contains(args[i-1], "=") && !isBoolFlag(args[i-1]) {
-			continue // the value of the previous flag
+		if fs.NArg() == 0 {
+			return pos, nil
 		}
-		id, err := uuid.Parse(a)
-		if err != nil {
-			return uuid.Nil, nil, fmt.Errorf("%s: %q is not an id", cmd, a)
+		if len(pos) == max {
+			extra := fs.Arg(0)
+			if _, err := strconv.ParseBool(extra); err == nil {
+				return nil, fmt.Errorf("%s: unexpected argument %q (a true/false flag takes its value after =, as in --api-access=%s)",
+					fs.Name(), extra, extra)
+			}
+			return nil, fmt.Errorf("%s: unexpected argument %q", fs.Name(), extra)
 		}
-		rest := append(append([]string{}, args[:i]...), args[i+1:]...)
-		return id, rest, nil
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	return uuid.Nil, nil, fmt.Errorf("%s: an ID argument is required", cmd)
 }
 
-func isBoolFlag(arg string) bool {
-	return strings.HasPrefix(strings.TrimLeft(arg, "-"), "api-access")
+// idArg parses a command that takes one ID argument, with its flags before or after it.
+func idArg(fs *flag.FlagSet, args []string) (uuid.UUID, error) {
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if len(pos) == 0 {
+		return uuid.Nil, fmt.Errorf("%s: an ID argument is required", fs.Name())
+	}
+	id, err := uuid.Parse(pos[0])
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%s: %q is not an id", fs.Name(), pos[0])
+	}
+	return id, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -130,9 +130,21 @@ func TestCLIListsAndUpdates(t *testing.T) {
 	if renamed["name"] != "Alpha Weekly" || renamed["api_access"] != false {
 		t.Errorf("update --name = %v, want the new name and api_access still false", renamed)
 	}
+	// "--api-access false" is the flag (true) and an argument "false": refused, nothing changed.
+	if msg, _ := runErr(t, env, "newsletter", "update", a["id"].(string), "--api-access", "false"); msg !=
+		`newsletter update: unexpected argument "false" (a true/false flag takes its value after =, as in --api-access=false)` {
+		t.Errorf("update --api-access false = %q", msg)
+	}
+	if msg, _ := runErr(t, env, "newsletter", "create", "--name", "Gamma", "--api-access", "false"); !strings.Contains(msg, `unexpected argument "false"`) {
+		t.Errorf("create --api-access false = %q", msg)
+	}
 	opened := cli(t, env, "newsletter", "update", "--api-access", a["id"].(string))
 	if opened["name"] != "Alpha Weekly" || opened["api_access"] != true {
-		t.Errorf("update --api-access = %v, want the name kept and api_access true", opened)
+		t.Errorf("update --api-access = %v, want the name kept and api_access true (and false until now)", opened)
+	}
+	// A flag's value may come before the ID.
+	if renamed := cli(t, env, "newsletter", "update", "--name", "Alpha Daily", a["id"].(string)); renamed["name"] != "Alpha Daily" {
+		t.Errorf("update --name NAME ID = %v", renamed)
 	}
 	if msg, _ := runErr(t, env, "newsletter", "update", a["id"].(string)); !strings.Contains(msg, "give --name NAME, --api-access=BOOL or both") {
 		t.Errorf("update without changes = %q", msg)
@@ -174,6 +186,11 @@ func TestCLIListsAndUpdates(t *testing.T) {
 		{[]string{"newsletter", "update", unknown, "--name", "x"}, "no newsletter " + unknown},
 		{[]string{"apikey", "revoke", unknown}, "no key " + unknown + " (subscriberd apikey list --newsletter ID shows them)"},
 		{[]string{"newsletter", "delete"}, `unknown subcommand "delete" (want create, update or list)`},
+		{[]string{"apikey", "create", "--newsletter", b["id"].(string), "junk"}, `apikey create: unexpected argument "junk"`},
+		{[]string{"apikey", "revoke", unknown, unknown}, `apikey revoke: unexpected argument "` + unknown + `"`},
+		{[]string{"newsletter", "list", "all"}, `newsletter list: unexpected argument "all"`},
+		{[]string{"migrate", "now"}, `migrate: unexpected argument "now"`},
+		{[]string{"serve", "now"}, `serve: unexpected argument "now"`},
 	} {
 		if msg, _ := runErr(t, env, tc.args...); !strings.Contains(msg, tc.want) {
 			t.Errorf("%v = %q, want it to contain %q", tc.args, msg, tc.want)

@@ -41,7 +41,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	migrateFirst := fs.Bool("migrate", true, "apply pending migrations before serving")
 	fs.BoolVar(&dev, "dev", dev, "on a database without newsletters, make a demo newsletter and API key and print them with a curl line")
 	loader := bindConfig(fs, getenv)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseArgs(fs, args, 0); err != nil {
 		return err
 	}
 	var defaults map[string]string
