@@ -77,7 +77,7 @@ func (s *Server) registerDocs() {
 	}
 	s.mux.HandleFunc("GET "+DocsPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", docsCSP)
-		serveStatic(w, r, page)
+		serveStatic(w, r, page, "no-store") // the contract's route: no-store, as every response (§1)
 	})
 	s.mux.HandleFunc("GET "+DocsAssetsPath+"{file}", func(w http.ResponseWriter, r *http.Request) {
 		f, ok := assets[r.PathValue("file")]
@@ -85,13 +85,13 @@ func (s *Server) registerDocs() {
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 			return
 		}
-		serveStatic(w, r, f)
+		serveStatic(w, r, f, "no-cache") // revalidate: one small 304 per load
 	})
 }
 
 // serveStatic answers with f, or 304 when the client's copy is current: the assets are large
 // and change only with the binary.
-func serveStatic(w http.ResponseWriter, r *http.Request, f staticFile) {
+func serveStatic(w http.ResponseWriter, r *http.Request, f staticFile, cacheControl string) {
 	file, err := docsUI.Open(f.name)
 	if err != nil {
 		writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
@@ -100,8 +100,8 @@ func serveStatic(w http.ResponseWriter, r *http.Request, f staticFile) {
 	defer file.Close()
 	h := w.Header()
 	h.Set("Content-Type", f.contentType)
-	h.Set("Cache-Control", "no-cache") // revalidate: one small 304 per load
-	h.Set("ETag", f.etag())            // ServeContent answers If-None-Match with it
+	h.Set("Cache-Control", cacheControl)
+	h.Set("ETag", f.etag()) // ServeContent answers If-None-Match with it
 	// embed.FS documents that its files implement io.Seeker.
 	http.ServeContent(w, r, "", time.Time{}, file.(io.ReadSeeker))
 }

@@ -43,6 +43,9 @@ func TestDocsPageOffline(t *testing.T) {
 	if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /api/v1/docs = %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
+	if cc := rec.Header().Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("GET /api/v1/docs Cache-Control = %q, want no-store as every response of the contract (§1)", cc)
+	}
 	csp := rec.Header().Get("Content-Security-Policy")
 	for _, d := range strings.Split(csp, ";") {
 		for _, src := range strings.Fields(d)[1:] {
