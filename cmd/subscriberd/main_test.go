@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -240,5 +242,43 @@ func (s *served) stop(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not stop after cancel")
+	}
+}
+
+// TestShutdownCutsWhatOutlastsTheGrace: a request still in flight when the grace ends (here a
+// client that sent half its headers and stalls) is cut, and serve still stops cleanly (§7:
+// exit 0). Not parallel: it shortens the grace, which the parallel tests read only after it.
+func TestShutdownCutsWhatOutlastsTheGrace(t *testing.T) {
+	grace := shutdownGrace
+	shutdownGrace = time.Second
+	t.Cleanup(func() { shutdownGrace = grace })
+	env := map[string]string{
+		"DATABASE_URL": pg.Empty(t),
+		"LISTEN_ADDR":  "127.0.0.1:0",
+		"ADMIN_ADDR":   "127.0.0.1:0",
+		"LOG_FORMAT":   "json",
+	}
+	cli(t, env, "migrate")
+	s := startServe(t, env)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.api, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /api/v1/subscribers HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the server has read the first line: the request is in flight
+	start := time.Now()
+	s.stop(t)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("serve took %v to stop with a 1 s grace; the stalled request was not cut", d)
+	}
+	if !strings.Contains(s.logs.String(), "shutdown grace over") || !strings.Contains(s.logs.String(), `"msg":"stopped"`) {
+		t.Errorf("logs lack the grace warning or the stop:\n%s", s.logs.String())
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a test
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read on the stalled connection after the stop = %v, want it closed", err)
 	}
 }
