@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/subscriberd/subscriberd/internal/outage"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/outbox"
 )
@@ -131,6 +132,15 @@ type Worker struct {
 	tracer    trace.Tracer
 	// logsOnly: transport writes emails to the log instead of sending them (LogTransport).
 	logsOnly bool
+	// claims logs failing claims (the database down) in a few lines, not one a poll.
+	claims *outage.Log
+}
+
+// ClaimOutage is what the email worker logs while it cannot claim due emails.
+var ClaimOutage = outage.Messages{
+	Start:   "claiming due emails failed",
+	Summary: "claiming due emails still failing",
+	End:     "claiming due emails works again",
 }
 
 // NewWorker returns a worker that claims emails from o, writes them with c and sends them
@@ -142,6 +152,7 @@ func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
 		log:    cfg.Logger.With(slog.String("component", "email_worker")),
 		tracer: cfg.TracerProvider.Tracer("github.com/subscriberd/subscriberd/mail"),
 	}
+	w.claims = outage.New(w.log, ClaimOutage, 0, nil)
 	_, w.logsOnly = t.(interface{ logsOnly() })
 	return w
 }
@@ -151,8 +162,11 @@ func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
 func (w *Worker) Run(ctx context.Context) error {
 	outbox.Loop(ctx, w.cfg.Wake, w.cfg.PollInterval, func() bool {
 		n, err := w.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "claiming due emails failed", errAttr(err))
+		switch {
+		case err == nil:
+			w.claims.OK(ctx)
+		case ctx.Err() == nil:
+			w.claims.Failed(ctx, err)
 		}
 		return err == nil && n >= w.cfg.BatchSize // a full batch means more may be due: go on at once
 	})

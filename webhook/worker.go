@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/subscriberd/subscriberd/internal/outage"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/outbox"
 )
@@ -113,6 +114,15 @@ type Worker struct {
 	client *http.Client
 	log    *slog.Logger
 	tracer trace.Tracer
+	// claims logs failing claims (the database down) in a few lines, not one a poll.
+	claims *outage.Log
+}
+
+// ClaimOutage is what the webhook worker logs while it cannot claim due deliveries.
+var ClaimOutage = outage.Messages{
+	Start:   "claiming due webhooks failed",
+	Summary: "claiming due webhooks still failing",
+	End:     "claiming due webhooks works again",
 }
 
 // NewWorker returns a worker that claims deliveries from q.
@@ -130,12 +140,13 @@ func NewWorker(q Queue, cfg Config) *Worker {
 		ResponseHeaderTimeout:  cfg.Timeout,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
+	log := cfg.Logger.With(slog.String("component", "webhook_worker"))
 	return &Worker{
-		queue: q, cfg: cfg,
+		queue: q, cfg: cfg, claims: outage.New(log, ClaimOutage, 0, nil),
 		client: &http.Client{Transport: transport,
 			// Redirects are not followed (docs/api-contract.md §10.4): a 3xx is a failed attempt.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		log:    cfg.Logger.With(slog.String("component", "webhook_worker")),
+		log:    log,
 		tracer: cfg.TracerProvider.Tracer("github.com/subscriberd/subscriberd/webhook"),
 	}
 }
@@ -171,8 +182,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			return false // a batch ending kicks the loop
 		}
 		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "claiming due webhooks failed", slog.String("error", err.Error()))
+		switch {
+		case err == nil:
+			w.claims.OK(ctx)
+		case ctx.Err() == nil:
+			w.claims.Failed(ctx, err)
 		}
 		for _, b := range batches {
 			busy.Add(1)

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -26,11 +27,18 @@ type memQueue struct {
 	batches  []model.DeliveryBatch
 	finished [][]model.DeliveryResult
 	gone     bool
+	failing  int // claims to fail before the next succeeds
+	claims   int // claims asked for
 }
 
 func (q *memQueue) Claim(context.Context, int, int, time.Duration) ([]model.DeliveryBatch, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.claims++
+	if q.failing > 0 {
+		q.failing--
+		return nil, errors.New("database down")
+	}
 	b := q.batches
 	q.batches = nil
 	return b, nil
@@ -53,6 +61,53 @@ func (r *recorder) WebhookDelivery(_ context.Context, outcome string, _ time.Dur
 	r.mu.Lock()
 	r.outcomes = append(r.outcomes, outcome)
 	r.mu.Unlock()
+}
+
+// TestClaimFailuresAreOneOutage: claims that fail (the database down) are logged as one
+// outage, a line when it starts and one when it ends, not a line a poll.
+func TestClaimFailuresAreOneOutage(t *testing.T) {
+	var logs bytes.Buffer
+	var logsMu sync.Mutex
+	q := &memQueue{failing: 5}
+	w := NewWorker(q, Config{PollInterval: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logs, &logsMu}, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		n := q.claims
+		q.mu.Unlock()
+		if n > 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims in 10 s", n)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	logsMu.Lock()
+	defer logsMu.Unlock()
+	got := logs.String()
+	if strings.Count(got, "claiming due webhooks failed") != 1 || strings.Count(got, "claiming due webhooks works again") != 1 ||
+		!strings.Contains(got, "failures=5") {
+		t.Errorf("want one line at the first failure and one, counting 5, at the first success:\n%s", got)
+	}
+}
+
+// lockedWriter serialises writes to a buffer that a test reads.
+type lockedWriter struct {
+	b  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
 
 // TestAttemptSpanLinksTheCausingRequest: each attempt is a span of its own, linked to the
