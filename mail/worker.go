@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -298,6 +299,11 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *hear
 		// Not span.RecordError: SMTP replies quote the recipient ("550 <ann@example.com>: no
 		// such user"), and addresses stay out of traces. The class is enough to find the log.
 		span.SetAttributes(attribute.String("error.type", errorType(err)))
+		// The server's reply code tells greylisting (451) from a refused sender (550); its
+		// text, which may quote the recipient, stays in the log and the outbox row.
+		if te, ok := errors.AsType[*textproto.Error](err); ok {
+			span.SetAttributes(attribute.Int(AttrSMTPReplyCode, te.Code))
+		}
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
@@ -307,6 +313,10 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *hear
 		w.cfg.Recorder.EmailSend(outcome, time.Since(start))
 	}
 }
+
+// AttrSMTPReplyCode is the send span's attribute with the SMTP server's reply code to a
+// failed attempt (4xx, 5xx); absent when the server gave none (refused connection, timeout).
+const AttrSMTPReplyCode = "subscriberd.email.smtp_reply_code"
 
 func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger, hb *heartbeat) (string, error) {
 	defer hb.drop(job) // every path below has recorded its outcome by then, or left the lease to end

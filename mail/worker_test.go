@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -358,6 +359,40 @@ func TestWorkerSpanLinksTheQueuingRequest(t *testing.T) {
 	}
 	if len(spans[1].Links()) != 0 {
 		t.Errorf("an invalid traceparent gave %d links", len(spans[1].Links()))
+	}
+}
+
+// TestSendSpanCarriesTheSMTPReplyCode: a failed attempt's span has the server's reply code,
+// not its text, which quotes the recipient; a failure without a reply has none.
+func TestSendSpanCarriesTheSMTPReplyCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int64
+	}{
+		{classifyReply("RCPT TO", &textproto.Error{Code: 451, Msg: "4.7.1 <ann@example.com> greylisted"}), 451},
+		{classifyReply("MAIL FROM", &textproto.Error{Code: 550, Msg: "5.7.1 sender refused"}), 550},
+		{errors.New("dial tcp 127.0.0.1:25: connect: connection refused"), 0},
+	} {
+		f := newFixture(t, WorkerConfig{})
+		f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Kind: model.EmailKindConfirmation})
+		f.transport.err = func(context.Context, *Message) error { return tc.err }
+		f.worker.RunOnce(context.Background())
+		spans := f.spans.Ended()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans, want 1", len(spans))
+		}
+		var code int64
+		for _, a := range spans[0].Attributes() {
+			if a.Key == AttrSMTPReplyCode {
+				code = a.Value.AsInt64()
+			}
+			if strings.Contains(a.Value.Emit(), "@") {
+				t.Errorf("attribute %s = %q names an address", a.Key, a.Value.Emit())
+			}
+		}
+		if code != tc.code {
+			t.Errorf("%v: reply code attribute %d, want %d", tc.err, code, tc.code)
+		}
 	}
 }
 
