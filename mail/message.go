@@ -63,7 +63,15 @@ func NewComposer(from, baseURL string) (*Composer, error) {
 		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("PUBLIC_BASE_URL: %q is not an absolute http(s) URL without query", baseURL)
 	}
-	_, host, _ := strings.Cut(addr.Address, "@")
+	// The sender goes in the envelope of every email, to servers that may not offer SMTPUTF8:
+	// its local part must be ASCII, and its domain goes as punycode (in From and in every
+	// Message-ID, which must be ASCII whatever the server).
+	ascii, utf8Local, err := envelopeAddress(addr.Address)
+	if err != nil || utf8Local {
+		return nil, fmt.Errorf("MAIL_FROM: %q: the address must have an ASCII local part and a valid domain", from)
+	}
+	addr = &netmail.Address{Name: addr.Name, Address: ascii}
+	_, host, _ := strings.Cut(ascii, "@")
 	return &Composer{from: addr, baseURL: strings.TrimRight(baseURL, "/"), idHost: host}, nil
 }
 

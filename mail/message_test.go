@@ -33,6 +33,8 @@ func TestNewComposer(t *testing.T) {
 		{"relative base", "", "/confirm", false},
 		{"ftp base", "", "ftp://example.com", false},
 		{"base with query", "", "https://example.com/?a=1", false},
+		{"Unicode domain sender", "Café <news@bücher.example>", "http://localhost:8080", true},
+		{"Unicode local part sender", "zoë@example.com", "http://localhost:8080", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewComposer(tc.from, tc.base)

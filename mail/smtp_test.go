@@ -395,7 +395,11 @@ func TestSMTPUnicodeNamesRoundTrip(t *testing.T) {
 // other it is a permanent failure, before RCPT names it. Its domain goes as punycode, which
 // every server takes.
 func TestSMTPNonASCIIAddresses(t *testing.T) {
-	c, _ := NewComposer("Weekly <news@example.com>", "https://example.com")
+	// A Unicode domain in MAIL_FROM goes as punycode in the envelope, From and the Message-ID.
+	c, err := NewComposer("Café <news@bücher.example>", "https://example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
 	compose := func(addr string) *Message {
 		e := testEmail()
 		e.Email = addr
@@ -436,8 +440,21 @@ func TestSMTPNonASCIIAddresses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := srv.Messages(); len(got) != 1 || got[0].To != tc.wantRcpt {
+			got := srv.Messages()
+			if len(got) != 1 || got[0].To != tc.wantRcpt {
 				t.Fatalf("accepted %+v, want one message to %s", got, tc.wantRcpt)
+			}
+			// Headers as the envelope: domains in punycode; a Message-ID is ASCII always.
+			to, err := got[0].Header.AddressList("To")
+			if err != nil || len(to) != 1 || to[0].Address != tc.wantRcpt {
+				t.Errorf("To header %q (%v), want the address %s", got[0].Header.Get("To"), err, tc.wantRcpt)
+			}
+			from, err := got[0].Header.AddressList("From")
+			if err != nil || len(from) != 1 || from[0].Address != "news@xn--bcher-kva.example" || from[0].Name != "Café" {
+				t.Errorf("From header %q (%v)", got[0].Header.Get("From"), err)
+			}
+			if id := got[0].Header.Get("Message-ID"); !strings.HasSuffix(id, "@xn--bcher-kva.example>") || !isASCII(id) {
+				t.Errorf("Message-ID %q, want <…@xn--bcher-kva.example>", id)
 			}
 		})
 	}

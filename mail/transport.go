@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	netmail "net/mail"
 	"net/url"
 	"strconv"
 	"strings"
@@ -115,7 +116,13 @@ func (s *SMTP) String() string { return s.display }
 func goMailMsg(m *Message) (*gomail.Msg, error) {
 	msg := gomail.NewMsg()
 	msg.SetAddrHeaderFromMailAddress(gomail.HeaderFrom, m.From)
-	msg.SetAddrHeaderFromMailAddress(gomail.HeaderTo, m.To)
+	// The recipient's domain goes as punycode in To as in the envelope: raw UTF-8 in a header
+	// is only for servers that offer SMTPUTF8, and only a non-ASCII local part needs one.
+	to, _, err := envelopeAddress(m.To.Address)
+	if err != nil {
+		return nil, err
+	}
+	msg.SetAddrHeaderFromMailAddress(gomail.HeaderTo, &netmail.Address{Name: m.To.Name, Address: to})
 	msg.Subject(m.Subject)
 	msg.SetMessageIDWithValue(m.ID)
 	msg.SetDate()
