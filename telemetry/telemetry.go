@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel"
@@ -51,6 +52,9 @@ func SetupTracing(ctx context.Context, version string) (func(context.Context) er
 	}
 	sampler, err := samplerFromEnv(os.Getenv)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkExportEnv(os.Getenv); err != nil {
 		return nil, err
 	}
 	res, err := newResource(ctx, version)
@@ -117,11 +121,15 @@ func newResource(ctx context.Context, version string) (*resource.Resource, error
 }
 
 // LogErrors sends the errors the OpenTelemetry SDK reports (a failed or dropped export, a bad
-// propagation header) to log at warn level, instead of the standard library's plain logger.
+// propagation header) to log at warn level, and the SDK's own log lines to log too (its errors
+// at error level; its warnings and info, which it logs at logr verbosity 1 and 4, at debug
+// levels below), instead of the standard library's plain logger on stderr, so that every line
+// is in LOG_FORMAT.
 func LogErrors(log *slog.Logger) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("opentelemetry", "error", err)
 	}))
+	otel.SetLogger(logr.FromSlogHandler(log.With("component", "opentelemetry").Handler()))
 }
 
 // samplerFromEnv builds the sampler named by OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG,

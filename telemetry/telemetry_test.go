@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/subscriberd/subscriberd/internal/otlptest"
 )
@@ -103,6 +105,16 @@ func TestSetupTracingRejectsBadConfig(t *testing.T) {
 		{map[string]string{"OTEL_PROPAGATORS": "tracecontext,smoke-signals"}, "OTEL_PROPAGATORS"},
 		{map[string]string{"OTEL_TRACES_EXPORTER": "carrier-pigeon"}, "OTEL_TRACES_EXPORTER"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		// What the SDK would ignore with a line on stderr, or silently, and then use its default.
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "::not a url"}, `OTEL_EXPORTER_OTLP_ENDPOINT: "::not a url" is not an http:// or https:// URL`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "127.0.0.1:4317"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_TIMEOUT": "abc"}, `OTEL_EXPORTER_OTLP_TIMEOUT: "abc" is not a whole number of at least 0`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_HEADERS": "bad"}, "OTEL_EXPORTER_OTLP_HEADERS"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_HEADERS": "a=%zz"}, "OTEL_EXPORTER_OTLP_HEADERS"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent.pem"}, "OTEL_EXPORTER_OTLP_CERTIFICATE"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, `OTEL_EXPORTER_OTLP_COMPRESSION: "zstd" is not one of gzip, none`},
+		{map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "abc"}, "OTEL_BSP_SCHEDULE_DELAY"},
+		{map[string]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "0"}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"},
 	} {
 		for k, v := range c.env {
 			t.Setenv(k, v)
@@ -113,6 +125,43 @@ func TestSetupTracingRejectsBadConfig(t *testing.T) {
 		for k := range c.env {
 			t.Setenv(k, "")
 		}
+	}
+}
+
+// The exporter's variables in their valid forms still start.
+func TestSetupTracingAcceptsGoodExportConfig(t *testing.T) {
+	keepGlobals(t)
+	for k, v := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_TIMEOUT": "5000",
+		"OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc%20def,tenant=a", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+		"OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "1000", "OTEL_BSP_MAX_QUEUE_SIZE": "4096",
+	} {
+		t.Setenv(k, v)
+	}
+	shutdown, err := SetupTracing(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	shutdown(ctx) //nolint:errcheck // nothing listens at the endpoint; nothing was exported
+}
+
+// The SDK's own log lines go to the service's logger, in its format (its warnings at a debug
+// level: the SDK logs them at logr verbosity 1).
+func TestLogErrorsTakesTheSDKsLogLines(t *testing.T) {
+	keepGlobals(t)
+	t.Cleanup(func() { otel.SetLogger(logr.Discard()) })
+	var buf bytes.Buffer
+	log, err := NewLogger(&buf, "debug", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	LogErrors(log)
+	sdktrace.NewSimpleSpanProcessor(tracetest.NewInMemoryExporter()).Shutdown(context.Background()) //nolint:errcheck // a test
+	if got := buf.String(); !strings.Contains(got, `"msg":"SimpleSpanProcessor is not recommended`) ||
+		!strings.Contains(got, `"component":"opentelemetry"`) {
+		t.Errorf("log = %s, want the SDK's warning as a JSON line", got)
 	}
 }
 
