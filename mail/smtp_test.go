@@ -35,7 +35,8 @@ type testServer struct {
 	mu         sync.Mutex
 	msgs       []received
 	rejects    map[string]*smtp.SMTPError
-	wire       bytes.Buffer // every byte clients sent, as sent (go-smtp forgives bare paths)
+	wire       bytes.Buffer  // every byte clients sent, as sent (go-smtp forgives bare paths)
+	dataDelay  time.Duration // how long the server takes to reply to the end of DATA
 }
 
 // recordingConn copies what a client sends into its server's wire.
@@ -152,6 +153,10 @@ func (s *testSession) Data(r io.Reader) error {
 		return err
 	}
 	s.srv.mu.Lock()
+	delay := s.srv.dataDelay
+	s.srv.mu.Unlock()
+	time.Sleep(delay)
+	s.srv.mu.Lock()
 	s.srv.msgs = append(s.srv.msgs, received{From: s.from, To: s.to, Data: b})
 	s.srv.mu.Unlock()
 	return nil
@@ -253,6 +258,36 @@ func TestSMTPSendsMultipartMessage(t *testing.T) {
 	}
 	if !strings.Contains(p["text/html"], `href="https://news.example.com/confirm/T0KEN"`) {
 		t.Errorf("text/html part lacks the link: %q", p["text/html"])
+	}
+}
+
+// A server that does not reply to the end of DATA in time may have the email or not: the
+// send fails as unconfirmed, not as an ordinary temporary failure (the worker retries it only
+// once), and the wait for that reply is bounded by finalReply.
+func TestSMTPUnansweredEndOfDataIsUnconfirmed(t *testing.T) {
+	ts := startServer(t, "", "")
+	ts.mu.Lock()
+	ts.dataDelay = 2 * time.Second
+	ts.mu.Unlock()
+	s, err := NewSMTP("smtp://"+ts.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.finalReply = 200 * time.Millisecond
+	start := time.Now()
+	err = s.Send(context.Background(), composeTest(t))
+	if _, ok := errors.AsType[*UnconfirmedError](err); !ok || IsPermanent(err) || !strings.HasPrefix(err.Error(), UnconfirmedPrefix) {
+		t.Fatalf("error %v, want an UnconfirmedError", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("the send took %v: the final reply was not bounded by finalReply", d)
+	}
+	// An answered end of DATA is the server's verdict, as before.
+	ts.mu.Lock()
+	ts.dataDelay = 0
+	ts.mu.Unlock()
+	if err := s.Send(context.Background(), composeTest(t)); err != nil {
+		t.Errorf("send to a server that answers at once: %v", err)
 	}
 }
 

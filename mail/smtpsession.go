@@ -84,7 +84,18 @@ func (s *SMTP) SendGated(ctx context.Context, m *Message, gate func(accept func(
 	if _, err := msg.WriteTo(w); err != nil {
 		return fmt.Errorf("smtp write: %w", err)
 	}
-	accept := func() error { return classifyReply("end of DATA", w.Close()) }
+	accept := func() error {
+		// The reply may take long (content scanning), but not longer than the subscriber's
+		// lock may be held (DefaultFinalReplyTimeout).
+		if err := sc.UpdateDeadline(s.finalReply); err != nil {
+			return fmt.Errorf("smtp: %w", err)
+		}
+		err := w.Close()
+		if _, isReply := errors.AsType[*textproto.Error](err); err != nil && !isReply {
+			return &UnconfirmedError{Err: err}
+		}
+		return classifyReply("end of DATA", err)
+	}
 	if gate == nil {
 		err = accept()
 	} else {

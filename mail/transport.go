@@ -52,7 +52,27 @@ type SMTP struct {
 	host    string
 	opts    []gomail.Option
 	display string // the URL without password, for logs
+	// finalReply bounds the wait for the reply to the end of DATA (DefaultFinalReplyTimeout).
+	finalReply time.Duration
 }
+
+// DefaultFinalReplyTimeout bounds the wait for the server's reply to the end of DATA. The
+// worker holds the subscriber's row lock meanwhile (see GatedTransport), and an unsubscribe or
+// an update waiting for that lock must get it within the database's statement timeout (25 s),
+// or it fails with 503.
+const DefaultFinalReplyTimeout = 20 * time.Second
+
+// UnconfirmedError is a send whose end of DATA got no reply (a timeout, a dropped connection):
+// the server may or may not have the email.
+type UnconfirmedError struct{ Err error }
+
+// UnconfirmedPrefix starts the text of every UnconfirmedError, and so the last_error it leaves.
+const UnconfirmedPrefix = "no reply to the end of DATA (the server may have the email): "
+
+func (e *UnconfirmedError) Error() string { return UnconfirmedPrefix + e.Err.Error() }
+
+// Unwrap returns the connection's error.
+func (e *UnconfirmedError) Unwrap() error { return e.Err }
 
 // NewSMTP configures delivery from an SMTP URL:
 //   - smtp://[user:pass@]host[:port] — plain connection upgraded with STARTTLS when the server
@@ -105,7 +125,7 @@ func NewSMTP(rawURL string, timeout time.Duration) (*SMTP, error) {
 	if u.User != nil && u.User.Username() != "" {
 		display = u.Scheme + "://" + url.User(u.User.Username()).String() + ":***@" + net.JoinHostPort(host, strconv.Itoa(port))
 	}
-	return &SMTP{host: host, opts: opts, display: display}, nil
+	return &SMTP{host: host, opts: opts, display: display, finalReply: DefaultFinalReplyTimeout}, nil
 }
 
 // String is the server's URL with the password masked, for logs.

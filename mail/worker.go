@@ -345,13 +345,18 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		return OutcomeRetry, err
 	}
 	msg, err := w.composer.Compose(job, token)
-	var accepted bool   // the SMTP server accepted the message
-	var commitErr error // CommitSend's own failure (obsolete, database), not the server's
+	var accepted bool    // the SMTP server accepted the message, or is taken to have (unconfirmed)
+	var unconfirmed bool // no reply to the end of DATA, for the second time: counted as sent
+	var commitErr error  // CommitSend's own failure (obsolete, database), not the server's
 	if err == nil {
-		err = w.send(ctx, job, msg, &accepted, &commitErr)
+		err = w.send(ctx, job, msg, &accepted, &unconfirmed, &commitErr)
 	}
 	switch {
 	case accepted:
+		if unconfirmed {
+			log.WarnContext(ctx, "email counted as sent: the server gave no reply to the end of DATA, "+
+				"now and at the previous attempt, and likely has one of the two", slog.String("message_id", msg.ID))
+		}
 		if err != nil {
 			// The server has the email; when the lease ends it may go out once more, with the
 			// same Message-ID. That beats losing it.
@@ -398,11 +403,22 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 // send does. accepted tells whether the server accepted the message; commitErr is
 // CommitSend's own error when it failed before asking the server (the email no longer wanted,
 // or the database).
-func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted *bool, commitErr *error) error {
+//
+// An end of DATA without a reply ([UnconfirmedError]) leaves the server with the email or
+// without it. The first is retried, like any temporary failure: better a duplicate (same
+// Message-ID) than a lost email. The second in a row counts as sent (unconfirmed is set): one
+// of the two copies is most likely with the server, and a server that never replies in time
+// would otherwise get a copy at every attempt, each with a new link that kills the previous
+// one's. So at worst one duplicate, as for a crash (docs/api-contract.md §6).
+func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted, unconfirmed *bool, commitErr *error) error {
+	unansweredBefore := strings.HasPrefix(job.LastError, UnconfirmedPrefix)
 	gate := func(accept func() error) error {
 		var acceptErr error
 		err := w.outbox.CommitSend(ctx, job, !w.logsOnly, func() error {
 			acceptErr = accept()
+			if _, ok := errors.AsType[*UnconfirmedError](acceptErr); ok && unansweredBefore {
+				acceptErr, *unconfirmed = nil, true
+			}
 			*accepted = acceptErr == nil
 			return acceptErr
 		})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/textproto"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -271,9 +272,11 @@ func TestWorkerSendsDueEmails(t *testing.T) {
 func TestWorkerOutcomes(t *testing.T) {
 	temporary := errors.New("451 4.3.0 try again later")
 	permanent := &PermanentError{Code: 550, Err: errors.New("550 5.1.1 no such user")}
+	unanswered := &UnconfirmedError{Err: os.ErrDeadlineExceeded}
 	for _, tc := range []struct {
 		name       string
-		attempts   int // made before
+		attempts   int    // made before
+		lastError  string // the previous attempt's
 		obsolete   bool
 		sendErr    error
 		outcome    string
@@ -281,14 +284,17 @@ func TestWorkerOutcomes(t *testing.T) {
 		wantSent   int
 		minD, maxD time.Duration
 	}{
-		{"temporary first failure", 0, false, temporary, OutcomeRetry, model.EmailPending, 0, 22500 * time.Millisecond, 30 * time.Second},
-		{"temporary third failure", 2, false, temporary, OutcomeRetry, model.EmailPending, 0, 90 * time.Second, 120 * time.Second},
-		{"temporary failure capped at an hour", 9, false, temporary, OutcomeRetry, model.EmailPending, 0, 45 * time.Minute, time.Hour},
-		{"temporary failure at the last attempt", 11, false, temporary, OutcomeFailed, model.EmailFailed, 0, 0, 0},
-		{"permanent failure at once", 0, false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
-		{"no longer wanted", 0, true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
-		{"success after failures", 5, false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
-		{"unknown kind", 0, false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"temporary first failure", 0, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 22500 * time.Millisecond, 30 * time.Second},
+		{"temporary third failure", 2, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 90 * time.Second, 120 * time.Second},
+		{"temporary failure capped at an hour", 9, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 45 * time.Minute, time.Hour},
+		{"temporary failure at the last attempt", 11, "", false, temporary, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"permanent failure at once", 0, "", false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"no longer wanted", 0, "", true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
+		{"success after failures", 5, "", false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
+		{"unknown kind", 0, "", false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		// No reply to the end of DATA: retried once (a duplicate at worst), then counted as sent.
+		{"no reply to the end of DATA", 1, "451 4.3.0 try again later", false, unanswered, OutcomeRetry, model.EmailPending, 0, 45 * time.Second, time.Minute},
+		{"no reply to the end of DATA again", 2, unanswered.Error(), false, unanswered, OutcomeSent, model.EmailSent, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, WorkerConfig{})
@@ -296,7 +302,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			if tc.name == "unknown kind" {
 				kind = "newsletter-issue"
 			}
-			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, Kind: kind})
+			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, LastError: tc.lastError, Kind: kind})
 			r.obsolete = tc.obsolete
 			f.transport.err = func(context.Context, *Message) error { return tc.sendErr }
 			if _, err := f.worker.RunOnce(context.Background()); err != nil {
@@ -311,7 +317,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			if tc.maxD > 0 && (r.delay < tc.minD || r.delay > tc.maxD) {
 				t.Errorf("retry delay %v, want within [%v, %v]", r.delay, tc.minD, tc.maxD)
 			}
-			if tc.sendErr != nil && !strings.Contains(r.reason, tc.sendErr.Error()) {
+			if tc.sendErr != nil && tc.state != model.EmailSent && !strings.Contains(r.reason, tc.sendErr.Error()) {
 				t.Errorf("recorded reason %q lacks %q", r.reason, tc.sendErr)
 			}
 			if tc.obsolete && len(r.hashes) != 0 {

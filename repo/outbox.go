@@ -39,6 +39,7 @@ type claimedRow struct {
 	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
 	Kind           string    `bun:"kind"`
 	Attempts       int       `bun:"attempts"`
+	LastError      string    `bun:"last_error"`
 	Traceparent    string    `bun:"traceparent"`
 	CreatedAt      time.Time `bun:"created_at"`
 	Email          string    `bun:"email"`
@@ -67,7 +68,7 @@ WITH due AS (
 ), claimed AS (
     UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
     FROM due WHERE o.id = due.id
-    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.traceparent, o.created_at
+    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.last_error, o.traceparent, o.created_at
 )
 SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
 FROM claimed AS c
@@ -83,7 +84,7 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
 		out[i] = model.OutboxEmail{
 			ID: r.ID, NewsletterID: r.NewsletterID, NewsletterName: r.NewsletterName,
 			SubscriberID: r.SubscriberID, Email: r.Email, FirstName: r.FirstName, LastName: r.LastName,
-			Kind: r.Kind, Attempts: r.Attempts, Traceparent: r.Traceparent, CreatedAt: r.CreatedAt.UTC(),
+			Kind: r.Kind, Attempts: r.Attempts, LastError: r.LastError, Traceparent: r.Traceparent, CreatedAt: r.CreatedAt.UTC(),
 		}
 	}
 	return out, nil
@@ -110,7 +111,7 @@ LIMIT ?`, now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRo
 			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.traceparent, o.created_at,
+		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.last_error, o.traceparent, o.created_at,
     s.email, s.first_name, s.last_name, n.name AS newsletter_name
 FROM email_outbox AS o
 JOIN subscribers AS s ON s.id = o.subscriber_id

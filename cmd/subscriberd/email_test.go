@@ -11,6 +11,8 @@ import (
 
 	"github.com/subscriberd/subscriberd/internal/logbuf"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
+	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 // TestServeSendsConfirmationEmails runs serve as configured by its environment against a real
@@ -242,4 +244,14 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 		t.Error(`metrics: want email_sends_total{outcome="logged"} 1 and sent 0`)
 	}
 	s.stop(t)
+}
+
+// The worker holds a subscriber's row lock while it waits for the SMTP server's reply to the
+// end of DATA; an unsubscribe or an update waiting for that lock must get it before its
+// statement times out, or it would answer 503 with the database fine.
+func TestFinalReplyWaitFitsInTheStatementTimeout(t *testing.T) {
+	if margin := repo.DefaultStatementTimeout - mail.DefaultFinalReplyTimeout; margin < 5*time.Second {
+		t.Errorf("the final reply may take %v and a statement %v: keep 5 s or more between them",
+			mail.DefaultFinalReplyTimeout, repo.DefaultStatementTimeout)
+	}
 }
