@@ -252,6 +252,11 @@ func TestSMTPSendsMultipartMessage(t *testing.T) {
 	if msg.Header.Get("Date") == "" {
 		t.Error("no Date header")
 	}
+	for _, h := range []string{"User-Agent", "X-Mailer"} {
+		if v := msg.Header.Get(h); v != "" {
+			t.Errorf("%s: %q tells recipients the mail library", h, v)
+		}
+	}
 	p := parts(t, msg)
 	if !strings.Contains(p["text/plain"], "https://news.example.com/confirm/T0KEN") {
 		t.Errorf("text/plain part lacks the link: %q", p["text/plain"])

@@ -134,7 +134,9 @@ func (s *SMTP) String() string { return s.display }
 // goMailMsg builds the MIME message: multipart/alternative with text and HTML, the addresses
 // set from parsed values so that no name can add a header or a recipient.
 func goMailMsg(m *Message) (*gomail.Msg, error) {
-	msg := gomail.NewMsg()
+	// No User-Agent or X-Mailer: they would tell every recipient the mail library and its
+	// version.
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	msg.SetAddrHeaderFromMailAddress(gomail.HeaderFrom, m.From)
 	// The recipient's domain goes as punycode in To as in the envelope: raw UTF-8 in a header
 	// is only for servers that offer SMTPUTF8, and only a non-ASCII local part needs one.
