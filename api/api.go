@@ -35,6 +35,8 @@ var DatabaseOutage = outage.Messages{
 type Store interface {
 	Create(ctx context.Context, newsletterID uuid.UUID, in model.NewSubscriber) (model.Subscriber, error)
 	CreateMany(ctx context.Context, newsletterID uuid.UUID, in []model.NewSubscriber) ([]model.Subscriber, error)
+	// TakenEmails tells which of emails the newsletter already has, keyed by model.EmailKey.
+	TakenEmails(ctx context.Context, newsletterID uuid.UUID, emails []string) (map[string]bool, error)
 	List(ctx context.Context, newsletterID uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error)
 	Get(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
 	Update(ctx context.Context, newsletterID, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error)

@@ -40,6 +40,10 @@ func (s benchStore) CreateMany(_ context.Context, _ uuid.UUID, in []model.NewSub
 	return out, nil
 }
 
+func (s benchStore) TakenEmails(context.Context, uuid.UUID, []string) (map[string]bool, error) {
+	return nil, nil
+}
+
 func (s benchStore) List(_ context.Context, _ uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
 	out := make([]model.Subscriber, q.Limit)
 	for i := range out {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -335,7 +336,8 @@ func TestErrorEnvelopes(t *testing.T) {
 	}
 }
 
-// TestStoreNotCalledOnInvalidInput: a request failing validation never reaches the store.
+// TestStoreNotCalledOnInvalidInput: a request failing validation changes nothing in the store;
+// the only call it may make is an invalid bulk's read of which emails are taken.
 func TestStoreNotCalledOnInvalidInput(t *testing.T) {
 	tests := []struct {
 		method, path, body string
@@ -353,8 +355,8 @@ func TestStoreNotCalledOnInvalidInput(t *testing.T) {
 			if rec.Code != http.StatusUnprocessableEntity && rec.Code != http.StatusBadRequest {
 				t.Fatalf("status %d, body %s; want 422 or 400", rec.Code, rec.Body)
 			}
-			if calls := e.store.Calls(); len(calls) != 0 {
-				t.Errorf("store calls = %v; want none", calls)
+			if calls := slices.DeleteFunc(e.store.Calls(), func(c string) bool { return c == "TakenEmails" }); len(calls) != 0 {
+				t.Errorf("store calls = %v; want none but TakenEmails", calls)
 			}
 		})
 	}

@@ -135,6 +135,21 @@ func (s *fakeStore) CreateMany(_ context.Context, newsletter uuid.UUID, in []mod
 	return out, nil
 }
 
+func (s *fakeStore) TakenEmails(_ context.Context, newsletter uuid.UUID, emails []string) (map[string]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("TakenEmails"); err != nil {
+		return nil, err
+	}
+	taken := map[string]bool{}
+	for _, e := range emails {
+		if s.taken(newsletter, e, uuid.Nil) {
+			taken[model.EmailKey(e)] = true
+		}
+	}
+	return taken, nil
+}
+
 func (s *fakeStore) List(_ context.Context, newsletter uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

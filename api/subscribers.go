@@ -336,7 +336,7 @@ func (s *Server) create(ctx context.Context, p model.Principal, in *createInput)
 func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInput) (*bulkOutput, error) {
 	items, verr := model.ParseBulk(in.Body)
 	if verr != nil {
-		return nil, verr
+		return nil, s.withTakenEmails(ctx, p.NewsletterID, items, verr)
 	}
 	subs, err := s.cfg.Store.CreateMany(withSource(ctx, p), p.NewsletterID, items)
 	if err != nil {
@@ -352,6 +352,34 @@ func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInpu
 		s.metrics.SubscribersCreated("bulk", string(st), n)
 	}
 	return out, nil
+}
+
+// withTakenEmails adds to verr, the 422 of a bulk whose items broke the rules, the items whose
+// email the newsletter already has, so that every failing field is reported at once (§3), as
+// when the rules pass and the insert finds them. The lookup costs a read on a failing request
+// only; when it fails, verr goes as it is.
+func (s *Server) withTakenEmails(ctx context.Context, nl uuid.UUID, items []model.NewSubscriber, verr *model.ValidationError) *model.ValidationError {
+	var emails []string
+	for _, it := range items {
+		if it.Email != "" {
+			emails = append(emails, it.Email)
+		}
+	}
+	if len(emails) == 0 {
+		return verr
+	}
+	taken, err := s.cfg.Store.TakenEmails(ctx, nl, emails)
+	if err != nil {
+		s.log.DebugContext(ctx, "looking up the taken emails of an invalid bulk failed", "error", err)
+		return verr
+	}
+	var indexes []int
+	for i, it := range items {
+		if it.Email != "" && taken[model.EmailKey(it.Email)] {
+			indexes = append(indexes, i)
+		}
+	}
+	return verr.Merge(model.BulkEmailTaken(indexes))
 }
 
 // Messages of docs/api-contract.md §9.2.

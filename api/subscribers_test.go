@@ -167,6 +167,30 @@ func TestRevokedKeyIsAnsweredAsUnknownButCountedApart(t *testing.T) {
 	}
 }
 
+// An invalid bulk reports the items whose email is taken too: every failing field at once (§3).
+func TestInvalidBulkReportsTakenEmailsToo(t *testing.T) {
+	e := newEnv(t)
+	if rec := e.call(t, "POST", subs, `{"email":"taken@example.com"}`); rec.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	rec := e.call(t, "POST", subs+"/bulk", `[{"email":"Taken@example.com"},{"email":"new1@example.com"},{"email":"NEW1@example.com"},{"email":"bad"}]`)
+	if rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("status %d, body %s; want 422", rec.Code, rec.Body)
+	}
+	jsonEqual(t, rec.Body.Bytes(), `{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{
+		"0.email":["Email is already subscribed to this newsletter."],
+		"2.email":["The 2.email field has a duplicate value."],
+		"3.email":["The 3.email field must be a valid email address."]}}`)
+	// The lookup failing leaves the rules' errors as they are: never a 503 for a 422.
+	e.store.mu.Lock()
+	e.store.err = model.ErrUnavailable // the only call an invalid bulk makes is the lookup
+	e.store.mu.Unlock()
+	rec = e.call(t, "POST", subs+"/bulk", `[{"email":"taken@example.com"},{"email":"bad"}]`)
+	if rec.Code != http.StatusUnprocessableEntity || strings.Contains(rec.Body.String(), "0.email") {
+		t.Errorf("with the lookup failing: %d %s; want the 422 of the rules alone", rec.Code, rec.Body)
+	}
+}
+
 func TestMalformedKeyNeedsNoLookup(t *testing.T) {
 	e := newEnv(t)
 	for _, h := range []string{"", "Basic x", "Bearer sk_short", "Bearer " + strings.Repeat("A", 43)} {

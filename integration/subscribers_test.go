@@ -220,6 +220,16 @@ func TestBulkIsAllOrNothing(t *testing.T) {
 			map[string]any{"email": "ok1@x.io", "status": "pending"},
 			map[string]any{"email": "TAKEN@x.io"},
 		}, map[string][]string{"1.email": {"Email is already subscribed to this newsletter."}}},
+		// Every failing field at once (§3): the stored email with the rules' errors.
+		{"stored email and broken rules", []any{
+			map[string]any{"email": "Taken@x.io"},
+			map[string]any{"email": "new1@x.io"},
+			map[string]any{"email": "NEW1@x.io", "status": "x"},
+		}, map[string][]string{
+			"0.email":  {"Email is already subscribed to this newsletter."},
+			"2.email":  {"The 2.email field has a duplicate value."},
+			"2.status": {"The selected 2.status is invalid; it must be active or pending."},
+		}},
 		{"empty", []any{}, map[string][]string{"body": {"The body field must have at least 1 item."}}},
 		{"101 items", manyItems(101), map[string][]string{"body": {"The body field must not have more than 100 items."}}},
 		{"not objects", []any{1, "x"}, map[string][]string{"0": {"The 0 field must be an object."}, "1": {"The 1 field must be an object."}}},

@@ -108,7 +108,10 @@ func ParseCreate(obj map[string]any) (NewSubscriber, *ValidationError) {
 }
 
 // ParseBulk validates a bulk create body: 1 to MaxBulkItems SubscriberInput objects, no two
-// with the same email (case-insensitive). Keys are "<index>.<field>".
+// with the same email (case-insensitive). Keys are "<index>.<field>". When items fail but
+// their number is right, the items come back too, each with its email only if that passed its
+// rules, so that the caller can add the emails already taken to the same 422 (§3: every
+// failing field at once).
 func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 	var verr *ValidationError
 	switch {
@@ -128,6 +131,9 @@ func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 		}
 		ns, emailOK, itemErr := parseItem(obj, prefix)
 		verr = verr.Merge(itemErr)
+		if !emailOK {
+			ns.Email = ""
+		}
 		// Duplicates are judged on the email alone, whatever else the item gets wrong, so
 		// every failing field is reported at once.
 		if emailOK {
@@ -140,7 +146,7 @@ func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 		out[i] = ns
 	}
 	if verr != nil {
-		return nil, verr
+		return out, verr
 	}
 	return out, nil
 }

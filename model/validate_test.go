@@ -537,10 +537,34 @@ func TestParseBulk(t *testing.T) {
 			if diff := cmp.Diff(tt.wantErrs, fieldsOf(verr)); diff != "" {
 				t.Fatalf("ParseBulk errors mismatch (-want +got):\n%s", diff)
 			}
+			if verr != nil {
+				return // the items of a failed bulk: TestParseBulkKeepsTheEmailsThatPassed
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("ParseBulk mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A bulk that fails its rules still returns its items, with the email of each whose email
+// passed, so that the API can add the ones already taken to the same 422.
+func TestParseBulkKeepsTheEmailsThatPassed(t *testing.T) {
+	got, verr := model.ParseBulk([]any{
+		map[string]any{"email": "a@example.com", "status": "x"},
+		map[string]any{"email": "not an address"},
+		"not an object",
+		map[string]any{"email": "A@example.com"},
+	})
+	if verr == nil {
+		t.Fatal("no error")
+	}
+	var emails []string
+	for _, it := range got {
+		emails = append(emails, it.Email)
+	}
+	if diff := cmp.Diff([]string{"a@example.com", "", "", "A@example.com"}, emails); diff != "" {
+		t.Errorf("emails of the failed bulk's items (-want +got):\n%s", diff)
 	}
 }
 

@@ -186,6 +186,24 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	return out, nil
 }
 
+// TakenEmails tells which of emails the newsletter already has, keyed by model.EmailKey.
+func (s *Subscribers) TakenEmails(ctx context.Context, nl uuid.UUID, emails []string) (map[string]bool, error) {
+	keys := make([]string, len(emails))
+	for i, e := range emails {
+		keys[i] = model.EmailKey(e)
+	}
+	var found []string
+	if err := s.db.NewSelect().Model((*subscriberRow)(nil)).Column("email_key").
+		Where("newsletter_id = ? AND email_key IN (?)", nl, bun.In(keys)).Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	taken := make(map[string]bool, len(found))
+	for _, k := range found {
+		taken[k] = true
+	}
+	return taken, nil
+}
+
 // insertMany inserts rows, records their events (in one statement) and queues the pending
 // ones' confirmations in one transaction, and returns the pending rows and whether webhook
 // deliveries were queued. A taken email fails it with model.ErrEmailTaken, or, when
