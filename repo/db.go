@@ -174,15 +174,19 @@ func pgDatabaseExists(ctx context.Context, maint *bun.DB, name string) (bool, er
 }
 
 func migrator(db *bun.DB) (*migrate.Migrator, error) {
-	set := migrations.Postgres
-	if isSQLite(db) {
-		set = migrations.SQLite
-	}
-	ms, err := set()
+	ms, err := migrationSet(db)
 	if err != nil {
 		return nil, err
 	}
 	return migrate.NewMigrator(db, ms, migrate.WithMarkAppliedOnSuccess(true)), nil
+}
+
+// migrationSet is the migrations of db's store.
+func migrationSet(db *bun.DB) (*migrate.Migrations, error) {
+	if isSQLite(db) {
+		return migrations.SQLite()
+	}
+	return migrations.Postgres()
 }
 
 // Migrate applies every pending migration, holding bun's migration lock so that several
@@ -236,6 +240,19 @@ func PendingMigrations(ctx context.Context, db *bun.DB) (int, error) {
 	}
 	ms, err := m.MigrationsWithStatus(ctx)
 	if err != nil {
+		// A database nobody migrated has no table of applied migrations: all are pending.
+		var exists bool
+		q := "SELECT to_regclass('bun_migrations') IS NOT NULL"
+		if isSQLite(db) {
+			q = "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'bun_migrations'"
+		}
+		if xerr := db.NewRaw(q).Scan(ctx, &exists); xerr == nil && !exists {
+			set, serr := migrationSet(db)
+			if serr != nil {
+				return 0, serr
+			}
+			return len(set.Sorted()), nil
+		}
 		return 0, translate(err)
 	}
 	return len(ms.Unapplied()), nil

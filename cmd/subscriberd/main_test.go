@@ -21,6 +21,7 @@ import (
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/internal/testredis"
 	"github.com/subscriberd/subscriberd/limits"
+	"github.com/subscriberd/subscriberd/repo"
 )
 
 var pg *testdb.Server
@@ -280,5 +281,26 @@ func TestShutdownCutsWhatOutlastsTheGrace(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a test
 	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("read on the stalled connection after the stop = %v, want it closed", err)
+	}
+}
+
+// serve --migrate=false on a database nobody migrated says to migrate, not what SQL said.
+func TestServeWithoutMigrationsSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	cli(t, env, "migrate") // creates the database; then empty it again
+	db, err := repo.Open(env["DATABASE_URL"], repo.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{"DROP SCHEMA public CASCADE", "CREATE SCHEMA public"} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, _ := runErr(t, env, "serve", "--migrate=false")
+	if !strings.Contains(msg, "migrations pending: run subscriberd migrate first") {
+		t.Errorf("serve --migrate=false on an empty database: %q", msg)
 	}
 }

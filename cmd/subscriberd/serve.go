@@ -126,6 +126,11 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	// next start, accepts the cursors of the others (docs/api-contract.md §9.2).
 	cursorKey, err := repo.Secret(ctx, db, "cursor")
 	if err != nil {
+		// With --migrate=false on a database nobody migrated, the error would be SQL's
+		// 'relation "service_secrets" does not exist'.
+		if n, perr := repo.PendingMigrations(ctx, db); perr == nil && n > 0 {
+			return fmt.Errorf("the database has %d migrations pending: run %s migrate first, or serve without --migrate=false", n, prog)
+		}
 		return cfg.dbErr(err)
 	}
 	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
