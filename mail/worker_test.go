@@ -392,8 +392,8 @@ func TestSendSpanCarriesTheSMTPReplyCode(t *testing.T) {
 			if a.Key == AttrSMTPReplyCode {
 				code = a.Value.AsInt64()
 			}
-			if strings.Contains(a.Value.Emit(), "@") {
-				t.Errorf("attribute %s = %q names an address", a.Key, a.Value.Emit())
+			if strings.Contains(a.Value.String(), "@") {
+				t.Errorf("attribute %s = %q names an address", a.Key, a.Value.String())
 			}
 		}
 		if code != tc.code {

@@ -194,7 +194,7 @@ func (s *Subscribers) TakenEmails(ctx context.Context, nl uuid.UUID, emails []st
 	}
 	var found []string
 	if err := s.db.NewSelect().Model((*subscriberRow)(nil)).Column("email_key").
-		Where("newsletter_id = ? AND email_key IN (?)", nl, bun.In(keys)).Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		Where("newsletter_id = ? AND email_key IN (?)", nl, bun.List(keys)).Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
 	taken := make(map[string]bool, len(found))
