@@ -288,15 +288,25 @@ func TestShutdownCutsWhatOutlastsTheGrace(t *testing.T) {
 func TestServeWithoutMigrationsSaysToMigrate(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": pg.Empty(t), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
-	cli(t, env, "migrate") // creates the database; then empty it again
-	db, err := repo.Open(env["DATABASE_URL"], repo.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range []string{"DROP SCHEMA public CASCADE", "CREATE SCHEMA public"} {
-		if _, err := db.ExecContext(t.Context(), q); err != nil {
+	if repo.IsSQLite(env["DATABASE_URL"]) { // an empty file in an existing directory
+		path, err := repo.SQLitePath(env["DATABASE_URL"])
+		if err != nil {
 			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	} else { // an existing database without tables
+		cli(t, env, "migrate")
+		db, err := repo.Open(env["DATABASE_URL"], repo.Options{MaxConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, q := range []string{"DROP SCHEMA public CASCADE", "CREATE SCHEMA public"} {
+			if _, err := db.ExecContext(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	msg, _ := runErr(t, env, "serve", "--migrate=false")
