@@ -145,10 +145,7 @@ func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
 		}
 		out[i] = ns
 	}
-	if verr != nil {
-		return out, verr
-	}
-	return out, nil
+	return out, verr
 }
 
 // BulkEmailTaken builds the 422 for bulk items whose email already exists in the newsletter.
