@@ -116,6 +116,8 @@ type Worker struct {
 	tracer trace.Tracer
 	// claims logs failing claims (the database down) in a few lines, not one a poll.
 	claims *outage.Log
+	// receivers logs each endpoint whose deliveries fail, the same way.
+	receivers receiverLogs
 }
 
 // ClaimOutage is what the webhook worker logs while it cannot claim due deliveries.
@@ -123,6 +125,54 @@ var ClaimOutage = outage.Messages{
 	Start:   "claiming due webhooks failed",
 	Summary: "claiming due webhooks still failing",
 	End:     "claiming due webhooks works again",
+}
+
+// ReceiverOutage is what the worker logs while deliveries to one endpoint fail (its lines
+// carry endpoint_id): the receiver is down, answers an error, or is not allowed.
+var ReceiverOutage = outage.Messages{
+	Start:   "webhook deliveries to an endpoint failing; retrying with back-off",
+	Summary: "webhook deliveries to an endpoint still failing",
+	End:     "webhook deliveries to an endpoint work again",
+}
+
+// receiverLogs holds the outage log of each endpoint whose deliveries are failing. An entry
+// goes when a delivery succeeds or the endpoint is disabled; one of an endpoint deleted while
+// failing stays, a few hundred bytes, until the process ends.
+type receiverLogs struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	down map[uuid.UUID]*outage.Log
+}
+
+// failed records a failed attempt to the endpoint: its first starts the endpoint's outage.
+func (r *receiverLogs) failed(ctx context.Context, endpoint uuid.UUID, res model.DeliveryResult) {
+	r.mu.Lock()
+	o := r.down[endpoint]
+	if o == nil {
+		if r.down == nil {
+			r.down = map[uuid.UUID]*outage.Log{}
+		}
+		o = outage.New(r.log.With(slog.String("endpoint_id", endpoint.String())), ReceiverOutage, 0, nil)
+		r.down[endpoint] = o
+	}
+	r.mu.Unlock()
+	o.Failed(ctx, errors.New(res.Error)) // describe's text: the URL is never in it
+}
+
+// delivered records a delivery to the endpoint: it ends the endpoint's outage, if any.
+func (r *receiverLogs) delivered(ctx context.Context, endpoint uuid.UUID) {
+	if o := r.forget(endpoint); o != nil {
+		o.OK(ctx)
+	}
+}
+
+// forget drops the endpoint's outage log (it was disabled, or delivered) and returns it.
+func (r *receiverLogs) forget(endpoint uuid.UUID) *outage.Log {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.down[endpoint]
+	delete(r.down, endpoint)
+	return o
 }
 
 // NewWorker returns a worker that claims deliveries from q.
@@ -142,7 +192,7 @@ func NewWorker(q Queue, cfg Config) *Worker {
 	}
 	log := cfg.Logger.With(slog.String("component", "webhook_worker"))
 	return &Worker{
-		queue: q, cfg: cfg, claims: outage.New(log, ClaimOutage, 0, nil),
+		queue: q, cfg: cfg, claims: outage.New(log, ClaimOutage, 0, nil), receivers: receiverLogs{log: log},
 		client: &http.Client{Transport: transport,
 			// Redirects are not followed (docs/api-contract.md §10.4): a 3xx is a failed attempt.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
@@ -255,6 +305,14 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 	gone := false
 	for _, r := range results[:started] {
 		gone = gone || r.Status == http.StatusGone
+		if r.Outcome == model.DeliveryDelivered {
+			w.receivers.delivered(ctx, b.EndpointID)
+		}
+	}
+	for _, r := range results[:started] {
+		if r.Outcome != model.DeliveryDelivered {
+			w.receivers.failed(ctx, b.EndpointID, r)
+		}
 	}
 	var delay time.Duration
 	if failed.Load() {
@@ -270,6 +328,7 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 		// Not lost: the lease ends and the deliveries come back (some may go out twice).
 		log.WarnContext(ctx, "recording webhook outcomes failed", slog.String("error", err.Error()))
 	case disabled:
+		w.receivers.forget(b.EndpointID)
 		log.WarnContext(ctx, "webhook endpoint disabled", slog.Bool("gone", gone))
 	}
 }

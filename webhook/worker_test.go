@@ -98,6 +98,41 @@ func TestClaimFailuresAreOneOutage(t *testing.T) {
 	}
 }
 
+// TestFailingReceiverIsOneOutage: deliveries to an endpoint that fail are logged as one
+// outage of that endpoint, with its id and the failure but not its URL, and its end.
+func TestFailingReceiverIsOneOutage(t *testing.T) {
+	statuses := []int{500, 500, 204}
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		code := statuses[0]
+		statuses = statuses[1:]
+		mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	q := &memQueue{}
+	w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, PerEndpointParallel: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	endpoint := uuid.New()
+	url := srv.URL + "/hook?token=receiver-secret"
+	for range 3 {
+		q.batches = []model.DeliveryBatch{{EndpointID: endpoint, URL: url, Secret: model.NewWebhookSecret(),
+			Deliveries: []model.Delivery{{EventID: uuid.New(), Type: model.EventCreated, Payload: []byte(`{}`)}}}}
+		if _, err := w.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := logs.String()
+	if strings.Count(got, "webhook deliveries to an endpoint failing") != 1 || !strings.Contains(got, "HTTP 500") ||
+		strings.Count(got, "webhook deliveries to an endpoint work again") != 1 || !strings.Contains(got, "failures=2") ||
+		strings.Count(got, "endpoint_id="+endpoint.String()) != 2 || strings.Contains(got, "receiver-secret") {
+		t.Errorf("want one line when the endpoint starts failing and one, counting 2, when it delivers again, "+
+			"with its id and without its URL:\n%s", got)
+	}
+}
+
 // lockedWriter serialises writes to a buffer that a test reads.
 type lockedWriter struct {
 	b  *bytes.Buffer
