@@ -3,7 +3,7 @@
 .PHONY: run test build fmt bench
 
 run:
-	go run ./cmd/subscriberd dev
+	go build -o bin/subscriberd ./cmd/subscriberd && exec bin/subscriberd dev
 
 test:
 	./scripts/test.sh
