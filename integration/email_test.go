@@ -834,3 +834,33 @@ func TestOutboxStats(t *testing.T) {
 		t.Fatalf("Stats while retrying = %d, %v, %v; want 2, waiting for 20 minutes", pending, oldest, err)
 	}
 }
+
+// The outbox counts the attempts whose end of DATA went unanswered, whatever failures come
+// between, and the claim returns the count: the worker counts the second as sent.
+func TestOutboxCountsUnansweredAttempts(t *testing.T) {
+	t.Parallel()
+	m := newMailEnv(t)
+	ctx := context.Background()
+	m.create("unanswered@example.com", "pending")
+	claim := func() model.OutboxEmail {
+		t.Helper()
+		got, err := m.outbox.Claim(ctx, 10, time.Minute)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("Claim = %v, %v; want the email", got, err)
+		}
+		return got[0]
+	}
+	e := claim()
+	for i, unanswered := range []bool{true, false, false} {
+		if e.Unanswered != min(i, 1) {
+			t.Fatalf("after %d retries, unanswered = %d", i, e.Unanswered)
+		}
+		if err := m.outbox.Retry(ctx, e.ID, 0, "x", unanswered); err != nil {
+			t.Fatal(err)
+		}
+		e = claim()
+	}
+	if e.Unanswered != 1 || e.Attempts != 3 {
+		t.Errorf("after an unanswered attempt and two other failures: unanswered %d, attempts %d; want 1, 3", e.Unanswered, e.Attempts)
+	}
+}

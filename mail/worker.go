@@ -42,8 +42,9 @@ type Outbox interface {
 	CommitSend(ctx context.Context, e model.OutboxEmail, mailed bool, accept func() error) error
 	// Extend renews the lease of claimed emails still in the worker's hands (its heartbeat).
 	Extend(ctx context.Context, ids []uuid.UUID, lease time.Duration) error
-	// Retry counts a failed attempt and makes the email due again after delay.
-	Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string) error
+	// Retry counts a failed attempt and makes the email due again after delay; unanswered says
+	// the attempt's end of DATA got no reply (model.OutboxEmail.Unanswered counts them).
+	Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string, unanswered bool) error
 	// Fail counts a failed attempt and gives up on the email; it stays for inspection.
 	Fail(ctx context.Context, id uuid.UUID, reason string) error
 	// Cancel gives up on an email nobody wants any more.
@@ -339,14 +340,14 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		// recorded, the lease ends and the email comes back by itself.
 		log.WarnContext(ctx, "issuing confirmation token failed", errAttr(err))
 		hb.drop(job)
-		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error()); rerr != nil {
+		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error(), false); rerr != nil {
 			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
 		return OutcomeRetry, err
 	}
 	msg, err := w.composer.Compose(job, token)
 	var accepted bool    // the SMTP server accepted the message, or is taken to have (unconfirmed)
-	var unconfirmed bool // no reply to the end of DATA, for the second time: counted as sent
+	var unconfirmed bool // no reply to the end of DATA, and not the first time: counted as sent
 	var commitErr error  // CommitSend's own failure (obsolete, database), not the server's
 	if err == nil {
 		err = w.send(ctx, job, msg, &accepted, &unconfirmed, &commitErr)
@@ -355,7 +356,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	case accepted:
 		if unconfirmed {
 			log.WarnContext(ctx, "email counted as sent: the server gave no reply to the end of DATA, "+
-				"now and at the previous attempt, and likely has one of the two", slog.String("message_id", msg.ID))
+				"now and at an earlier attempt, and likely has one of the two", slog.String("message_id", msg.ID))
 		}
 		if err != nil {
 			// The server has the email; when the lease ends it may go out once more, with the
@@ -374,7 +375,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		// The database failed before the server was asked to accept: nothing was sent.
 		log.WarnContext(ctx, "checking the email before sending failed", errAttr(commitErr))
 		hb.drop(job)
-		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "commit: "+commitErr.Error()); rerr != nil {
+		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "commit: "+commitErr.Error(), false); rerr != nil {
 			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
 		return OutcomeRetry, commitErr
@@ -390,7 +391,8 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	}
 	delay := w.Backoff(attempt)
 	hb.drop(job)
-	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason); rerr != nil {
+	_, unanswered := errors.AsType[*UnconfirmedError](err)
+	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason, unanswered); rerr != nil {
 		log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 	}
 	log.WarnContext(ctx, "email will be retried", slog.Duration("delay", delay), errAttr(err))
@@ -406,12 +408,13 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 //
 // An end of DATA without a reply ([UnconfirmedError]) leaves the server with the email or
 // without it. The first is retried, like any temporary failure: better a duplicate (same
-// Message-ID) than a lost email. The second in a row counts as sent (unconfirmed is set): one
-// of the two copies is most likely with the server, and a server that never replies in time
-// would otherwise get a copy at every attempt, each with a new link that kills the previous
-// one's. So at worst one duplicate, as for a crash (docs/api-contract.md §6).
+// Message-ID) than a lost email. The second, whatever failures came between, counts as sent
+// (unconfirmed is set): one of the two copies is most likely with the server, and a server
+// that never replies in time would otherwise get a copy at every attempt, each with a new link
+// that kills the previous one's. So at worst one duplicate, as for a crash
+// (docs/api-contract.md §6).
 func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, accepted, unconfirmed *bool, commitErr *error) error {
-	unansweredBefore := strings.HasPrefix(job.LastError, UnconfirmedPrefix)
+	unansweredBefore := job.Unanswered > 0
 	gate := func(accept func() error) error {
 		var acceptErr error
 		err := w.outbox.CommitSend(ctx, job, !w.logsOnly, func() error {

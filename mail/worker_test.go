@@ -145,9 +145,12 @@ func (o *fakeOutbox) Extend(_ context.Context, ids []uuid.UUID, lease time.Durat
 	return nil
 }
 
-func (o *fakeOutbox) Retry(_ context.Context, id uuid.UUID, d time.Duration, reason string) error {
+func (o *fakeOutbox) Retry(_ context.Context, id uuid.UUID, d time.Duration, reason string, unanswered bool) error {
 	return o.set(id, func(r *fakeRow) {
 		r.email.Attempts++
+		if unanswered {
+			r.email.Unanswered++
+		}
 		r.due, r.delay, r.reason = time.Now().Add(d), d, reason
 	})
 }
@@ -275,8 +278,8 @@ func TestWorkerOutcomes(t *testing.T) {
 	unanswered := &UnconfirmedError{Err: os.ErrDeadlineExceeded}
 	for _, tc := range []struct {
 		name       string
-		attempts   int    // made before
-		lastError  string // the previous attempt's
+		attempts   int // made before
+		unanswered int // of them, with no reply to the end of DATA
 		obsolete   bool
 		sendErr    error
 		outcome    string
@@ -284,17 +287,18 @@ func TestWorkerOutcomes(t *testing.T) {
 		wantSent   int
 		minD, maxD time.Duration
 	}{
-		{"temporary first failure", 0, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 22500 * time.Millisecond, 30 * time.Second},
-		{"temporary third failure", 2, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 90 * time.Second, 120 * time.Second},
-		{"temporary failure capped at an hour", 9, "", false, temporary, OutcomeRetry, model.EmailPending, 0, 45 * time.Minute, time.Hour},
-		{"temporary failure at the last attempt", 11, "", false, temporary, OutcomeFailed, model.EmailFailed, 0, 0, 0},
-		{"permanent failure at once", 0, "", false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
-		{"no longer wanted", 0, "", true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
-		{"success after failures", 5, "", false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
-		{"unknown kind", 0, "", false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
-		// No reply to the end of DATA: retried once (a duplicate at worst), then counted as sent.
-		{"no reply to the end of DATA", 1, "451 4.3.0 try again later", false, unanswered, OutcomeRetry, model.EmailPending, 0, 45 * time.Second, time.Minute},
-		{"no reply to the end of DATA again", 2, unanswered.Error(), false, unanswered, OutcomeSent, model.EmailSent, 0, 0, 0},
+		{"temporary first failure", 0, 0, false, temporary, OutcomeRetry, model.EmailPending, 0, 22500 * time.Millisecond, 30 * time.Second},
+		{"temporary third failure", 2, 0, false, temporary, OutcomeRetry, model.EmailPending, 0, 90 * time.Second, 120 * time.Second},
+		{"temporary failure capped at an hour", 9, 0, false, temporary, OutcomeRetry, model.EmailPending, 0, 45 * time.Minute, time.Hour},
+		{"temporary failure at the last attempt", 11, 0, false, temporary, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"permanent failure at once", 0, 0, false, permanent, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		{"no longer wanted", 0, 0, true, nil, OutcomeCancelled, model.EmailCancelled, 0, 0, 0},
+		{"success after failures", 5, 0, false, nil, OutcomeSent, model.EmailSent, 1, 0, 0},
+		{"unknown kind", 0, 0, false, nil, OutcomeFailed, model.EmailFailed, 0, 0, 0},
+		// No reply to the end of DATA: retried once (a duplicate at worst), then counted as sent,
+		// whatever failures came between.
+		{"no reply to the end of DATA", 1, 0, false, unanswered, OutcomeRetry, model.EmailPending, 0, 45 * time.Second, time.Minute},
+		{"no reply to the end of DATA again, after other failures", 3, 1, false, unanswered, OutcomeSent, model.EmailSent, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, WorkerConfig{})
@@ -302,7 +306,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			if tc.name == "unknown kind" {
 				kind = "newsletter-issue"
 			}
-			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, LastError: tc.lastError, Kind: kind})
+			r := f.outbox.add(model.OutboxEmail{NewsletterName: "Weekly", Attempts: tc.attempts, Unanswered: tc.unanswered, Kind: kind})
 			r.obsolete = tc.obsolete
 			f.transport.err = func(context.Context, *Message) error { return tc.sendErr }
 			if _, err := f.worker.RunOnce(context.Background()); err != nil {
@@ -313,6 +317,11 @@ func TestWorkerOutcomes(t *testing.T) {
 			}
 			if r.state != tc.state || len(f.transport.sent) != tc.wantSent {
 				t.Errorf("state %s, sent %d; want %s, %d", r.state, len(f.transport.sent), tc.state, tc.wantSent)
+			}
+			if want := tc.unanswered; tc.sendErr == unanswered && r.state == model.EmailPending {
+				if r.email.Unanswered != want+1 {
+					t.Errorf("unanswered = %d after an unanswered attempt, want %d", r.email.Unanswered, want+1)
+				}
 			}
 			if tc.maxD > 0 && (r.delay < tc.minD || r.delay > tc.maxD) {
 				t.Errorf("retry delay %v, want within [%v, %v]", r.delay, tc.minD, tc.maxD)

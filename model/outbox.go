@@ -32,7 +32,7 @@ type OutboxEmail struct {
 	LastName       string
 	Kind           string
 	Attempts       int    // delivery attempts already made
-	LastError      string // the previous attempt's failure, "" before the first
+	Unanswered     int    // attempts whose end of DATA got no reply (the server may have the email)
 	Traceparent    string // W3C trace context of the request that queued it; may be ""
 	CreatedAt      time.Time
 }

@@ -39,7 +39,7 @@ type claimedRow struct {
 	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
 	Kind           string    `bun:"kind"`
 	Attempts       int       `bun:"attempts"`
-	LastError      string    `bun:"last_error"`
+	Unanswered     int       `bun:"unanswered"`
 	Traceparent    string    `bun:"traceparent"`
 	CreatedAt      time.Time `bun:"created_at"`
 	Email          string    `bun:"email"`
@@ -68,7 +68,7 @@ WITH due AS (
 ), claimed AS (
     UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
     FROM due WHERE o.id = due.id
-    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.last_error, o.traceparent, o.created_at
+    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at
 )
 SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
 FROM claimed AS c
@@ -84,7 +84,7 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
 		out[i] = model.OutboxEmail{
 			ID: r.ID, NewsletterID: r.NewsletterID, NewsletterName: r.NewsletterName,
 			SubscriberID: r.SubscriberID, Email: r.Email, FirstName: r.FirstName, LastName: r.LastName,
-			Kind: r.Kind, Attempts: r.Attempts, LastError: r.LastError, Traceparent: r.Traceparent, CreatedAt: r.CreatedAt.UTC(),
+			Kind: r.Kind, Attempts: r.Attempts, Unanswered: r.Unanswered, Traceparent: r.Traceparent, CreatedAt: r.CreatedAt.UTC(),
 		}
 	}
 	return out, nil
@@ -111,7 +111,7 @@ LIMIT ?`, now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRo
 			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.last_error, o.traceparent, o.created_at,
+		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at,
     s.email, s.first_name, s.last_name, n.name AS newsletter_name
 FROM email_outbox AS o
 JOIN subscribers AS s ON s.id = o.subscriber_id
@@ -244,12 +244,17 @@ WHERE id IN (?1) AND state = 'pending'`, o.now().Add(lease), bun.List(ids)).Exec
 	return translate(err)
 }
 
-// Retry counts a failed attempt and makes the email due again after delay.
-func (o *Outbox) Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string) error {
+// Retry counts a failed attempt (unanswered: its end of DATA got no reply) and makes the email
+// due again after delay.
+func (o *Outbox) Retry(ctx context.Context, id uuid.UUID, delay time.Duration, reason string, unanswered bool) error {
 	now := o.now()
+	n := 0
+	if unanswered {
+		n = 1
+	}
 	_, err := o.db.NewRaw(`UPDATE email_outbox
-SET attempts = attempts + 1, next_attempt_at = ?0, last_error = ?1, updated_at = ?2
-WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id).Exec(ctx)
+SET attempts = attempts + 1, unanswered = unanswered + ?4, next_attempt_at = ?0, last_error = ?1, updated_at = ?2
+WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id, n).Exec(ctx)
 	return translate(err)
 }
 
