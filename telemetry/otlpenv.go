@@ -1,9 +1,11 @@
 package telemetry
 
 import (
+	"encoding/pem"
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,11 +27,11 @@ func checkExportEnv(getenv func(string) string) error {
 			{pre + "ENDPOINT", checkEndpoint},
 			{pre + "TIMEOUT", checkCount(0)},
 			{pre + "HEADERS", checkHeaders},
-			{pre + "COMPRESSION", checkOneOf("gzip", "none")},
-			{pre + "INSECURE", checkOneOf("true", "false")},
-			{pre + "CERTIFICATE", checkFile},
-			{pre + "CLIENT_CERTIFICATE", checkFile},
-			{pre + "CLIENT_KEY", checkFile},
+			{pre + "COMPRESSION", checkOneOf("gzip", "none")}, // the SDK takes these exactly
+			{pre + "INSECURE", checkBool},
+			{pre + "CERTIFICATE", checkPEM},
+			{pre + "CLIENT_CERTIFICATE", checkPEM},
+			{pre + "CLIENT_KEY", checkPEM},
 		}
 		for _, c := range checks {
 			if err := checkVar(getenv, c.name, c.check); err != nil {
@@ -81,13 +83,18 @@ func checkCount(least int) func(string) error {
 
 func checkOneOf(values ...string) func(string) error {
 	return func(v string) error {
-		for _, ok := range values {
-			if strings.EqualFold(v, ok) {
-				return nil
-			}
+		if slices.Contains(values, v) {
+			return nil
 		}
 		return fmt.Errorf("is not one of %s", strings.Join(values, ", "))
 	}
+}
+
+func checkBool(v string) error {
+	if !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
+		return fmt.Errorf("is not true or false")
+	}
+	return nil
 }
 
 // checkHeaders accepts the specification's format: key=value pairs separated by commas, each
@@ -111,9 +118,15 @@ func checkHeaders(v string) error {
 	return nil
 }
 
-func checkFile(v string) error {
-	if _, err := os.ReadFile(v); err != nil {
+// checkPEM accepts a readable file that holds PEM data: a certificate or a key. The SDK logs
+// an unusable one and goes on without it.
+func checkPEM(v string) error {
+	b, err := os.ReadFile(v)
+	if err != nil {
 		return fmt.Errorf("cannot be read: %w", err)
+	}
+	if block, _ := pem.Decode(b); block == nil {
+		return fmt.Errorf("holds no PEM data")
 	}
 	return nil
 }

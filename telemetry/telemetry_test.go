@@ -113,6 +113,8 @@ func TestSetupTracingRejectsBadConfig(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_HEADERS": "a=%zz"}, "OTEL_EXPORTER_OTLP_HEADERS"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent.pem"}, "OTEL_EXPORTER_OTLP_CERTIFICATE"},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, `OTEL_EXPORTER_OTLP_COMPRESSION: "zstd" is not one of gzip, none`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_COMPRESSION": "GZIP"}, "OTEL_EXPORTER_OTLP_COMPRESSION"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_CERTIFICATE": "otlpenv.go"}, `OTEL_EXPORTER_OTLP_CERTIFICATE: "otlpenv.go" holds no PEM data`},
 		{map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "abc"}, "OTEL_BSP_SCHEDULE_DELAY"},
 		{map[string]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "0"}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"},
 	} {

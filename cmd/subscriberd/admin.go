@@ -305,9 +305,12 @@ func parseArgs(fs *flag.FlagSet, args []string, max int) ([]string, error) {
 		}
 		if len(pos) == max {
 			extra := fs.Arg(0)
-			if _, err := strconv.ParseBool(extra); err == nil {
-				return nil, fmt.Errorf("%s: unexpected argument %q (a true/false flag takes its value after =, as in --api-access=%s)",
-					fs.Name(), extra, extra)
+			// The word before it, when it is a flag that took no value: "--migrate false".
+			if i := len(args) - fs.NArg() - 1; i >= 0 && strings.HasPrefix(args[i], "-") && !strings.Contains(args[i], "=") {
+				if _, err := strconv.ParseBool(extra); err == nil {
+					return nil, fmt.Errorf("%s: unexpected argument %q (a true/false flag takes its value after =, as in %s=%s)",
+						fs.Name(), extra, args[i], extra)
+				}
 			}
 			return nil, fmt.Errorf("%s: unexpected argument %q", fs.Name(), extra)
 		}

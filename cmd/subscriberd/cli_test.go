@@ -191,6 +191,7 @@ func TestCLIListsAndUpdates(t *testing.T) {
 		{[]string{"newsletter", "list", "all"}, `newsletter list: unexpected argument "all"`},
 		{[]string{"migrate", "now"}, `migrate: unexpected argument "now"`},
 		{[]string{"serve", "now"}, `serve: unexpected argument "now"`},
+		{[]string{"serve", "--migrate", "false"}, `serve: unexpected argument "false" (a true/false flag takes its value after =, as in --migrate=false)`},
 	} {
 		if msg, _ := runErr(t, env, tc.args...); !strings.Contains(msg, tc.want) {
 			t.Errorf("%v = %q, want it to contain %q", tc.args, msg, tc.want)
