@@ -97,6 +97,16 @@ func TestGuard(t *testing.T) {
 		{"http://[64:ff9b::a00:1]/", false},
 		{"http://[64:ff9b::5db8:d70e]/", true}, // 93.184.215.14 through NAT64
 		{"http://[64:ff9b:1::1]/", false},
+		// Special-purpose ranges no public receiver is on, and deprecated IPv6 forms.
+		{"http://198.18.0.1/", false},
+		{"http://192.0.2.10/", false},
+		{"http://192.0.0.8/", false},
+		{"http://[::127.0.0.1]/", false},
+		{"http://[fec0::1]/", false},
+		{"http://[2002:7f00:1::1]/", false},      // 6to4 of 127.0.0.1
+		{"http://[2002:5db8:d70e::1]/", true},    // 6to4 of 93.184.215.14
+		{"http://[2001:0:4136:e378::1]/", false}, // Teredo
+		{"http://[2001:db8::1]/", false},         // documentation
 		// IPv4 in the forms the URL Standard reads and netip does not.
 		{"http://127.1/", false},
 		{"http://2130706433/", false},
