@@ -338,11 +338,21 @@ func validateURL(name, v string, schemes ...string) error {
 	return fmt.Errorf("%s: scheme %q is not one of %s", name, u.Scheme, strings.Join(schemes, ", "))
 }
 
-// redact hides the password of a URL for logs and errors.
+// redact hides the password of a URL for logs and errors: the user info's, and a query
+// parameter's whose name says it is one (PostgreSQL's password, sslpassword).
 func redact(v string) string {
 	u, err := url.Parse(v)
 	if err != nil {
 		return "(unparsable)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			if name := strings.ToLower(k); strings.Contains(name, "password") || strings.Contains(name, "secret") {
+				q[k] = []string{"xxxxx"}
+			}
+		}
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }

@@ -145,6 +145,11 @@ func TestConfigLogMasksPasswords(t *testing.T) {
 			t.Errorf("the logged configuration lacks %s:\n%s", want, out)
 		}
 	}
+	// PostgreSQL takes the password as a query parameter too.
+	if got := redact("postgres://app@db:5432/subs?sslmode=disable&password=hunter3&sslpassword=k3y"); strings.Contains(got, "hunter3") ||
+		strings.Contains(got, "k3y") || !strings.Contains(got, "sslmode=disable") {
+		t.Errorf("redact = %q, want the query's passwords masked and the rest kept", got)
+	}
 }
 
 // TestConfigBoolsSayOnAndOff: booleans take on and off as well, as DOCS_UI=off is written in
