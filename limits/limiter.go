@@ -132,13 +132,25 @@ func (l *Limiter) Config() Config { return l.cfg }
 // Backend keys. The subject sits in a Redis Cluster hash tag, so every key one script touches
 // lives in one slot. Client addresses and key ids are stored as given: they never leave the
 // backend (no log, label or span carries them).
-func clientLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:client_lock" }
-func clientLogKey(ip netip.Addr) string  { return "{" + ip.String() + "}:auth_failures" }
+// clientSubject is whom a client address's lockout and confirmation-page limits count: the
+// address, or for IPv6 its /64 network, which one host or one customer's line holds whole (a
+// client changing its address within it counts as one).
+func clientSubject(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+func clientLockKey(ip netip.Addr) string { return "{" + clientSubject(ip) + "}:client_lock" }
+func clientLogKey(ip netip.Addr) string  { return "{" + clientSubject(ip) + "}:auth_failures" }
 func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }
 func keyLogKey(id string) string         { return "{" + id + "}:write_errors" }
 
 // confirmLockKey is never set: no lockout applies to the confirmation pages.
-func confirmLockKey(ip netip.Addr) string { return "{" + ip.String() + "}:confirm_lock" }
+func confirmLockKey(ip netip.Addr) string { return "{" + clientSubject(ip) + "}:confirm_lock" }
 func bucketKey(id, kind string, w Window) string {
 	return "{" + id + "}:" + kind + ":" + strconv.Itoa(w.Limit) + "/" + formatMicros(w.Period)
 }
@@ -295,7 +307,7 @@ func (l *Limiter) CheckConfirm(ctx context.Context, ip netip.Addr) Decision {
 	var bbuf [4]Bucket
 	buckets := bbuf[:0]
 	for _, w := range l.cfg.Confirm {
-		buckets = append(buckets, Bucket{Key: bucketKey(ip.String(), "confirm", w), Window: w})
+		buckets = append(buckets, Bucket{Key: bucketKey(clientSubject(ip), "confirm", w), Window: w})
 	}
 	parent := trace.SpanFromContext(ctx)
 	ctx, span := l.tracer.Start(ctx, "limits.confirm")

@@ -27,6 +27,9 @@ type Memory struct {
 	locks     map[string]int64   // lock key → end (µs); stale when ≤ now
 	logWindow map[string]int64   // failure log key → its rule's window (µs), for sweeping
 	nextSweep int64
+	// nextFullSweep is when a full backend may sweep again (µs): a flood of new subjects must
+	// not scan every entry on each request.
+	nextFullSweep int64
 }
 
 // NewMemory returns an in-process backend reading time from now (time.Now when nil) and
@@ -131,11 +134,16 @@ func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (
 	return false, 0, nil
 }
 
-// room reports whether one more entry fits, sweeping first when the backend is full.
+// room reports whether one more entry fits, sweeping first when the backend is full, at
+// most once a second: in between, a full backend has no room.
 func (m *Memory) room(now int64) bool {
 	if m.len() < m.max {
 		return true
 	}
+	if now < m.nextFullSweep {
+		return false
+	}
+	m.nextFullSweep = now + time.Second.Microseconds()
 	m.sweep(now)
 	return m.len() < m.max
 }

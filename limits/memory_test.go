@@ -102,3 +102,47 @@ func TestMemoryConcurrent(t *testing.T) {
 		t.Errorf("%d allowed from 400 concurrent requests, want exactly 100", got)
 	}
 }
+
+// TestMemoryFullSweepsAtMostOnceASecond: a full backend sweeps for room at most once a
+// second, so that a flood of new subjects does not scan every entry on each request.
+func TestMemoryFullSweepsAtMostOnceASecond(t *testing.T) {
+	c := newClock()
+	m := NewMemory(c.Now, 2)
+	now := func() int64 { return c.Now().UnixMicro() }
+	m.tats["a"], m.tats["b"] = now()+500_000, now()+500_000 // stale in half a second
+	if m.room(now()) {
+		t.Fatal("room in a full backend of live entries")
+	}
+	c.Advance(600 * time.Millisecond) // both stale now, but the last sweep was 0.6 s ago
+	if m.room(now()) || m.Len() != 2 {
+		t.Fatalf("swept again within a second: room, %d entries", m.Len())
+	}
+	c.Advance(500 * time.Millisecond)
+	if !m.room(now()) || m.Len() != 0 {
+		t.Fatalf("no sweep a second later: %d entries", m.Len())
+	}
+}
+
+// TestClientLockoutCountsAnIPv6Network: an IPv6 client's failures count for its /64, so that
+// changing the address within it does not escape the lockout; another /64 is not locked.
+func TestClientLockoutCountsAnIPv6Network(t *testing.T) {
+	c := newClock()
+	l := New(Config{AuthLockout: Lockout{3, time.Hour, time.Hour}}, NewMemory(c.Now, 0))
+	ctx := context.Background()
+	for i := range 3 {
+		l.AuthFailed(ctx, netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i + 1)}))
+	}
+	if d := l.CheckClient(ctx, netip.MustParseAddr("2001:db8::ffff:1")); d.Allowed {
+		t.Error("another address of the same /64 is not locked")
+	}
+	if d := l.CheckClient(ctx, netip.MustParseAddr("2001:db8:0:1::1")); !d.Allowed {
+		t.Errorf("the next /64 is locked: %+v", d)
+	}
+	// IPv4, mapped or not, counts per address.
+	for range 3 {
+		l.AuthFailed(ctx, netip.MustParseAddr("::ffff:192.0.2.1"))
+	}
+	if l.CheckClient(ctx, netip.MustParseAddr("192.0.2.1")).Allowed || !l.CheckClient(ctx, netip.MustParseAddr("192.0.2.2")).Allowed {
+		t.Error("IPv4 lockout is not per address")
+	}
+}
