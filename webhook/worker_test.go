@@ -101,16 +101,7 @@ func TestClaimFailuresAreOneOutage(t *testing.T) {
 // TestFailingReceiverIsOneOutage: deliveries to an endpoint that fail are logged as one
 // outage of that endpoint, with its id and the failure but not its URL, and its end.
 func TestFailingReceiverIsOneOutage(t *testing.T) {
-	statuses := []int{500, 500, 204}
-	var mu sync.Mutex
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		code := statuses[0]
-		statuses = statuses[1:]
-		mu.Unlock()
-		w.WriteHeader(code)
-	}))
-	defer srv.Close()
+	srv := scriptedReceiver(t, 500, 500, 204)
 	var logs bytes.Buffer
 	q := &memQueue{}
 	w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, PerEndpointParallel: 1,
@@ -133,6 +124,21 @@ func TestFailingReceiverIsOneOutage(t *testing.T) {
 	}
 }
 
+// scriptedReceiver is a webhook receiver on loopback answering its requests with statuses,
+// in order.
+func scriptedReceiver(t *testing.T, statuses ...int) *httptest.Server {
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		code := statuses[0]
+		statuses = statuses[1:]
+		mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // lockedWriter serialises writes to a buffer that a test reads.
 type lockedWriter struct {
 	b  *bytes.Buffer
@@ -148,16 +154,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // TestAttemptSpanLinksTheCausingRequest: each attempt is a span of its own, linked to the
 // request's trace, with the outcome and without the secret; the log has no secret either.
 func TestAttemptSpanLinksTheCausingRequest(t *testing.T) {
-	statuses := []int{500, 204, 204, 410}
-	var mu sync.Mutex
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		code := statuses[0]
-		statuses = statuses[1:]
-		mu.Unlock()
-		w.WriteHeader(code)
-	}))
-	defer srv.Close()
+	srv := scriptedReceiver(t, 500, 204, 204, 410)
 	secret := model.NewWebhookSecret()
 	cause := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
 		TraceFlags: trace.FlagsSampled})
