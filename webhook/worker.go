@@ -302,12 +302,13 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 		})
 	}
 	wg.Wait()
-	gone := false
+	gone, delivered := false, false
 	for _, r := range results[:started] {
 		gone = gone || r.Status == http.StatusGone
-		if r.Outcome == model.DeliveryDelivered {
-			w.receivers.delivered(ctx, b.EndpointID)
-		}
+		delivered = delivered || r.Outcome == model.DeliveryDelivered
+	}
+	if delivered {
+		w.receivers.delivered(ctx, b.EndpointID)
 	}
 	for _, r := range results[:started] {
 		if r.Outcome != model.DeliveryDelivered {
