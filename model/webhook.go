@@ -183,6 +183,7 @@ var (
 		netip.MustParsePrefix("203.0.113.0/24"),  // documentation
 		netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the broadcast address 255.255.255.255
 		netip.MustParsePrefix("::/96"),           // IPv4-compatible addresses, deprecated (RFC 4291): ::127.0.0.1
+		netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated addresses (RFC 2765): ::ffff:0:7f00:1
 		netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use IPv4/IPv6 translation (RFC 8215)
 		netip.MustParsePrefix("100::/64"),        // discard-only (RFC 6666)
 		netip.MustParsePrefix("2001::/32"),       // Teredo (RFC 4380): its IPv4 address is obfuscated

@@ -102,6 +102,7 @@ func TestGuard(t *testing.T) {
 		{"http://192.0.2.10/", false},
 		{"http://192.0.0.8/", false},
 		{"http://[::127.0.0.1]/", false},
+		{"http://[::ffff:0:7f00:1]/", false}, // IPv4-translated 127.0.0.1
 		{"http://[fec0::1]/", false},
 		{"http://[2002:7f00:1::1]/", false},      // 6to4 of 127.0.0.1
 		{"http://[2002:5db8:d70e::1]/", true},    // 6to4 of 93.184.215.14

@@ -345,6 +345,9 @@ func redact(v string) string {
 	if err != nil {
 		return "(unparsable)"
 	}
+	if u.Scheme == "" { // not a URL: a keyword/value DSN ("host=… password=…"), say
+		return "(not a URL)"
+	}
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {

@@ -150,6 +150,9 @@ func TestConfigLogMasksPasswords(t *testing.T) {
 		strings.Contains(got, "k3y") || !strings.Contains(got, "sslmode=disable") {
 		t.Errorf("redact = %q, want the query's passwords masked and the rest kept", got)
 	}
+	if got := redact("host=127.0.0.1 password=hunter4"); strings.Contains(got, "hunter4") {
+		t.Errorf("redact of a keyword/value DSN = %q", got)
+	}
 }
 
 // TestConfigBoolsSayOnAndOff: booleans take on and off as well, as DOCS_UI=off is written in
