@@ -9,6 +9,13 @@ import (
 // DefaultMaxEntries bounds a Memory backend when NewMemory is given no bound.
 const DefaultMaxEntries = 1 << 20
 
+// MaxFailureLogs bounds the failure logs among a Memory backend's entries (about 16 MB). A
+// failed authentication from a new client address makes one, so a client with many addresses
+// could otherwise fill the whole backend: the heap grew to 265 MB, the garbage collector took
+// half the CPU, and the keys' windows lost their room. When the logs are full, a new client's
+// failures are not counted (its lockout fails open); the keys' windows keep their room.
+const MaxFailureLogs = 1 << 16
+
 // sweepEvery is how often, by the backend's clock, Memory drops entries that carry no state.
 const sweepEvery = time.Minute
 
@@ -20,6 +27,8 @@ const sweepEvery = time.Minute
 type Memory struct {
 	now func() time.Time
 	max int
+	// maxLogs bounds the failure logs within max (MaxFailureLogs, or max when smaller).
+	maxLogs int
 
 	mu        sync.Mutex
 	tats      map[string]int64   // bucket key → theoretical arrival time (µs); stale when ≤ now
@@ -42,7 +51,7 @@ func NewMemory(now func() time.Time, maxEntries int) *Memory {
 		maxEntries = DefaultMaxEntries
 	}
 	return &Memory{
-		now: now, max: maxEntries,
+		now: now, max: maxEntries, maxLogs: min(MaxFailureLogs, maxEntries),
 		tats: map[string]int64{}, logs: map[string][]int64{}, locks: map[string]int64{}, logWindow: map[string]int64{},
 	}
 }
@@ -112,7 +121,7 @@ func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (
 		return false, us(end - now), nil
 	}
 	log, ok := m.logs[logKey]
-	if !ok && !m.room(now) {
+	if !ok && !m.logRoom(now) {
 		return false, 0, nil
 	}
 	// Newest first, at most rule.Failures long: the same shape as the Redis list.
@@ -146,6 +155,19 @@ func (m *Memory) room(now int64) bool {
 	m.nextFullSweep = now + time.Second.Microseconds()
 	m.sweep(now)
 	return m.len() < m.max
+}
+
+// logRoom reports whether one more failure log fits, in the logs' quota and in the bound.
+func (m *Memory) logRoom(now int64) bool {
+	if len(m.logs) < m.maxLogs {
+		return m.room(now)
+	}
+	if now < m.nextFullSweep {
+		return false
+	}
+	m.nextFullSweep = now + time.Second.Microseconds()
+	m.sweep(now)
+	return len(m.logs) < m.maxLogs && m.len() < m.max
 }
 
 func (m *Memory) maybeSweep(now int64) {

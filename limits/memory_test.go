@@ -146,3 +146,31 @@ func TestClientLockoutCountsAnIPv6Network(t *testing.T) {
 		t.Error("IPv4 lockout is not per address")
 	}
 }
+
+// TestMemoryFailureLogsHaveAQuota: failures from ever new clients fill only the failure logs'
+// quota; then a new client's failures are not counted, while keys keep their windows.
+func TestMemoryFailureLogsHaveAQuota(t *testing.T) {
+	c := newClock()
+	m := NewMemory(c.Now, 100)
+	m.maxLogs = 4
+	l := New(Config{Rate: []Window{{2, time.Hour}}, AuthLockout: Lockout{2, time.Hour, time.Hour}}, m)
+	ctx := context.Background()
+	for i := range 50 {
+		l.AuthFailed(ctx, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}))
+	}
+	if len(m.logs) != 4 {
+		t.Fatalf("%d failure logs, quota 4", len(m.logs))
+	}
+	// A new client's failures are not counted: no lockout.
+	l.AuthFailed(ctx, netip.MustParseAddr("198.51.100.1"))
+	l.AuthFailed(ctx, netip.MustParseAddr("198.51.100.1"))
+	if d := l.CheckClient(ctx, netip.MustParseAddr("198.51.100.1")); !d.Allowed {
+		t.Errorf("a client beyond the quota was locked: %+v", d)
+	}
+	// A key still gets its window: its third request in the hour is refused.
+	l.CheckKey(ctx, "k", false)
+	l.CheckKey(ctx, "k", false)
+	if d := l.CheckKey(ctx, "k", false); d.Allowed {
+		t.Error("a key lost its window to the failure logs")
+	}
+}
