@@ -129,9 +129,6 @@ func New(cfg Config, b Backend, opts ...Option) *Limiter {
 // Config returns the policy the limiter applies.
 func (l *Limiter) Config() Config { return l.cfg }
 
-// Backend keys. The subject sits in a Redis Cluster hash tag, so every key one script touches
-// lives in one slot. Client addresses and key ids are stored as given: they never leave the
-// backend (no log, label or span carries them).
 // clientSubject is whom a client address's lockout and confirmation-page limits count: the
 // address, or for IPv6 its /64 network, which one host or one customer's line holds whole (a
 // client changing its address within it counts as one).
@@ -144,6 +141,9 @@ func clientSubject(ip netip.Addr) string {
 	return ip.String()
 }
 
+// Backend keys. The subject sits in a Redis Cluster hash tag, so every key one script touches
+// lives in one slot. Client subjects and key ids are stored as given: they never leave the
+// backend (no log, label or span carries them).
 func clientLockKey(ip netip.Addr) string { return "{" + clientSubject(ip) + "}:client_lock" }
 func clientLogKey(ip netip.Addr) string  { return "{" + clientSubject(ip) + "}:auth_failures" }
 func keyLockKey(id string) string        { return "{" + id + "}:key_lock" }

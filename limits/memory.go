@@ -10,10 +10,10 @@ import (
 const DefaultMaxEntries = 1 << 20
 
 // MaxFailureLogs bounds the failure logs among a Memory backend's entries (about 16 MB). A
-// failed authentication from a new client address makes one, so a client with many addresses
-// could otherwise fill the whole backend: the heap grew to 265 MB, the garbage collector took
-// half the CPU, and the keys' windows lost their room. When the logs are full, a new client's
-// failures are not counted (its lockout fails open); the keys' windows keep their room.
+// failed authentication from a new client makes one, so a client with many networks could
+// otherwise fill the whole backend, past the memory limit, and leave the keys' windows no
+// room. When the logs are full, a new client's failures are not counted (its lockout fails
+// open); the keys' windows keep their room.
 const MaxFailureLogs = 1 << 16
 
 // sweepEvery is how often, by the backend's clock, Memory drops entries that carry no state.
@@ -143,31 +143,28 @@ func (m *Memory) Fail(_ context.Context, logKey, lockKey string, rule Lockout) (
 	return false, 0, nil
 }
 
-// room reports whether one more entry fits, sweeping first when the backend is full, at
-// most once a second: in between, a full backend has no room.
+// room reports whether one more entry fits, sweeping first when the backend is full.
 func (m *Memory) room(now int64) bool {
-	if m.len() < m.max {
-		return true
-	}
-	if now < m.nextFullSweep {
-		return false
-	}
-	m.nextFullSweep = now + time.Second.Microseconds()
-	m.sweep(now)
-	return m.len() < m.max
+	return m.len() < m.max || m.sweepFull(now) && m.len() < m.max
 }
 
 // logRoom reports whether one more failure log fits, in the logs' quota and in the bound.
 func (m *Memory) logRoom(now int64) bool {
-	if len(m.logs) < m.maxLogs {
-		return m.room(now)
+	if len(m.logs) >= m.maxLogs && !(m.sweepFull(now) && len(m.logs) < m.maxLogs) {
+		return false
 	}
+	return m.room(now)
+}
+
+// sweepFull sweeps a full backend (or a full quota) and reports whether it did: at most once a
+// second, so that a flood of new subjects does not scan every entry on each request.
+func (m *Memory) sweepFull(now int64) bool {
 	if now < m.nextFullSweep {
 		return false
 	}
 	m.nextFullSweep = now + time.Second.Microseconds()
 	m.sweep(now)
-	return len(m.logs) < m.maxLogs && m.len() < m.max
+	return true
 }
 
 func (m *Memory) maybeSweep(now int64) {
