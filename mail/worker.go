@@ -164,12 +164,7 @@ func NewWorker(o Outbox, t Transport, c *Composer, cfg WorkerConfig) *Worker {
 func (w *Worker) Run(ctx context.Context) error {
 	outbox.Loop(ctx, w.cfg.Wake, w.cfg.PollInterval, func() bool {
 		n, err := w.RunOnce(ctx)
-		switch {
-		case err == nil:
-			w.claims.OK(ctx)
-		case ctx.Err() == nil:
-			w.claims.Failed(ctx, err)
-		}
+		w.claims.Record(ctx, err)
 		return err == nil && n >= w.cfg.BatchSize // a full batch means more may be due: go on at once
 	})
 	return nil

@@ -232,12 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return false // a batch ending kicks the loop
 		}
 		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
-		switch {
-		case err == nil:
-			w.claims.OK(ctx)
-		case ctx.Err() == nil:
-			w.claims.Failed(ctx, err)
-		}
+		w.claims.Record(ctx, err)
 		for _, b := range batches {
 			busy.Add(1)
 			wg.Go(func() {

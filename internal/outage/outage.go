@@ -82,6 +82,17 @@ func (o *Log) Failed(ctx context.Context, err error) {
 	o.lastLine, o.pending = now, 0
 }
 
+// Record records the result of one attempt made with ctx: OK for nil, Failed for an error,
+// and nothing for an error once ctx has ended (the shutdown's, not the dependency's).
+func (o *Log) Record(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		o.OK(ctx)
+	case ctx.Err() == nil:
+		o.Failed(ctx, err)
+	}
+}
+
 // OK records a success: it ends an outage, if one is going on, logging End.
 func (o *Log) OK(ctx context.Context) {
 	if !o.down.Load() {

@@ -95,3 +95,21 @@ func TestOutageConcurrent(t *testing.T) {
 		t.Errorf("end line lacks the count: %s", buf)
 	}
 }
+
+// TestRecordIgnoresFailuresOfTheShutdown: Record is OK for nil and Failed for an error, but an
+// error once the attempt's context has ended is the shutdown's, not an outage.
+func TestRecordIgnoresFailuresOfTheShutdown(t *testing.T) {
+	buf := &logbuf.Buffer{}
+	o := outage.New(slog.New(slog.NewTextHandler(buf, nil)), msgs, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o.Record(ctx, context.Canceled)
+	if o.Down() || buf.String() != "" {
+		t.Fatalf("a failure after the context ended started an outage: %q", buf)
+	}
+	o.Record(context.Background(), errors.New("refused"))
+	o.Record(context.Background(), nil)
+	if got := buf.String(); o.Down() || !strings.Contains(got, "dep down") || !strings.Contains(got, "dep back") {
+		t.Errorf("Record(err) then Record(nil) logged %q", got)
+	}
+}
