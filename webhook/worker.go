@@ -57,7 +57,11 @@ type Config struct {
 	PerEndpointParallel int
 	Timeout             time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
 	Lease               time.Duration // how long a claimed endpoint is hidden from other workers; default 2m
-	PollInterval        time.Duration // look for due deliveries this often without a wake-up; default 1s
+	PollInterval        time.Duration // look for due deliveries this often without a wake-up; default 500ms
+	// Coalesce is how long a worker waits before claiming again after a batch that was not
+	// full, so that a steady stream of events goes out in batches rather than one claim and
+	// one transaction for every few events; default 50ms. After a full batch it claims at once.
+	Coalesce time.Duration
 	// MaxAnswerBytes is how much of a receiver's answer is read (and discarded); default 64 KiB.
 	MaxAnswerBytes int64
 	// Guard is the SSRF rule applied to every address dialled.
@@ -83,6 +87,7 @@ func (c *Config) defaults() {
 	outbox.SetDefault(&c.Timeout, 10*time.Second)
 	outbox.SetDefault(&c.Lease, 2*time.Minute)
 	outbox.SetDefault(&c.PollInterval, 500*time.Millisecond)
+	outbox.SetDefault(&c.Coalesce, 50*time.Millisecond)
 	outbox.SetDefault(&c.MaxAnswerBytes, 64<<10)
 	if c.Lease < 3*c.Timeout {
 		c.Lease = 3 * c.Timeout
@@ -202,8 +207,9 @@ func NewWorker(q Queue, cfg Config) *Worker {
 }
 
 // Run delivers due webhooks until ctx ends, then returns nil once the attempts in hand are
-// finished and the rest of their batches handed back. A batch that ends frees its worker and
-// looks for due work at once.
+// finished and the rest of their batches handed back. A batch that ends frees its worker; it
+// looks for due work at once when the batch was full or every worker was busy, else after
+// Coalesce.
 func (w *Worker) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1)
 	signal := func() {
@@ -233,12 +239,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
 		w.claims.Record(ctx, err)
+		// Every free worker got an endpoint: more may be due, for the next one to free.
+		crowded := len(batches) == free
 		for _, b := range batches {
 			busy.Add(1)
 			wg.Go(func() {
 				w.deliverBatch(ctx, b)
 				busy.Add(-1)
-				signal()
+				if crowded || len(b.Deliveries) == w.cfg.PerEndpoint {
+					signal()
+				} else {
+					time.AfterFunc(w.cfg.Coalesce, signal)
+				}
 			})
 		}
 		return false

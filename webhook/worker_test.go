@@ -124,6 +124,53 @@ func TestFailingReceiverIsOneOutage(t *testing.T) {
 	}
 }
 
+// TestPartialBatchWaitsBeforeClaiming: after a batch that was not full the worker waits
+// Coalesce before claiming again, so that a steady stream goes out in batches; after a full
+// one it claims again at once, as more is likely due.
+func TestPartialBatchWaitsBeforeClaiming(t *testing.T) {
+	srv := scriptedReceiver(t, 204, 204)
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) {
+			q := &memQueue{batches: []model.DeliveryBatch{{EndpointID: uuid.New(), URL: srv.URL, Secret: model.NewWebhookSecret(),
+				Deliveries: []model.Delivery{{EventID: uuid.New(), Type: model.EventCreated, Payload: []byte(`{}`)}}}}}
+			per := 2
+			if full {
+				per = 1
+			}
+			w := NewWorker(q, Config{Guard: Guard{AllowPrivate: true}, Workers: 2, PerEndpoint: per,
+				PollInterval: time.Hour, Coalesce: time.Hour})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go w.Run(ctx) //nolint:errcheck // ends with ctx
+			claims := func() int {
+				q.mu.Lock()
+				defer q.mu.Unlock()
+				if len(q.finished) == 0 {
+					return 0
+				}
+				return q.claims
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for claims() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if full {
+				for claims() < 2 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				if n := claims(); n != 2 {
+					t.Errorf("after a full batch: %d claims, want a second at once", n)
+				}
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := claims(); n != 1 {
+				t.Errorf("after a batch that was not full: %d claims, want 1 until Coalesce has passed", n)
+			}
+		})
+	}
+}
+
 // scriptedReceiver is a webhook receiver on loopback answering its requests with statuses,
 // in order.
 func scriptedReceiver(t *testing.T, statuses ...int) *httptest.Server {
