@@ -150,10 +150,8 @@ func (m *Memory) room(now int64) bool {
 
 // logRoom reports whether one more failure log fits, in the logs' quota and in the bound.
 func (m *Memory) logRoom(now int64) bool {
-	if len(m.logs) >= m.maxLogs && !(m.sweepFull(now) && len(m.logs) < m.maxLogs) {
-		return false
-	}
-	return m.room(now)
+	fits := len(m.logs) < m.maxLogs || m.sweepFull(now) && len(m.logs) < m.maxLogs
+	return fits && m.room(now)
 }
 
 // sweepFull sweeps a full backend (or a full quota) and reports whether it did: at most once a
