@@ -94,6 +94,11 @@ type Config struct {
 	// BulkWait is how long a bulk create waits at most for a slot before it answers 503 with
 	// Retry-After; zero means DefaultBulkWait.
 	BulkWait time.Duration
+	// Imports stores imports (docs/api-contract.md §15); ImportMaxRows and ImportMaxBytes
+	// bound one upload (IMPORT_MAX_ROWS, IMPORT_MAX_BYTES; zero means the defaults).
+	Imports        ImportStore
+	ImportMaxRows  int64
+	ImportMaxBytes int64
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.

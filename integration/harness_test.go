@@ -73,6 +73,8 @@ type envOptions struct {
 	guardPrivate     bool           // refuse private webhook URLs (WEBHOOK_ALLOW_PRIVATE unset)
 	idempotencyTTL   time.Duration  // 0: 24 h
 	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
+	importMaxRows    int64          // 0: IMPORT_MAX_ROWS's default
+	importMaxBytes   int64          // 0: IMPORT_MAX_BYTES's default
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -114,6 +116,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,
 		CursorKey:      cursorKey,
+		Imports:        repo.NewImports(db),
+		ImportMaxRows:  o.importMaxRows,
+		ImportMaxBytes: o.importMaxBytes,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})

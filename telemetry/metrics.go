@@ -120,6 +120,8 @@ type Metrics struct {
 	idempotency       *prometheus.CounterVec   // see idempotency.go
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
 	gateWaiting       prometheus.Gauge
+	importRows        *prometheus.CounterVec // see imports.go
+	importsRunning    prometheus.Gauge
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -220,6 +222,7 @@ func NewMetrics(version string) *Metrics {
 	)
 	m.registerIdempotency()
 	m.registerBulkGate()
+	m.registerImports()
 	return m
 }
 
