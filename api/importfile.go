@@ -70,9 +70,10 @@ func fileError(format string, args ...any) error {
 	return &model.ImportFileError{Message: fmt.Sprintf(format, args...)}
 }
 
-// importRows returns the function that yields the rows of body in format, one JSON object
-// each, then io.EOF; it fails after maxRows rows or maxBytes bytes.
-func importRows(body io.Reader, format string, maxRows, maxBytes int64) func() ([]byte, error) {
+// ImportRows returns the function that yields the rows of body in format (model.ImportCSV
+// or model.ImportNDJSON), one JSON object each, then io.EOF; it fails after maxRows rows or
+// maxBytes bytes. POST /imports and the import command read files with it.
+func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() ([]byte, error) {
 	br := bufio.NewReaderSize(&limitedBody{r: body, max: maxBytes}, 64<<10)
 	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
 		br.Discard(len(bom)) //nolint:errcheck // peeked

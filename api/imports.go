@@ -225,7 +225,7 @@ func (s *Server) createImport(ctx context.Context, p model.Principal, in *create
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	imp, err := s.cfg.Imports.Stage(ctx, model.NewImport{NewsletterID: p.NewsletterID, Format: format,
 		DefaultStatus: def, KeyPrefix: p.KeyPrefix, Traceparent: carrier.Get("traceparent")},
-		importRows(in.body, format, maxRows, maxBytes))
+		ImportRows(in.body, format, maxRows, maxBytes))
 	if err != nil {
 		return nil, err
 	}
