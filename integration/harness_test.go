@@ -26,6 +26,9 @@ import (
 var pg *testdb.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(importWorkerProcessEnv) != "" {
+		os.Exit(runImportWorkerProcess()) // an import worker process (imports_test.go)
+	}
 	if os.Getenv(workerProcessEnv) != "" {
 		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
 	}

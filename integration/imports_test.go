@@ -7,7 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -436,5 +440,92 @@ func TestImportOneRunningPerNewsletter(t *testing.T) {
 	e.key = own
 	if n := e.count("SELECT count(*) FROM subscribers WHERE newsletter_id = ?", e.nl); n != 2 {
 		t.Errorf("%d subscribers, want 2", n)
+	}
+}
+
+// importWorkerProcessEnv, set, makes the test binary an import worker process
+// (runImportWorkerProcess) on the database WORKER_DATABASE_URL names: what kill -9 takes away
+// in the middle of a batch, with its connections.
+const importWorkerProcessEnv = "SUBSCRIBERD_TEST_IMPORT_WORKER"
+
+func runImportWorkerProcess() int {
+	db, err := repo.Open(os.Getenv("WORKER_DATABASE_URL"), repo.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "import worker process:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	w := importer.NewWorker(repo.NewImports(db), importer.Config{BatchSize: 100, Lease: time.Second, Interval: 50 * time.Millisecond})
+	w.Run(ctx) //nolint:errcheck // nil
+	return 0
+}
+
+// TestImportSurvivesKill9: the import worker process is killed (SIGKILL) in the middle of an
+// import, twice, and started again; the import completes with every row accounted for exactly
+// once: each address created once, with one event, and the counts add up.
+func TestImportSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const rows = 6000
+	var b strings.Builder
+	b.WriteString("email,name\n")
+	for i := range rows {
+		if i%100 == 50 {
+			fmt.Fprintf(&b, "bad%d,Nobody\n", i)
+			continue
+		}
+		fmt.Fprintf(&b, "k%d@example.com,K %d\n", i, i)
+	}
+	loc := e.upload("text/csv", b.String(), "status=pending").want(t, http.StatusAccepted, "").header.Get("Location")
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), importWorkerProcessEnv+"=1", "WORKER_DATABASE_URL="+e.dsn)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+		return cmd
+	}
+	processed := func() float64 {
+		d := e.do(http.MethodGet, strings.TrimPrefix(loc, "/api/v1"), nil).want(t, http.StatusOK, "").data(t)
+		return d["counts"].(map[string]any)["processed"].(float64)
+	}
+	last := 0.0
+	for kill := range 2 {
+		cmd := start()
+		deadline := time.Now().Add(30 * time.Second)
+		for processed() <= last { // at least one more batch committed
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: no progress past %v rows", kill+1, last)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait() //nolint:errcheck // killed
+		if last = processed(); last >= rows {
+			t.Fatalf("kill %d came after the end of the import (%v rows processed): the file is too small", kill+1, last)
+		}
+	}
+	start()
+	imp := e.waitImport(t, loc, "completed")
+	const invalid = rows / 100
+	wantCounts(t, imp, map[string]float64{"rows": rows, "processed": rows, "created": rows - invalid, "existing": 0, "invalid": invalid})
+	for what, q := range map[string]string{
+		"subscribers":          "SELECT count(*) FROM subscribers",
+		"distinct addresses":   "SELECT count(DISTINCT email_key) FROM subscribers",
+		"events":               "SELECT count(*) FROM subscriber_events",
+		"confirmation emails":  "SELECT count(*) FROM email_outbox",
+		"subscribers, counted": "SELECT coalesce(sum(n), 0) FROM subscriber_counts",
+	} {
+		if n := e.count(q); n != rows-invalid {
+			t.Errorf("%d %s, want %d", n, what, rows-invalid)
+		}
+	}
+	if n := e.count("SELECT count(*) FROM import_errors"); n != invalid {
+		t.Errorf("%d row errors, want %d", n, invalid)
 	}
 }
