@@ -264,6 +264,7 @@ func (s *Server) register() {
 
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
+	s.registerSuppressions(common, withBody)
 	s.registerImports(common)
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never
