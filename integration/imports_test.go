@@ -529,3 +529,27 @@ func TestImportSurvivesKill9(t *testing.T) {
 		t.Errorf("%d row errors, want %d", n, invalid)
 	}
 }
+
+// TestImportSuppressed: a row whose address is suppressed (§13) is counted suppressed and
+// subscribes nothing, also when the newsletter holds the address (the suppression is checked
+// before the uniqueness rule) and when the file repeats it.
+func TestImportSuppressed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do(http.MethodPost, "/subscribers", map[string]any{"email": "held@example.com"}).want(t, http.StatusCreated, "")
+	for _, addr := range []string{"gone@example.com", "held@example.com"} {
+		e.do(http.MethodPost, "/suppressions", map[string]any{"email": addr}).want(t, http.StatusCreated, "")
+	}
+	e.startImporter(t, importer.Config{})
+	file := "email\nGone@Example.com\nfresh@example.com\nheld@example.com\ngone@example.com\n"
+	loc := e.upload("text/csv", file, "").want(t, http.StatusAccepted, "").header.Get("Location")
+	imp := e.waitImport(t, loc, "completed")
+	wantCounts(t, imp, map[string]float64{"rows": 4, "created": 1, "existing": 0, "suppressed": 3, "invalid": 0})
+	if n := e.count("SELECT count(*) FROM subscribers WHERE email_key = 'gone@example.com'"); n != 0 {
+		t.Errorf("a suppressed address was subscribed")
+	}
+	held := e.do(http.MethodGet, "/subscribers?email=held@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)
+	if len(held) != 1 || held[0].(map[string]any)["status"] != "unsubscribed" {
+		t.Errorf("held = %v, want it unsubscribed by its suppression and left so", held)
+	}
+}

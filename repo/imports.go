@@ -513,8 +513,7 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.Tx, imp *importRow, stag
 	var out appliedRows
 	out.counts.Processed = int64(len(staged))
 	var errRows []importErrorRow
-	var cands []subscriberRow
-	seen := make(map[string]bool, len(staged))
+	var valid []subscriberRow
 	for _, st := range staged {
 		ns, verr := model.ParseImportRow([]byte(st.Data), model.Status(imp.DefaultStatus))
 		if verr != nil {
@@ -522,14 +521,8 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.Tx, imp *importRow, stag
 			errRows = append(errRows, importErrorRow{ImportID: imp.ID, RowNo: st.RowNo, Errors: string(msgs)})
 			continue
 		}
-		key := model.EmailKey(ns.Email)
-		if seen[key] { // earlier in the file
-			out.counts.Existing++
-			continue
-		}
-		seen[key] = true
-		cands = append(cands, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
-			Email: ns.Email, EmailKey: key, FirstName: ns.FirstName, LastName: ns.LastName,
+		valid = append(valid, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
+			Email: ns.Email, EmailKey: model.EmailKey(ns.Email), FirstName: ns.FirstName, LastName: ns.LastName,
 			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now})
 	}
 	out.counts.Invalid = int64(len(errRows))
@@ -537,6 +530,38 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.Tx, imp *importRow, stag
 		if _, err := tx.NewInsert().Model(&errRows).Exec(ctx); err != nil {
 			return out, err
 		}
+	}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	// docs/api-contract.md §13: a suppressed address is not subscribed, and this is checked
+	// before the uniqueness rule. The check takes each address's lock, as a suppression does,
+	// so that one committing meanwhile is seen.
+	emails := make([]string, len(valid))
+	for i, c := range valid {
+		emails[i] = c.Email
+	}
+	var supp *model.SuppressedError
+	if err := CheckNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
+		return out, err
+	}
+	cands := make([]subscriberRow, 0, len(valid))
+	seen := make(map[string]bool, len(valid))
+	var suppressed map[int]model.SuppressionReason
+	if supp != nil {
+		suppressed = supp.Reasons
+	}
+	for i, c := range valid {
+		if _, ok := suppressed[i]; ok {
+			out.counts.Suppressed++
+			continue
+		}
+		if seen[c.EmailKey] { // earlier in the file
+			out.counts.Existing++
+			continue
+		}
+		seen[c.EmailKey] = true
+		cands = append(cands, c)
 	}
 	if len(cands) == 0 {
 		return out, nil
