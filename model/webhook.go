@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -58,46 +57,50 @@ type NewWebhook struct {
 	Events []EventType
 }
 
-// ParseWebhook validates a create body (decoded JSON): url required, an absolute http or https
-// URL of at most MaxWebhookURLLen characters without user or password; events optional
-// (absent = every type), each a known type, no repeats; nothing else.
-func ParseWebhook(obj map[string]any) (NewWebhook, *ValidationError) {
+// WebhookBody is a create body as the API decoded it (docs/api-contract.md §10.3). URL is nil
+// when absent or null; Events is nil when absent or null (every type), and an item that is not
+// a string is "". URLNotString and EventsNotArray say a value had the wrong JSON type (and
+// URL, Events are then nil); Unknown lists the other properties sent.
+type WebhookBody struct {
+	URL            *string
+	Events         []string
+	URLNotString   bool
+	EventsNotArray bool
+	Unknown        []string
+}
+
+// ParseWebhook validates a create body: url required, an absolute http or https URL of at most
+// MaxWebhookURLLen characters without user or password; events optional (absent = every type),
+// each a known type, no repeats; nothing else.
+func ParseWebhook(b WebhookBody) (NewWebhook, *ValidationError) {
 	var verr *ValidationError
 	var out NewWebhook
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
-		if k != "url" && k != "events" {
-			verr = verr.Add(k, fmt.Sprintf(msgProhibited, k))
-		}
+	for _, k := range slices.Sorted(slices.Values(b.Unknown)) {
+		verr = verr.Add(k, fmt.Sprintf(msgProhibited, k))
 	}
-	switch raw, ok := obj["url"]; {
-	case !ok || raw == nil:
+	switch {
+	case b.URLNotString:
+		verr = verr.Add("url", fmt.Sprintf(msgString, "url"))
+	case b.URL == nil:
 		verr = verr.Add("url", fmt.Sprintf(msgRequired, "url"))
 	default:
-		s, isStr := raw.(string)
-		if !isStr {
-			verr = verr.Add("url", fmt.Sprintf(msgString, "url"))
-			break
-		}
-		s = strings.TrimSpace(s)
+		s := strings.TrimSpace(*b.URL)
 		if msg := checkWebhookURL(s); msg != "" {
 			verr = verr.Add("url", msg)
 			break
 		}
 		out.URL = s
 	}
-	raw, ok := obj["events"]
-	if !ok || raw == nil {
+	switch {
+	case b.EventsNotArray:
+		return out, verr.Add("events", fmt.Sprintf(msgArray, "events"))
+	case b.Events == nil:
 		out.Events = append([]EventType(nil), EventTypes...)
 		return out, verr
 	}
-	list, isList := raw.([]any)
-	if !isList {
-		return out, verr.Add("events", fmt.Sprintf(msgArray, "events"))
-	}
 	seen := map[EventType]bool{}
-	for i, item := range list {
+	for i, s := range b.Events {
 		attr := "events." + strconv.Itoa(i)
-		s, _ := item.(string)
 		t, known := ParseEventType(s)
 		switch {
 		case !known:
