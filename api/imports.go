@@ -151,11 +151,17 @@ type (
 func (in *createImportInput) Resolve(ctx huma.Context) []error {
 	in.body = ctx.BodyReader()
 	in.ctype = ctx.Header("Content-Type")
-	if r, _ := humago.Unwrap(ctx); r != nil {
-		in.length = r.ContentLength
-	}
+	r, w := humago.Unwrap(ctx)
+	in.length = r.ContentLength
+	// A file of up to IMPORT_MAX_BYTES takes longer to arrive than the server's read timeout
+	// allows other bodies; where the connection lets us, the upload gets ImportReadTimeout.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(ImportReadTimeout)) //nolint:errcheck // the server's timeout stays
 	return nil
 }
+
+// ImportReadTimeout is how long the body of POST /imports may take to arrive: 256 MiB at
+// about 4 Mbit/s.
+const ImportReadTimeout = 10 * time.Minute
 
 // ImportPath is the path of POST /imports, whose body the 1 MiB limit does not bound.
 const ImportPath = BasePath + "/imports"
