@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,10 +17,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/subscriberd/subscriberd/importer"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/telemetry"
 )
 
 // startImporter runs the import workers on the env's database until t ends, as serve does,
@@ -551,5 +555,79 @@ func TestImportSuppressed(t *testing.T) {
 	held := e.do(http.MethodGet, "/subscribers?email=held@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)
 	if len(held) != 1 || held[0].(map[string]any)["status"] != "unsubscribed" {
 		t.Errorf("held = %v, want it unsubscribed by its suppression and left so", held)
+	}
+}
+
+// TestImportBatchSpansAndMetrics: each batch is a span ("import batch") linked to the trace
+// of the upload, counting its rows; import_rows_total counts the rows by outcome, and
+// imports_running is back to 0 once the import completed.
+func TestImportBatchSpansAndMetrics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	m := telemetry.NewMetrics("test")
+	const upload = "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
+	rows := []string{`{"email":"a@example.com"}`, `{"email":"b@example.com"}`, `{"email":"nope"}`}
+	next := func() ([]byte, error) {
+		if len(rows) == 0 {
+			return nil, io.EOF
+		}
+		r := rows[0]
+		rows = rows[1:]
+		return []byte(r), nil
+	}
+	imp, err := repo.NewImports(e.db).Stage(context.Background(), model.NewImport{NewsletterID: e.nl, Format: model.ImportNDJSON,
+		DefaultStatus: model.StatusActive, KeyPrefix: "sk_test", Traceparent: upload}, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startImporter(t, importer.Config{BatchSize: 2, TracerProvider: tp, Recorder: m})
+	e.waitImport(t, "/api/v1/imports/"+imp.ID.String(), "completed")
+
+	var batches int
+	var created int64
+	for _, s := range rec.Ended() {
+		if s.Name() != "import batch" {
+			continue
+		}
+		batches++
+		if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID().String() != "0102030405060708090a0b0c0d0e0f10" {
+			t.Errorf("batch span links %v, want the upload's trace", s.Links())
+		}
+		for _, a := range s.Attributes() {
+			if a.Key == "import.created" {
+				created += a.Value.AsInt64()
+			}
+		}
+	}
+	if batches != 2 || created != 2 {
+		t.Errorf("%d batch spans counting %d created rows, want 2 and 2", batches, created)
+	}
+	if got := counterSum(t, m, "import_rows_total", "outcome", "created"); got != 2 {
+		t.Errorf("import_rows_total{outcome=created} = %v, want 2", got)
+	}
+	if got := counterSum(t, m, "import_rows_total", "outcome", "invalid"); got != 1 {
+		t.Errorf("import_rows_total{outcome=invalid} = %v, want 1", got)
+	}
+	// The worker lowers the gauge as it returns from the import, just after the commit.
+	running := func() float64 {
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "imports_running" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for running() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("imports_running = %v after the import completed", running())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
