@@ -631,3 +631,16 @@ func TestImportBatchSpansAndMetrics(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestImportRateLimits: an upload is one request against the key's windows and is not counted
+// in the bulk windows (§15).
+func TestImportRateLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withLimits(limitsConfig(t, "3/1m", "1/1m", "off", "off")))
+	for range 2 { // two imports, over the bulk window of 1
+		e.upload("text/csv", "email\na@example.com\n", "").want(t, http.StatusAccepted, "")
+	}
+	e.do(http.MethodPost, "/subscribers/bulk", []map[string]any{{"email": "b@example.com"}}).want(t, http.StatusCreated, "")
+	// The fourth request of the minute: over the key's window of 3.
+	e.upload("text/csv", "email\nc@example.com\n", "").want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+}
