@@ -72,7 +72,8 @@ func timePtr(t *time.Time) *string {
 	return &s
 }
 
-func toImport(m model.Import) Import {
+// ImportOf is the public shape of m, as GET /imports/{id} shows it.
+func ImportOf(m model.Import) Import {
 	c := m.Counts
 	return Import{ID: m.ID.String(), State: m.State, Format: m.Format, DefaultStatus: string(m.DefaultStatus),
 		Counts: ImportCounts{Rows: c.Rows, Processed: c.Processed, Created: c.Created, Existing: c.Existing,
@@ -236,7 +237,7 @@ func (s *Server) createImport(ctx context.Context, p model.Principal, in *create
 		return nil, err
 	}
 	return &importCreatedOutput{Location: ImportPath + "/" + imp.ID.String(),
-		Body: ImportEnvelope{Success: true, Data: toImport(imp)}}, nil
+		Body: ImportEnvelope{Success: true, Data: ImportOf(imp)}}, nil
 }
 
 func (s *Server) importMaxRows() int64 {
@@ -271,7 +272,7 @@ func (s *Server) getImport(ctx context.Context, p model.Principal, in *importIDI
 	if err != nil {
 		return nil, err
 	}
-	return &importOutput{Body: ImportEnvelope{Success: true, Data: toImport(imp)}}, nil
+	return &importOutput{Body: ImportEnvelope{Success: true, Data: ImportOf(imp)}}, nil
 }
 
 func (s *Server) cancelImport(ctx context.Context, p model.Principal, in *importIDInput) (*importOutput, error) {
@@ -283,7 +284,7 @@ func (s *Server) cancelImport(ctx context.Context, p model.Principal, in *import
 	if err != nil {
 		return nil, err
 	}
-	return &importOutput{Body: ImportEnvelope{Success: true, Data: toImport(imp)}}, nil
+	return &importOutput{Body: ImportEnvelope{Success: true, Data: ImportOf(imp)}}, nil
 }
 
 func (s *Server) listImports(ctx context.Context, p model.Principal, in *listImportsInput) (*importsOutput, error) {
@@ -313,7 +314,7 @@ func (s *Server) listImports(ctx context.Context, p model.Principal, in *listImp
 	}
 	out.Body.Data = make([]Import, len(imps))
 	for i, imp := range imps {
-		out.Body.Data[i] = toImport(imp)
+		out.Body.Data[i] = ImportOf(imp)
 	}
 	return out, nil
 }

@@ -116,7 +116,7 @@ func importCmd(ctx context.Context, prog string, args []string, getenv func(stri
 		if c.Invalid > 0 {
 			fmt.Fprintf(stdout, "row errors: GET %s/%s/errors\n", api.ImportPath, imp.ID)
 		}
-		return nil
+		return printJSON(stdout, api.ImportOf(imp))
 	})
 }
 

@@ -67,8 +67,18 @@ func TestImportCommand(t *testing.T) {
 	const invalid, existing = rows / 1000, rows / 1000
 	wantEnd := fmt.Sprintf("import %s completed: %d rows: %d created, %d existing, 0 suppressed, %d invalid\nrow errors: GET /api/v1/imports/%s/errors\n",
 		id[1], rows, rows-invalid-existing, existing, invalid, id[1])
-	if !strings.HasSuffix(text, wantEnd) {
-		t.Errorf("output ends\n%s\nwant\n%s", text[max(0, len(text)-300):], wantEnd)
+	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasSuffix(strings.TrimSuffix(text, last+"\n"), wantEnd) {
+		t.Errorf("output ends\n%s\nwant\n%s<the import as JSON>", text[max(0, len(text)-500):], wantEnd)
+	}
+	var imp struct {
+		ID     string
+		State  string
+		Counts map[string]int
+	}
+	if err := json.Unmarshal([]byte(last), &imp); err != nil || imp.ID != id[1] || imp.State != "completed" || imp.Counts["invalid"] != invalid {
+		t.Errorf("last line %q: %+v (%v), want the import as one JSON object", last, imp, err)
 	}
 	db, err := repo.Open(env["DATABASE_URL"], repo.Options{MaxConns: 1})
 	if err != nil {
