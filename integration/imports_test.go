@@ -644,3 +644,30 @@ func TestImportRateLimits(t *testing.T) {
 	// The fourth request of the minute: over the key's window of 3.
 	e.upload("text/csv", "email\nc@example.com\n", "").want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
 }
+
+// TestImportClaimKeepsOrder: while another worker is claiming a newsletter's oldest queued
+// import (holding its row), the next one of that newsletter is not taken in its place.
+func TestImportClaimKeepsOrder(t *testing.T) {
+	t.Parallel()
+	postgresOnly(t, "holds a row lock in a second transaction while claiming; SQLite has one writer at a time")
+	e := newEnv(t)
+	first := e.upload("text/csv", "email\na@example.com\n", "").want(t, http.StatusAccepted, "").data(t)["id"].(string)
+	e.upload("text/csv", "email\nb@example.com\n", "").want(t, http.StatusAccepted, "")
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.ExecContext(ctx, "SELECT id FROM imports WHERE id = ? FOR UPDATE", first); err != nil {
+		t.Fatal(err)
+	}
+	store := repo.NewImports(e.db)
+	if job, ok, err := store.Claim(ctx, time.Minute); err != nil || ok {
+		t.Fatalf("claim while the oldest is held: %v %v %v, want none", job.ID, ok, err)
+	}
+	tx.Rollback() //nolint:errcheck
+	if job, ok, err := store.Claim(ctx, time.Minute); err != nil || !ok || job.ID.String() != first {
+		t.Fatalf("claim = %v %v %v, want the oldest %s", job.ID, ok, err, first)
+	}
+}

@@ -387,9 +387,10 @@ func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, e
 	return row.toModel(), nil
 }
 
-// Claim takes the oldest import that is due for a worker, for lease: a queued one of a
-// newsletter with no import running, or a running one whose worker's lease ran out (it
-// stopped or crashed; the import resumes after its last committed batch). Imports another
+// Claim takes the oldest import that is due for a worker, for lease: the oldest queued one of
+// a newsletter with no import running (a newer one waits even while another worker is
+// claiming the older), or a running one whose worker's lease ran out (it stopped or crashed;
+// the import resumes after its last committed batch). Imports another
 // worker is claiming are skipped, not waited for. ok is false when none is due.
 func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.ImportJob, ok bool, err error) {
 	now := s.now()
@@ -403,8 +404,10 @@ func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.Imp
     started_at = coalesce(started_at, ?), updated_at = ?
 WHERE id = (
     SELECT i.id FROM imports AS i
-    WHERE (i.state = 'queued' AND NOT EXISTS (
-              SELECT 1 FROM imports AS r WHERE r.newsletter_id = i.newsletter_id AND r.state = 'running'))
+    WHERE (i.state = 'queued'
+           AND NOT EXISTS (SELECT 1 FROM imports AS r WHERE r.newsletter_id = i.newsletter_id AND r.state = 'running')
+           AND NOT EXISTS (SELECT 1 FROM imports AS o WHERE o.newsletter_id = i.newsletter_id AND o.state = 'queued'
+                               AND (o.created_at, o.id) < (i.created_at, i.id)))
        OR (i.state = 'running' AND i.lease_until < ?)
     ORDER BY i.created_at, i.id
     LIMIT 1`+lock+`)
