@@ -74,7 +74,8 @@ func fileError(format string, args ...any) error {
 // or model.ImportNDJSON), one JSON object each, then io.EOF; it fails after maxRows rows or
 // maxBytes bytes. POST /imports and the import command read files with it.
 func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() ([]byte, error) {
-	br := bufio.NewReaderSize(&limitedBody{r: body, max: maxBytes}, 64<<10)
+	lb := &limitedBody{r: body, max: maxBytes}
+	br := bufio.NewReaderSize(lb, 64<<10)
 	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
 		br.Discard(len(bom)) //nolint:errcheck // peeked
 	}
@@ -87,6 +88,10 @@ func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() (
 	var n int64
 	return func() ([]byte, error) {
 		row, err := next()
+		if err != nil && lb.n > lb.max {
+			// The parsers may stumble on the cut-off end first: the limit is the cause.
+			return nil, tooLargeBytes(maxBytes)
+		}
 		if err != nil {
 			return nil, err
 		}
