@@ -47,33 +47,15 @@ const (
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
-// that deliveries link to the request that caused them. On PostgreSQL both are one statement.
-// It reports whether any delivery was queued (known only on SQLite, where the caller wakes the
-// workers after commit; on PostgreSQL they poll).
-func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+// that deliveries link to the request that caused them. It reports whether any delivery was
+// queued, where the engine knows (the caller then wakes the workers after its commit; where
+// it does not, they poll).
+func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
 	if len(evs) == 0 {
 		return false, nil
 	}
-	rows := eventRows(ctx, evs)
-	if !isSQLite(db) {
-		ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
-		_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
-		return false, translate(err)
-	}
-	if _, err := db.NewInsert().Model(&rows).Exec(ctx); err != nil {
-		return false, translate(err)
-	}
-	ids := make([]uuid.UUID, len(evs))
-	for i, e := range evs {
-		ids[i] = e.ID
-	}
-	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
-		queueDeliveriesFrom+eventMatchSQLite, bun.List(ids)).Exec(ctx)
-	if err != nil {
-		return false, translate(err)
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs))
+	return queued, translate(err)
 }
 
 // eventRows are the rows of evs, carrying ctx's trace context so that their deliveries link to
@@ -91,13 +73,13 @@ func eventRows(ctx context.Context, evs []model.Event) []eventRow {
 }
 
 // insertWithEventPG stores row unless its email is taken, with its created event and the
-// event's deliveries, in one PostgreSQL statement: the data-modifying parts of a statement take
+// event's deliveries, in one PostgreSQL statement (pgEngine.insertWithEvent): the data-modifying parts of a statement take
 // effect together or not at all, so a create needs one round trip instead of a transaction's
 // four. It reports whether row was stored; when it was not, nothing was.
 func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
 	r := eventRows(ctx, []model.Event{ev})[0]
 	var n int
-	err := s.queryRow(ctx, db, insertWithEventStmt, &n,
+	err := s.db.eng.queryRow(ctx, db, insertWithEventStmt, &n,
 		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
 		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
 	if err != nil {
@@ -128,7 +110,7 @@ type Events struct {
 }
 
 // NewEvents returns the event log on db.
-func NewEvents(db *bun.DB) *Events {
+func NewEvents(db *DB) *Events {
 	return &Events{store: newStore(db)}
 }
 
@@ -137,7 +119,7 @@ func NewEvents(db *bun.DB) *Events {
 // newsletter's, is model.ErrNotFound.
 func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPage) ([]model.Event, bool, error) {
 	var exists bool
-	if err := e.db.NewRaw("SELECT EXISTS (SELECT 1 FROM subscribers WHERE newsletter_id = ? AND id = ?)", nl, id).
+	if err := e.idb.NewRaw("SELECT EXISTS (SELECT 1 FROM subscribers WHERE newsletter_id = ? AND id = ?)", nl, id).
 		Scan(ctx, &exists); err != nil {
 		return nil, false, translate(err)
 	}
@@ -145,7 +127,7 @@ func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPag
 		return nil, false, fmt.Errorf("%w", model.ErrNotFound)
 	}
 	var rows []eventRow
-	q := e.db.NewSelect().Model(&rows).Column("id", "type", "payload", "created_at").
+	q := e.idb.NewSelect().Model(&rows).Column("id", "type", "payload", "created_at").
 		Where("subscriber_id = ?", id).OrderExpr("id").Limit(p.Limit + 1)
 	if p.After != uuid.Nil {
 		q = q.Where("id > ?", p.After)
