@@ -1,6 +1,8 @@
 package repo
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -12,3 +14,8 @@ func TraceQueries(db *DB, tp trace.TracerProvider) {
 
 // GetSubscriberText is the text of Subscribers.Get's prepared statement.
 var GetSubscriberText = getSubscriber.text
+
+// QueryRows runs text, a statement with $1… placeholders, through the engine's queryRows.
+func QueryRows(ctx context.Context, db *DB, text string, dest any, args ...any) error {
+	return db.eng.queryRows(ctx, db.DB, newStatement("SELECT", "", text), dest, args...)
+}

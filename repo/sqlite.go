@@ -166,7 +166,7 @@ func translateSQLite(err error, e *sqlite.Error) error {
 	case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED,
 		code&0xff == sqlite3.SQLITE_CANTOPEN, code&0xff == sqlite3.SQLITE_IOERR,
 		code&0xff == sqlite3.SQLITE_FULL, code&0xff == sqlite3.SQLITE_READONLY:
-		// The chain keeps the driver's error so runInTx can tell a busy database.
+		// The chain keeps the driver's error so retry can tell a busy database.
 		return fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	return err
