@@ -27,23 +27,16 @@ type eventRow struct {
 	CreatedAt    time.Time `bun:"created_at"`
 }
 
-// queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
-// created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
-// events column is a JSON array of type names).
-const queueDeliveriesSQL = queueDeliveriesFrom + eventMatchPostgres
-
-// queueDeliveriesFrom is queueDeliveriesSQL up to the store's test of an endpoint's events.
+// queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
+// created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
+// engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
+// (pg.go) and eventMatchSQLite (sqlite.go).
 const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
     (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
 SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
 FROM ev JOIN webhook_endpoints AS w
     ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
     AND `
-
-const (
-	eventMatchPostgres = `strpos(w.events, '"' || ev.type || '"') > 0`
-	eventMatchSQLite   = `instr(w.events, '"' || ev.type || '"') > 0`
-)
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
@@ -71,38 +64,6 @@ func eventRows(ctx context.Context, evs []model.Event) []eventRow {
 	}
 	return rows
 }
-
-// insertWithEventPG stores row unless its email is taken, with its created event and the
-// event's deliveries, in one PostgreSQL statement (pgEngine.insertWithEvent): the data-modifying parts of a statement take
-// effect together or not at all, so a create needs one round trip instead of a transaction's
-// four. It reports whether row was stored; when it was not, nothing was.
-func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
-	r := eventRows(ctx, []model.Event{ev})[0]
-	var n int
-	err := s.db.eng.queryRow(ctx, db, insertWithEventStmt, &n,
-		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
-		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
-	if err != nil {
-		return false, translate(err)
-	}
-	return n > 0, nil
-}
-
-// insertWithEventStmt is insertWithEventPG's statement, prepared (see statement): $1 to $9 the
-// subscriber's columns, then the event's id, type, payload, traceparent and time (its
-// newsletter is the subscriber's). Its span is named for its main change, "INSERT
-// subscribers". The event's values are cast: in an INSERT … SELECT a parameter takes no type
-// from the target column.
-var insertWithEventStmt = newStatement("INSERT", "subscribers", `WITH s AS (
-    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-    ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
-ev AS (
-    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT $10::uuid, $2::uuid, s.id, $11::text, $12::text, $13::text, $14::timestamptz FROM s
-    RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`)
-SELECT count(*) FROM s`)
 
 // Events reads subscribers' histories.
 type Events struct {
