@@ -89,12 +89,6 @@ func (s unitStore[T]) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 	return s.u.Run(ctx, nl, key, fp, func(tx T) (*model.StoredResponse, error) { return fn(s.stores(tx)) })
 }
 
-// idempotencyMetrics is implemented by Metrics that count idempotency outcomes (in_use,
-// reused, replayed); others are not asked.
-type idempotencyMetrics interface {
-	IdempotencyOutcome(outcome string)
-}
-
 // metaIdempotent marks an operation that accepts Idempotency-Key.
 const metaIdempotent = "idempotent"
 
@@ -337,8 +331,8 @@ func (s *Server) idemOutcome(ctx huma.Context, outcome string) {
 			span.SetAttributes(attribute.Bool("app.idempotency.replayed", true))
 		}
 	}
-	if m, ok := s.metrics.(idempotencyMetrics); ok && outcome != IdempotencyRan {
-		m.IdempotencyOutcome(outcome)
+	if outcome != IdempotencyRan {
+		s.metrics.IdempotencyOutcome(outcome)
 	}
 }
 

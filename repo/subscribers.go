@@ -164,8 +164,8 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 		rows[i] = s.newRow(nl, in[i], now)
 	}
 	// Most bulks collide with nothing. "ON CONFLICT DO NOTHING RETURNING email_key", which names
-	// the colliding rows, cost PostgreSQL 15-20 % more per 100 rows than an insert without
-	// RETURNING (pgbench, 16 clients). So an insert that only counts what it stored goes first;
+	// the colliding rows, costs PostgreSQL clearly more per 100 rows than an insert without
+	// RETURNING. So an insert that only counts what it stored goes first;
 	// only when it stored fewer rows than given (and rolls back) does the insert that names the
 	// taken emails run. Neither raises a unique violation, so a client's duplicate never makes
 	// the database server log the statement, addresses and all.
