@@ -392,6 +392,8 @@ type engine interface {
 	// not wait for the key-share locks of rows referencing it being inserted).
 	forUpdate() string
 	forNoKeyUpdate() string
+	// lockRows is q locking the rows it reads as forUpdate does.
+	lockRows(q *bun.SelectQuery) *bun.SelectQuery
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber
 	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
 	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
@@ -405,10 +407,6 @@ type engine interface {
 	listen(ctx context.Context, queue string) <-chan struct{}
 	wake(queue string)
 }
-
-// lockFor is the lock of a bun SELECT that locks its rows in a write transaction: "UPDATE",
-// or "" (no lock) where the engine needs none (see engine.forUpdate).
-func lockFor(e engine) string { return strings.TrimPrefix(e.forUpdate(), " FOR ") }
 
 // deliveriesQueued wakes the webhook workers after a commit that queued deliveries, when it
 // did (see store.queued).

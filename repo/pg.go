@@ -184,6 +184,8 @@ ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).
 func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
 func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
 
+func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
+
 // lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
 // collision only makes two unrelated changes wait for each other.
 func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {

@@ -367,6 +367,9 @@ ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &r
 func (*sqliteEngine) forUpdate() string      { return "" }
 func (*sqliteEngine) forNoKeyUpdate() string { return "" }
 
+// lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
+func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
+
 // lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
 

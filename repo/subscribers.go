@@ -378,7 +378,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	src := model.SourceFrom(ctx)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		queued, delivering = false, false
-		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).For(lockFor(s.db.eng))
+		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
 		if p.Email != nil {
 			// Lock, in id order, the subscriber and whoever holds the new email now, before
 			// writing either: two PUTs swapping two subscribers' emails then queue on the same
@@ -488,7 +488,7 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := s.now()
-		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).For(lockFor(s.db.eng))
+		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
 		err := sel.Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)

@@ -43,11 +43,18 @@ func TestInTxStoresShareTheTransaction(t *testing.T) {
 				return err
 			}
 			id = sub.ID
-			if _, err := tx.Subscribers().Get(ctx, nl, id); err != nil {
-				t.Errorf("commit %v: the unit's own read: %v, want its subscriber", commit, err)
+			name := "Ada Lovelace"
+			if _, err := tx.Subscribers().Update(ctx, nl, id, model.SubscriberPatch{Name: &name}); err != nil {
+				return err
 			}
-			if evs, _, err := tx.Events().History(ctx, nl, id, model.EventPage{Limit: 10}); err != nil || len(evs) != 1 {
-				t.Errorf("commit %v: the unit's history: %d events, %v; want the created event", commit, len(evs), err)
+			if _, err := tx.Subscribers().Unsubscribe(ctx, nl, id); err != nil {
+				return err
+			}
+			if got, err := tx.Subscribers().Get(ctx, nl, id); err != nil || got.FirstName != "Ada" || got.Status != model.StatusUnsubscribed {
+				t.Errorf("commit %v: the unit's own read: %+v, %v; want its renamed, unsubscribed subscriber", commit, got, err)
+			}
+			if evs, _, err := tx.Events().History(ctx, nl, id, model.EventPage{Limit: 10}); err != nil || len(evs) != 3 {
+				t.Errorf("commit %v: the unit's history: %d events, %v; want created, updated, unsubscribed", commit, len(evs), err)
 			}
 			if _, err := pool.Get(ctx, nl, id); !errors.Is(err, model.ErrNotFound) {
 				t.Errorf("commit %v: the pool's read before the commit: %v, want model.ErrNotFound", commit, err)
