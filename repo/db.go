@@ -1,7 +1,14 @@
 // Package repo is subscriberd's persistence through bun, on PostgreSQL (production) or an
 // embedded SQLite file (zero-setup): row types, queries, transactions, and the translation of
-// driver errors into model errors. Everything that differs between the two engines stays in
-// this package (see sqlite.go); callers see the same behaviour on both.
+// driver errors into model errors. Everything that differs between the two engines stays
+// behind one seam, the engine interface, with one file per engine (pg.go, sqlite.go); callers
+// see the same behaviour on both, and no other file asks which engine runs.
+//
+// A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit
+// of work it came from: DB.InTx hands out stores through Tx), a write of several statements
+// runs in s.inTx (its unit's transaction, or a new one with retries), queued work wakes its
+// workers through s.queued, and whatever differs between the engines is a method of s.db.eng.
+// A new store gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
 package repo
 
 import (
