@@ -203,7 +203,7 @@ func (s *Server) registerImports(common []int) {
 		http.StatusOK, append([]int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict}, common...)), handle(s, s.cancelImport))
 }
 
-func (s *Server) createImport(ctx context.Context, p model.Principal, in *createImportInput) (*importCreatedOutput, error) {
+func (s *Server) createImport(ctx context.Context, p model.Principal, _ Stores, in *createImportInput) (*importCreatedOutput, error) {
 	format := ""
 	if mt, _, err := mime.ParseMediaType(in.ctype); err == nil {
 		switch mt {
@@ -263,7 +263,7 @@ func parseImportID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-func (s *Server) getImport(ctx context.Context, p model.Principal, in *importIDInput) (*importOutput, error) {
+func (s *Server) getImport(ctx context.Context, p model.Principal, _ Stores, in *importIDInput) (*importOutput, error) {
 	id, err := parseImportID(in.ID)
 	if err != nil {
 		return nil, err
@@ -275,7 +275,7 @@ func (s *Server) getImport(ctx context.Context, p model.Principal, in *importIDI
 	return &importOutput{Body: ImportEnvelope{Success: true, Data: ImportOf(imp)}}, nil
 }
 
-func (s *Server) cancelImport(ctx context.Context, p model.Principal, in *importIDInput) (*importOutput, error) {
+func (s *Server) cancelImport(ctx context.Context, p model.Principal, _ Stores, in *importIDInput) (*importOutput, error) {
 	id, err := parseImportID(in.ID)
 	if err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func (s *Server) cancelImport(ctx context.Context, p model.Principal, in *import
 	return &importOutput{Body: ImportEnvelope{Success: true, Data: ImportOf(imp)}}, nil
 }
 
-func (s *Server) listImports(ctx context.Context, p model.Principal, in *listImportsInput) (*importsOutput, error) {
+func (s *Server) listImports(ctx context.Context, p model.Principal, _ Stores, in *listImportsInput) (*importsOutput, error) {
 	q, err := model.ParseListQuery("", string(in.Limit), "")
 	if err != nil {
 		return nil, err
@@ -319,7 +319,7 @@ func (s *Server) listImports(ctx context.Context, p model.Principal, in *listImp
 	return out, nil
 }
 
-func (s *Server) importErrors(ctx context.Context, p model.Principal, in *importErrorsInput) (*importErrorsOutput, error) {
+func (s *Server) importErrors(ctx context.Context, p model.Principal, _ Stores, in *importErrorsInput) (*importErrorsOutput, error) {
 	id, err := parseImportID(in.ID)
 	if err != nil {
 		return nil, err

@@ -227,7 +227,7 @@ func (s *Server) countSuppressions(sups []model.Suppression, created []bool) {
 	}
 }
 
-func (s *Server) createSuppression(ctx context.Context, p model.Principal, in *createSuppressionInput) (*createdSuppressionOutput, error) {
+func (s *Server) createSuppression(ctx context.Context, p model.Principal, _ Stores, in *createSuppressionInput) (*createdSuppressionOutput, error) {
 	ns, verr := model.ParseSuppression(in.Body)
 	if verr != nil {
 		return nil, verr
@@ -245,7 +245,7 @@ func (s *Server) createSuppression(ctx context.Context, p model.Principal, in *c
 	return out, nil
 }
 
-func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, in *bulkSuppressionInput) (*bulkSuppressionOutput, error) {
+func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, _ Stores, in *bulkSuppressionInput) (*bulkSuppressionOutput, error) {
 	items, verr := model.ParseSuppressionBulk(in.Body)
 	if verr != nil {
 		return nil, verr
@@ -265,7 +265,7 @@ func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, in *bulkSu
 	return out, nil
 }
 
-func (s *Server) listSuppressions(ctx context.Context, p model.Principal, in *listSuppressionsInput) (*suppressionListOutput, error) {
+func (s *Server) listSuppressions(ctx context.Context, p model.Principal, _ Stores, in *listSuppressionsInput) (*suppressionListOutput, error) {
 	q, err := model.ParseSuppressionQuery(string(in.Limit), string(in.Reason))
 	if err != nil {
 		return nil, err
@@ -301,11 +301,11 @@ func (s *Server) listSuppressions(ctx context.Context, p model.Principal, in *li
 		Pagination: CursorPagination{Limit: q.Limit, NextCursor: next}}}, nil
 }
 
-func (s *Server) getSuppression(ctx context.Context, p model.Principal, in *suppressionIDInput) (*suppressionOutput, error) {
+func (s *Server) getSuppression(ctx context.Context, p model.Principal, _ Stores, in *suppressionIDInput) (*suppressionOutput, error) {
 	return s.suppressionOp(ctx, p, in, s.cfg.Suppressions.Get)
 }
 
-func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, in *suppressionIDInput) (*suppressionOutput, error) {
+func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, _ Stores, in *suppressionIDInput) (*suppressionOutput, error) {
 	return s.suppressionOp(ctx, p, in, s.cfg.Suppressions.Delete)
 }
 

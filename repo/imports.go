@@ -3,19 +3,15 @@ package repo
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -87,7 +83,7 @@ type Imports struct {
 }
 
 // NewImports returns the import store on db.
-func NewImports(db *bun.DB) *Imports {
+func NewImports(db *DB) *Imports {
 	return &Imports{store: newStore(db)}
 }
 
@@ -105,13 +101,7 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
-	var err error
-	if s.sqlite {
-		err = s.stageSQLite(ctx, &row, next)
-	} else {
-		err = s.stagePostgres(ctx, &row, next)
-	}
-	if err != nil {
+	if err := s.db.eng.stageImport(ctx, s, &row, next); err != nil {
 		return model.Import{}, err
 	}
 	return row.toModel(), nil
@@ -127,156 +117,9 @@ func finishStaged(row *importRow, n int64, now time.Time) {
 	}
 }
 
-func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return translate(err)
-	}
-	defer func() {
-		if err != nil {
-			// A COPY cut short leaves the connection in the middle of the protocol: it is
-			// closed rather than returned to the pool, and the server rolls back.
-			conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // closing it is the point
-		}
-		conn.Close()
-	}()
-	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		return translate(err)
-	}
-	if _, err := conn.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
-	}
-	cr := &copyReader{next: next, id: row.ID.String()}
-	res, err := pgdriver.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN")
-	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
-		return cr.err // the upload's own error, whatever the driver made of it
-	}
-	if err != nil {
-		return translate(err)
-	}
-	n, _ := res.RowsAffected()
-	now := s.now()
-	finishStaged(row, n, now)
-	if _, err := conn.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx); err != nil {
-		return translate(err)
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return translate(err)
-	}
-	return nil
-}
-
-// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB data"
-// lines, data escaped as COPY's text format wants. It fills each read as far as it can, so
-// that one COPY message carries many rows.
-type copyReader struct {
-	next func() ([]byte, error)
-	id   string
-	row  int64
-	buf  []byte
-	err  error
-}
-
-func (r *copyReader) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		if len(r.buf) == 0 {
-			if r.err != nil {
-				break
-			}
-			data, err := r.next()
-			if err != nil {
-				r.err = err
-				break
-			}
-			r.row++
-			r.buf = appendCopyLine(r.buf[:0], r.id, r.row, data)
-		}
-		c := copy(p[n:], r.buf)
-		r.buf = r.buf[c:]
-		n += c
-	}
-	if n == 0 && r.err != nil {
-		return 0, r.err
-	}
-	return n, nil
-}
-
-func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
-	b = append(b, id...)
-	b = append(b, '\t')
-	b = strconv.AppendInt(b, row, 10)
-	b = append(b, '\t')
-	for _, c := range data {
-		switch c {
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '\n')
-}
-
-func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
-	row.State = model.ImportUploading
-	if _, err := s.db.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
-	}
-	defer func() {
-		if err != nil { // the client may be gone: the cleanup must not go with it
-			s.dropImport(context.WithoutCancel(ctx), row.ID) //nolint:errcheck // a leftover upload is dropped by the worker's sweep
-		}
-	}()
-	var n int64
-	batch := make([]stagedRow, 0, sqliteStageBatch)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
-				return err
-			}
-			_, err := tx.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
-			return err
-		})
-		batch = batch[:0]
-		return translate(err)
-	}
-	for {
-		data, err := next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		n++
-		batch = append(batch, stagedRow{ImportID: row.ID, RowNo: n, Data: string(data)})
-		if len(batch) == sqliteStageBatch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	finishStaged(row, n, s.now())
-	_, err = s.db.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
-	return translate(err)
-}
-
 // dropImport removes an import and its staged rows.
 func (s *Imports) dropImport(ctx context.Context, id uuid.UUID) error {
-	return translate(s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	return translate(s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		if _, err := tx.NewDelete().Table("import_rows").Where("import_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
@@ -362,8 +205,8 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 // the others are dropped. A finished one is model.ErrImportFinished.
 func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+forUpdate(s.sqlite), id, nl).Scan(ctx, &row)
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+s.db.eng.forUpdate(), id, nl).Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportNotFound)
 		}
@@ -395,10 +238,6 @@ func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, e
 func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.ImportJob, ok bool, err error) {
 	now := s.now()
 	claim := uuid.Must(uuid.NewV7())
-	lock := " FOR UPDATE SKIP LOCKED"
-	if s.sqlite {
-		lock = "" // the immediate transaction already excludes every other writer
-	}
 	var rows []importRow
 	err = s.db.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
     started_at = coalesce(started_at, ?), updated_at = ?
@@ -410,7 +249,7 @@ WHERE id = (
                                AND (o.created_at, o.id) < (i.created_at, i.id)))
        OR (i.state = 'running' AND i.lease_until < ?)
     ORDER BY i.created_at, i.id
-    LIMIT 1`+lock+`)
+    LIMIT 1`+s.db.eng.skipLocked()+`)
 RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
 	switch {
 	case sqlState(err) == "23505":
@@ -446,10 +285,10 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		pending    bool
 		delivering bool
 	)
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
 		var cur importRow
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+forNoKeyUpdate(s.sqlite), job.ID).Scan(ctx, &cur)
+		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}
@@ -500,9 +339,9 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		return model.ImportCounts{}, false, translate(err)
 	}
 	if pending {
-		emailsQueued(s.db)
+		s.queued(emailQueue)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return counts, done, nil
 }
 
@@ -512,7 +351,7 @@ type appliedRows struct {
 }
 
 // applyRows decides the outcome of each staged row and stores it, in tx.
-func (s *Imports) applyRows(ctx context.Context, tx bun.Tx, imp *importRow, staged []stagedRow, now time.Time) (appliedRows, error) {
+func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, staged []stagedRow, now time.Time) (appliedRows, error) {
 	var out appliedRows
 	out.counts.Processed = int64(len(staged))
 	var errRows []importErrorRow
@@ -595,7 +434,7 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.Tx, imp *importRow, stag
 		}
 	}
 	var err error
-	if out.delivering, err = recordEvents(ctx, tx, evs); err != nil {
+	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
 		return out, err
 	}
 	out.pending = len(pendingRows) > 0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/subscriberd/subscriberd/model"
@@ -63,7 +64,7 @@ type Suppressions struct {
 }
 
 // NewSuppressions returns the suppression store on db.
-func NewSuppressions(db *bun.DB) *Suppressions {
+func NewSuppressions(db *DB) *Suppressions {
 	return &Suppressions{store: newStore(db)}
 }
 
@@ -88,7 +89,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	var created []bool
 	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		out, created, delivering = make([]model.Suppression, len(in)), make([]bool, len(in)), false
 		emails := make([]string, len(in))
 		for i := range in {
@@ -120,7 +121,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	if err != nil {
 		return nil, nil, translate(err)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return out, created, nil
 }
 
@@ -316,7 +317,7 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 // emails, in one order (sorted keys), the keys lockForEmailChange uses. SQLite's immediate
 // transaction holds the database's write lock already.
 func lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
-	if isSQLite(db) || len(emails) == 0 {
+	if onSQLite(db) || len(emails) == 0 {
 		return nil
 	}
 	keys := make([]string, len(emails))
@@ -334,7 +335,7 @@ FROM (SELECT unnest(?::text[]) AS k ORDER BY 1) AS keys`, pgdialect.Array(keys))
 func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
 	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
-		forUpdate(isSQLite(db)), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
+		lockClause(db), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -346,10 +347,36 @@ func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email 
 	if _, err := db.NewUpdate().Model(&row).WherePK().Column("status", "updated_at").Exec(ctx); err != nil {
 		return false, translate(err)
 	}
-	delivering, err := recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
+	delivering, err := insertEventsOn(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
 		map[string]string{"status": before}, src, now)})
 	if err != nil {
 		return false, err
 	}
 	return delivering, retireConfirmations(ctx, db, row.ID, now)
+}
+
+// The package functions above run inside their callers' transactions with no store at hand:
+// these three pick the engine's behaviour from the transaction's dialect.
+
+// onSQLite tells whether db is the SQLite store's.
+func onSQLite(db bun.IDB) bool { return db.Dialect().Name() == dialect.SQLite }
+
+// lockClause is the engine's forUpdate for db.
+func lockClause(db bun.IDB) string {
+	if onSQLite(db) {
+		return (*sqliteEngine)(nil).forUpdate()
+	}
+	return (*pgEngine)(nil).forUpdate()
+}
+
+// insertEventsOn records evs in db as store.recordEvents does.
+func insertEventsOn(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+	var queued bool
+	var err error
+	if onSQLite(db) {
+		queued, err = (*sqliteEngine)(nil).insertEvents(ctx, db, eventRows(ctx, evs))
+	} else {
+		queued, err = (*pgEngine)(nil).insertEvents(ctx, db, eventRows(ctx, evs))
+	}
+	return queued, translate(err)
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/schollz/progressbar/v3"
-	"github.com/uptrace/bun"
 	"golang.org/x/term"
 
 	"github.com/subscriberd/subscriberd/api"
@@ -25,7 +24,7 @@ import (
 
 // startImportWorker runs the import workers (IMPORT_WORKERS) until ctx ends; the returned
 // channel closes once the batches in hand are committed and their imports given back.
-func startImportWorker(ctx context.Context, db *bun.DB, workers int, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
+func startImportWorker(ctx context.Context, db *repo.DB, workers int, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if workers == 0 {
 		log.Info("IMPORT_WORKERS=0: this instance processes no imports; another instance on the database must")
 		done := make(chan struct{})
@@ -80,7 +79,7 @@ func importCmd(ctx context.Context, prog string, args []string, getenv func(stri
 		return fmt.Errorf("import: %w", err)
 	}
 	defer f.Close()
-	return withDB(ctx, prog, loader, stderr, func(db *bun.DB, log *slog.Logger) error {
+	return withDB(ctx, prog, loader, stderr, func(db *repo.DB, log *slog.Logger) error {
 		if _, err := repo.NewAccounts(db).Newsletter(ctx, id); err != nil {
 			if errors.Is(err, model.ErrNewsletterNotFound) {
 				return fmt.Errorf("import: no newsletter %s (%s newsletter list shows them)", id, prog)
@@ -158,7 +157,7 @@ func followImport(ctx context.Context, store *repo.Imports, imp model.Import, w 
 }
 
 // withDB opens the existing database (migrating it, as withAccounts does) and runs fn.
-func withDB(ctx context.Context, prog string, loader *configLoader, stderr io.Writer, fn func(*bun.DB, *slog.Logger) error) error {
+func withDB(ctx context.Context, prog string, loader *configLoader, stderr io.Writer, fn func(*repo.DB, *slog.Logger) error) error {
 	cfg, err := loader.load(nil)
 	if err != nil {
 		return err
