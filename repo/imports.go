@@ -132,7 +132,7 @@ func (s *Imports) dropImport(ctx context.Context, id uuid.UUID) error {
 // process that received them ended before it could drop them itself.
 func (s *Imports) SweepUploads(ctx context.Context, age time.Duration) error {
 	var ids []uuid.UUID
-	if err := s.db.NewSelect().Table("imports").Column("id").
+	if err := s.idb.NewSelect().Table("imports").Column("id").
 		Where("state = ? AND updated_at < ?", model.ImportUploading, s.now().Add(-age)).
 		Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return translate(err)
@@ -151,7 +151,7 @@ const visible = "state <> 'uploading'"
 // Get returns the newsletter's import id; an unknown one is model.ErrImportNotFound.
 func (s *Imports) Get(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
-	err := s.db.NewSelect().Model(&row).Where("id = ? AND newsletter_id = ? AND "+visible, id, nl).Scan(ctx)
+	err := s.idb.NewSelect().Model(&row).Where("id = ? AND newsletter_id = ? AND "+visible, id, nl).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Import{}, fmt.Errorf("%w", model.ErrImportNotFound)
 	}
@@ -165,7 +165,7 @@ func (s *Imports) Get(ctx context.Context, nl, id uuid.UUID) (model.Import, erro
 // after (nil: from the newest): one more than asked when another follows.
 func (s *Imports) List(ctx context.Context, nl uuid.UUID, limit int, after *model.Position) ([]model.Import, error) {
 	var rows []importRow
-	q := s.db.NewSelect().Model(&rows).Where("newsletter_id = ? AND "+visible, nl).
+	q := s.idb.NewSelect().Model(&rows).Where("newsletter_id = ? AND "+visible, nl).
 		OrderExpr("created_at DESC, id DESC").Limit(limit + 1)
 	if after != nil {
 		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", after.CreatedAt.UTC(), after.CreatedAt.UTC(), after.ID)
@@ -187,7 +187,7 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 		return nil, err
 	}
 	var rows []importErrorRow
-	if err := s.db.NewSelect().Model(&rows).Where("import_id = ? AND row_no > ?", id, afterRow).
+	if err := s.idb.NewSelect().Model(&rows).Where("import_id = ? AND row_no > ?", id, afterRow).
 		OrderExpr("row_no").Limit(limit + 1).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -239,7 +239,7 @@ func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.Imp
 	now := s.now()
 	claim := uuid.Must(uuid.NewV7())
 	var rows []importRow
-	err = s.db.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
+	err = s.idb.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
     started_at = coalesce(started_at, ?), updated_at = ?
 WHERE id = (
     SELECT i.id FROM imports AS i
@@ -267,7 +267,7 @@ RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
 // Release gives up job's claim, so that another worker (or the next start) takes the import
 // up at once rather than after the lease.
 func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
-	_, err := s.db.NewUpdate().Table("imports").Set("lease_until = ?", s.now()).
+	_, err := s.idb.NewUpdate().Table("imports").Set("lease_until = ?", s.now()).
 		Where("id = ? AND claim = ? AND state = 'running'", job.ID, job.Claim).Exec(ctx)
 	return translate(err)
 }

@@ -430,7 +430,7 @@ func (*sqliteEngine) skipLocked() string { return "" }
 
 func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
 	row.State = model.ImportUploading
-	if _, err := s.db.NewInsert().Model(row).Exec(ctx); err != nil {
+	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
 		return translate(err)
 	}
 	defer func() {
@@ -474,6 +474,6 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 		return err
 	}
 	finishStaged(row, n, s.now())
-	_, err = s.db.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+	_, err = s.idb.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
 	return translate(err)
 }
