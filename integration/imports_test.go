@@ -671,3 +671,23 @@ func TestImportClaimKeepsOrder(t *testing.T) {
 		t.Fatalf("claim = %v %v %v, want the oldest %s", job.ID, ok, err, first)
 	}
 }
+
+// TestImportQueuesWebhooks: a created row's event is delivered to the newsletter's endpoints,
+// as a create's is, queued in the row's batch; an existing row queues nothing.
+func TestImportQueuesWebhooks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do(http.MethodPost, "/subscribers", map[string]any{"email": "old@example.com"}).want(t, http.StatusCreated, "")
+	e.do(http.MethodPost, "/webhooks", map[string]any{"url": "http://127.0.0.1:9/hook", "events": []string{"subscriber.created"}}).
+		want(t, http.StatusCreated, "")
+	e.startImporter(t, importer.Config{})
+	loc := e.upload("text/csv", "email\na@example.com\nold@example.com\nb@example.com\n", "").want(t, http.StatusAccepted, "").header.Get("Location")
+	wantCounts(t, e.waitImport(t, loc, "completed"), map[string]float64{"created": 2, "existing": 1})
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries d JOIN subscriber_events ev ON ev.id = d.event_id
+		JOIN subscribers s ON s.id = ev.subscriber_id WHERE s.email_key IN ('a@example.com', 'b@example.com')`); n != 2 {
+		t.Errorf("%d deliveries queued for the imported subscribers, want 2", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries`); n != 2 {
+		t.Errorf("%d deliveries in all, want the 2 of the import (the endpoint came after old@)", n)
+	}
+}
