@@ -18,6 +18,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/internal/outage"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -100,6 +101,10 @@ type Config struct {
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
 	CursorKey []byte
+	// PageNonceKey signs the nonces of the confirm and decline pages (docs/api-contract.md
+	// §12.1). Every instance must have the same one (cmd/subscriberd reads it from the
+	// database); nil makes a random one, good for this process only.
+	PageNonceKey []byte
 }
 
 var installErrorOnce sync.Once
@@ -116,6 +121,7 @@ type Server struct {
 	dbOutage *outage.Log
 	mux      *http.ServeMux
 	cursors  *cursor.Codec
+	nonces   *mail.Nonces
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
 	bulkWait  time.Duration
@@ -142,7 +148,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
+		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate

@@ -103,6 +103,10 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nonceKey, err := repo.Secret(context.Background(), db, "page_nonce")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
@@ -115,6 +119,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})

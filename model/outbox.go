@@ -44,8 +44,12 @@ func (e OutboxEmail) Name() string { return JoinName(e.FirstName, e.LastName) }
 type Confirmation struct {
 	SubscriberID   uuid.UUID
 	NewsletterName string
+	// Email is the subscriber's address, shown on the pages.
+	Email string
 	// Confirmed is set when this token already confirmed the subscription.
 	Confirmed bool
+	// Declined is set when this token already declined it ("I did not sign up").
+	Declined bool
 }
 
 // Errors of the email outbox and confirmation tokens.
