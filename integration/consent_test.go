@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,4 +189,36 @@ func TestDecline(t *testing.T) {
 	m.wantPage("POST", link3, http.StatusOK, subscribedText)
 	m.wantPage("GET", link3+"/decline", http.StatusNotFound, invalidText)
 	m.wantPage("POST", link3+"/decline", http.StatusNotFound, invalidText)
+}
+
+// TestResendLimit: docs/api-contract.md §12.3. The create's email and two PUT status:
+// pending are three; a fourth within 24 hours → 429 with the message, errors.retry_after and
+// Retry-After up to the oldest's end of window, and nothing changes.
+func TestResendLimit(t *testing.T) {
+	t.Parallel()
+	m := newMailEnv(t)
+	id := m.create("res@example.com", "pending")
+	for range 2 {
+		m.do("PUT", "/subscribers/"+id, map[string]any{"status": "pending"}).want(t, http.StatusOK, "")
+	}
+	before := m.count("SELECT count(*) FROM email_outbox")
+	r := m.do("PUT", "/subscribers/"+id, map[string]any{"status": "pending"}).want(t, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if r.body["message"] != "Too many confirmation emails to this address. Please try again later." {
+		t.Errorf("message %v", r.body["message"])
+	}
+	ra, _ := r.body["errors"].(map[string]any)["retry_after"].(float64)
+	if ra < 24*3600-120 || ra > 24*3600 || r.header.Get("Retry-After") != strconv.Itoa(int(ra)) {
+		t.Errorf("retry_after %v, Retry-After %q: want about 24 h, equal", ra, r.header.Get("Retry-After"))
+	}
+	if n := m.count("SELECT count(*) FROM email_outbox"); n != before {
+		t.Errorf("emails queued by the refused PUT: %d", n-before)
+	}
+	// Out of the window (the oldest moved back 24 h), a fourth goes.
+	if _, err := m.db.NewRaw(`UPDATE email_outbox SET created_at = ? WHERE created_at = (SELECT min(created_at) FROM email_outbox)`,
+		time.Now().Add(-25*time.Hour).UTC()).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.do("PUT", "/subscribers/"+id, map[string]any{"status": "pending"}).want(t, http.StatusOK, "")
+	// Activating is not a re-send.
+	m.do("PUT", "/subscribers/"+id, map[string]any{"status": "active"}).want(t, http.StatusOK, "")
 }

@@ -606,6 +606,11 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			}
 		}
 		retire, queue := p.ConfirmationEffect(before)
+		if queue && p.Status != nil && *p.Status == model.StatusPending {
+			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
+				return err
+			}
+		}
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -835,4 +840,24 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 		Set("retired_at = ?", now).
 		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
+}
+
+// checkResends refuses a confirmation email to subscriber when MaxConfirmationsPerWindow were
+// queued for it within ConfirmationWindow (docs/api-contract.md §12.3), with the wait until the
+// oldest of the last ones leaves the window.
+func checkResends(ctx context.Context, db bun.IDB, subscriber uuid.UUID, now time.Time) error {
+	var times []time.Time
+	err := db.NewRaw(`SELECT created_at FROM email_outbox WHERE subscriber_id = ? AND kind = ? AND created_at > ?
+ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.Add(-model.ConfirmationWindow),
+		model.MaxConfirmationsPerWindow).Scan(ctx, &times)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	if len(times) < model.MaxConfirmationsPerWindow {
+		return nil
+	}
+	oldest := times[len(times)-1]
+	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
 }
