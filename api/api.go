@@ -67,6 +67,12 @@ type Metrics interface {
 	// BulkGateWait records how long a request stood at the bulk gate, and how that ended
 	// (GateAdmitted, GateAbandoned, GateTimedOut).
 	BulkGateWait(outcome string, d time.Duration)
+	// SuppressionsCreated counts n new suppression list entries with reason
+	// (docs/api-contract.md §13).
+	SuppressionsCreated(reason string, n int)
+	// PagePost counts a POST to the confirm or decline page (page "confirm", "decline") with
+	// its outcome: confirmed, declined, repeated, refused, invalid (§12).
+	PagePost(page, outcome string)
 }
 
 // Config holds the API's dependencies.
@@ -220,4 +226,6 @@ func (noMetrics) SubscribersCreated(string, string, int)                        
 func (noMetrics) AuthFailure(string)                                                 {}
 func (noMetrics) IdempotencyOutcome(string)                                          {}
 func (noMetrics) BulkGateWaiting(int)                                                {}
+func (noMetrics) SuppressionsCreated(string, int)                                    {}
+func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}

@@ -37,12 +37,6 @@ type Confirmer interface {
 	Decline(ctx context.Context, hash []byte) (model.Confirmation, bool, error)
 }
 
-// PageMetrics counts the outcomes of POSTs to the confirm and decline pages; api's Metrics may
-// implement it (telemetry.Metrics does).
-type PageMetrics interface {
-	PagePost(page, outcome string)
-}
-
 // Page actions and outcomes (telemetry's confirmation_page_posts_total labels).
 const (
 	actionConfirm = "confirm"
@@ -198,9 +192,7 @@ func (s *Server) pagePost(w http.ResponseWriter, r *http.Request, c Confirmer, a
 	switch {
 	case action == actionDecline:
 		if created {
-			if m, ok := s.metrics.(SuppressionMetrics); ok {
-				m.SuppressionsCreated(string(model.ReasonDeclined), 1)
-			}
+			s.metrics.SuppressionsCreated(string(model.ReasonDeclined), 1)
 			s.pageOutcome(ctx, action, outcomeDeclined)
 		} else {
 			s.pageOutcome(ctx, action, outcomeRepeated)
@@ -217,9 +209,7 @@ func (s *Server) pagePost(w http.ResponseWriter, r *http.Request, c Confirmer, a
 func (s *Server) pageOutcome(ctx context.Context, action, outcome string) {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("subscriberd.page.action", action),
 		attribute.String("subscriberd.page.outcome", outcome))
-	if m, ok := s.metrics.(PageMetrics); ok {
-		m.PagePost(action, outcome)
-	}
+	s.metrics.PagePost(action, outcome)
 }
 
 // pageError writes the page of a failed lookup or change.

@@ -25,11 +25,6 @@ type SuppressionStore interface {
 	Delete(ctx context.Context, newsletterID, id uuid.UUID) (model.Suppression, error)
 }
 
-// SuppressionMetrics counts new suppressions by reason; api's Metrics may implement it.
-type SuppressionMetrics interface {
-	SuppressionsCreated(reason string, n int)
-}
-
 // Suppression is the public shape of a suppression list entry.
 type Suppression struct {
 	ID        string            `json:"id" format:"uuid" doc:"Identifier of the entry (UUIDv7)."`
@@ -216,13 +211,9 @@ func suppressionSource(p model.Principal) model.SuppressionSource {
 }
 
 func (s *Server) countSuppressions(sups []model.Suppression, created []bool) {
-	m, ok := s.metrics.(SuppressionMetrics)
-	if !ok {
-		return
-	}
 	for i, sup := range sups {
 		if created[i] {
-			m.SuppressionsCreated(string(sup.Reason), 1)
+			s.metrics.SuppressionsCreated(string(sup.Reason), 1)
 		}
 	}
 }
