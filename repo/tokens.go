@@ -20,7 +20,7 @@ type Confirmations struct {
 }
 
 // NewConfirmations returns the token store on db.
-func NewConfirmations(db *bun.DB) *Confirmations {
+func NewConfirmations(db *DB) *Confirmations {
 	return &Confirmations{store: newStore(db)}
 }
 
@@ -74,7 +74,7 @@ WHERE t.hash = ?`
 // subscription, changing nothing. An unusable token is model.ErrTokenInvalid.
 func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var t tokenRow
-	err := c.db.NewRaw(tokenQuery, hash).Scan(ctx, &t)
+	err := c.idb.NewRaw(tokenQuery, hash).Scan(ctx, &t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Confirmation{}, fmt.Errorf("%w", model.ErrTokenInvalid)
 	}
@@ -99,7 +99,7 @@ func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirma
 func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var out model.Confirmation
 	var delivering bool
-	err := runInTx(ctx, c.db, func(ctx context.Context, tx bun.Tx) error {
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := c.now()
 		var subscriberID uuid.UUID
@@ -112,7 +112,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 		}
 		// Lock the subscriber first, as every other writer does, then read the token as it
 		// stands under that lock: a concurrent change or confirmation has finished by then.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+forUpdate(c.sqlite), subscriberID).Exec(ctx); err != nil {
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var t tokenRow
@@ -142,7 +142,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 			since := max(int64(now.Sub(*t.SentAt)/time.Second), 0)
 			src.SecondsSinceSent = &since
 		}
-		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
+		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
 			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 	if err != nil {
 		return model.Confirmation{}, translate(err) // a failed commit is the driver's error
 	}
-	deliveriesQueued(c.db, delivering)
+	c.deliveriesQueued(delivering)
 	return out, nil
 }
 
@@ -173,7 +173,7 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirmation, bool, error) {
 	var out model.Confirmation
 	var delivering, created bool
-	err := runInTx(ctx, c.db, func(ctx context.Context, tx bun.Tx) error {
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering, created = false, false
 		now := c.now()
 		var subscriberID uuid.UUID
@@ -185,7 +185,7 @@ func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirm
 			return translate(err)
 		}
 		// The subscriber's lock first, as every writer takes it; then the token under it.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+forUpdate(c.sqlite), subscriberID).Exec(ctx); err != nil {
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var t tokenRow
@@ -209,7 +209,7 @@ func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirm
 		}
 		src := model.SourceFrom(ctx)
 		src.Kind = model.SourceDeclineLink
-		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, sub.toModel(),
+		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, sub.toModel(),
 			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
 			return err
 		}
@@ -219,13 +219,16 @@ func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirm
 		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET declined_at = ? WHERE hash = ?`, now, hash).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		_, created, err = Suppress(ctx, tx, sub.NewsletterID, model.NewSuppression{Email: sub.Email, Reason: model.ReasonDeclined,
+		if err := c.lockEmails(ctx, tx, sub.NewsletterID, []string{sub.Email}); err != nil {
+			return err
+		}
+		_, created, err = insertSuppression(ctx, tx, sub.NewsletterID, model.NewSuppression{Email: sub.Email, Reason: model.ReasonDeclined,
 			Source: model.SuppressionSource{Kind: model.SuppressionSourceDeclineLink}}, now)
 		return err
 	})
 	if err != nil {
 		return model.Confirmation{}, false, translate(err)
 	}
-	deliveriesQueued(c.db, delivering)
+	c.deliveriesQueued(delivering)
 	return out, created, nil
 }
