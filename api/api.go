@@ -18,6 +18,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/internal/outage"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -50,6 +51,8 @@ type Stores struct {
 	Subscribers Store
 	Events      EventStore
 	Webhooks    WebhookStore
+	// Suppressions is the suppression list (docs/api-contract.md §13).
+	Suppressions SuppressionStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -75,6 +78,12 @@ type Metrics interface {
 	// BulkGateWait records how long a request stood at the bulk gate, and how that ended
 	// (GateAdmitted, GateAbandoned, GateTimedOut).
 	BulkGateWait(outcome string, d time.Duration)
+	// SuppressionsCreated counts n new suppression list entries with reason
+	// (docs/api-contract.md §13).
+	SuppressionsCreated(reason string, n int)
+	// PagePost counts a POST to the confirm or decline page (page "confirm", "decline") with
+	// its outcome: confirmed, declined, repeated, refused, invalid (§12).
+	PagePost(page, outcome string)
 }
 
 // Config holds the API's dependencies.
@@ -123,6 +132,10 @@ type Config struct {
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
 	CursorKey []byte
+	// PageNonceKey signs the nonces of the confirm and decline pages (docs/api-contract.md
+	// §12.1). Every instance must have the same one (cmd/subscriberd reads it from the
+	// database); nil makes a random one, good for this process only.
+	PageNonceKey []byte
 }
 
 var installErrorOnce sync.Once
@@ -140,6 +153,7 @@ type Server struct {
 	dbOutage *outage.Log
 	mux      *http.ServeMux
 	cursors  *cursor.Codec
+	nonces   *mail.Nonces
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
 	bulkWait  time.Duration
@@ -164,9 +178,9 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
+		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
@@ -229,4 +243,6 @@ func (noMetrics) SubscribersCreated(string, string, int)                        
 func (noMetrics) AuthFailure(string)                                                 {}
 func (noMetrics) IdempotencyOutcome(string)                                          {}
 func (noMetrics) BulkGateWaiting(int)                                                {}
+func (noMetrics) SuppressionsCreated(string, int)                                    {}
+func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}

@@ -238,6 +238,7 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		qerr    *model.QueryError
 		taken   *model.EmailTakenError
 		supp    *model.SuppressedError
+		resend  *model.ResendLimitError
 		fileErr *model.ImportFileError
 		bigErr  *model.ImportTooLargeError
 	)
@@ -250,6 +251,12 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusBadRequest, qerr.Message)
 	case errors.As(err, &supp):
 		return suppressedError(supp)
+	case errors.As(err, &resend):
+		// docs/api-contract.md §12.3.
+		e := newError(http.StatusTooManyRequests, model.ResendLimitMessage)
+		e.Errors = RetryAfter{RetryAfter: resend.RetryAfter}
+		e.headers = http.Header{"Retry-After": {strconv.Itoa(resend.RetryAfter)}}
+		return e
 	case errors.As(err, &taken):
 		return validationError(model.BulkEmailTaken(taken.Indexes))
 	case errors.Is(err, model.ErrEmailTaken):

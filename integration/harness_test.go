@@ -108,6 +108,10 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nonceKey, err := repo.Secret(context.Background(), db, "page_nonce")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
@@ -120,6 +124,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		Imports:        repo.NewImports(db),
 		ImportMaxRows:  o.importMaxRows,
 		ImportMaxBytes: o.importMaxBytes,

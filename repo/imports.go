@@ -384,7 +384,7 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, sta
 		emails[i] = c.Email
 	}
 	var supp *model.SuppressedError
-	if err := CheckNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
+	if err := s.checkNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
 		return out, err
 	}
 	cands := make([]subscriberRow, 0, len(valid))

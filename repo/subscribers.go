@@ -99,8 +99,9 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	var delivering bool
 	// Always a transaction: the suppression check's lock must hold until the insert commits.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
 		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-		if err := CheckNotSuppressed(ctx, tx, nl, row.Email); err != nil {
+		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
 			return err
 		}
 		if !pending {
@@ -225,7 +226,7 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 		for i := range rows {
 			emails[i] = rows[i].Email
 		}
-		if err := CheckNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
+		if err := s.checkNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
 			var se *model.SuppressedError
 			if errors.As(err, &se) {
 				se.Bulk = true
@@ -402,7 +403,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return fmt.Errorf("%w", model.ErrNotFound)
 			case taken:
 				// docs/api-contract.md §13: a suppressed address before the uniqueness rule.
-				if err := CheckNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
+				if err := s.checkNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
 					return err
 				}
 				return fmt.Errorf("%w", model.ErrEmailTaken)
@@ -424,11 +425,16 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			if p.Email != nil {
 				addr = *p.Email
 			}
-			if err := CheckNotSuppressed(ctx, tx, nl, addr); err != nil {
+			if err := s.checkNotSuppressed(ctx, tx, nl, addr); err != nil {
 				return err
 			}
 		}
 		retire, queue := p.ConfirmationEffect(before)
+		if queue && p.Status != nil && *p.Status == model.StatusPending {
+			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
+				return err
+			}
+		}
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -581,4 +587,24 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 		Set("retired_at = ?", now).
 		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
+}
+
+// checkResends refuses a confirmation email to subscriber when MaxConfirmationsPerWindow were
+// queued for it within ConfirmationWindow (docs/api-contract.md §12.3), with the wait until the
+// oldest of the last ones leaves the window.
+func checkResends(ctx context.Context, db bun.IDB, subscriber uuid.UUID, now time.Time) error {
+	var times []time.Time
+	err := db.NewRaw(`SELECT created_at FROM email_outbox WHERE subscriber_id = ? AND kind = ? AND created_at > ?
+ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.Add(-model.ConfirmationWindow),
+		model.MaxConfirmationsPerWindow).Scan(ctx, &times)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	if len(times) < model.MaxConfirmationsPerWindow {
+		return nil
+	}
+	oldest := times[len(times)-1]
+	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
 }
