@@ -147,7 +147,7 @@ func New(cfg Config) *Server {
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
 	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()

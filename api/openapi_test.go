@@ -454,3 +454,31 @@ func TestOpenAPIIdempotency(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPINameNullable: null is a valid name in every input (it clears the name,
+// docs/api-contract.md §4.5), so the input schemas declare ["string", "null"], and the 3.0
+// rendering nullable; the pattern is the model's.
+func TestOpenAPINameNullable(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	for _, name := range []string{"SubscriberInput", "SubscriberUpdate"} {
+		prop := at(t, doc, "components", "schemas", name, "properties", "name").(map[string]any)
+		if diff := cmp.Diff([]any{"string", "null"}, prop["type"]); diff != "" {
+			t.Errorf("%s.name type mismatch (-want +got):\n%s", name, diff)
+		}
+		if prop["pattern"] != model.NamePattern() {
+			t.Errorf("%s.name pattern = %v; want model.NamePattern()", name, prop["pattern"])
+		}
+	}
+	e := newEnv(t)
+	rec := e.do(t, req{"GET", "/api/v1/openapi-3.0.json", nil, nil})
+	var doc30 map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc30); err != nil {
+		t.Fatalf("decoding the 3.0 document: %v", err)
+	}
+	for _, name := range []string{"SubscriberInput", "SubscriberUpdate"} {
+		prop := at(t, doc30, "components", "schemas", name, "properties", "name").(map[string]any)
+		if prop["type"] != "string" || prop["nullable"] != true {
+			t.Errorf("3.0 %s.name = type %v nullable %v; want string, nullable", name, prop["type"], prop["nullable"])
+		}
+	}
+}

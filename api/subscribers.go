@@ -139,12 +139,12 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
 						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively.",
 					Examples: []any{"john@example.com"}},
-				// Not nullable, though null is accepted: a generator sends a nullable field it
-				// was not given as null, and on update null clears the name.
-				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
-					// The format and bidi controls are written as themselves: Go's regexp
-					// (Huma's) and JSON Schema's ECMA-262 share no escape for them.
-					Pattern:     "^[^\\x00-\\x1f\\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]*$",
+				// ["string", "null"]: null is accepted and clears the name, as "" does
+				// (docs/api-contract.md §4.5), and a generated client sends it so.
+				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
+					// Every character of the categories Cc, Cf, Zl and Zp is refused
+					// (model.ForbiddenInName); the pattern is drawn from the same tables.
+					Pattern:     model.NamePattern(),
 					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
 					Examples:    []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
