@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -236,10 +235,10 @@ func (s *Server) register() {
 	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
 		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
 
-	create := s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+	create := answers(s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody)
+		http.StatusCreated, bodyObject, withBody), http.StatusUnprocessableEntity, CodeEmailTaken)
 	create.Metadata[metaBulkPath] = bulkPath
 	huma.Register(s.api, idempotent(create), handle(s, s.create))
 	bulk := idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
@@ -254,10 +253,11 @@ func (s *Server) register() {
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
 	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
-	huma.Register(s.api, idempotent(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
+	huma.Register(s.api, idempotent(answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
-		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...))), handle(s, s.update))
+		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
+		http.StatusUnprocessableEntity, CodeEmailTaken)), handle(s, s.update))
 	huma.Register(s.api, idempotent(s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
@@ -265,16 +265,6 @@ func (s *Server) register() {
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
 
-	// Huma documents 422 for every operation with parameters; the ones without a body never
-	// send it (a bad parameter is 400 or 404), so the document says only what is sent. An
-	// idempotent one sends it for a reused Idempotency-Key.
-	for _, p := range s.api.OpenAPI().Paths {
-		for _, op := range []*huma.Operation{p.Get, p.Delete} {
-			if op != nil && op.Metadata[metaIdempotent] != true {
-				delete(op.Responses, strconv.Itoa(http.StatusUnprocessableEntity))
-			}
-		}
-	}
 }
 
 func (s *Server) operation(method, path, id, summary, desc string, status int, body string, errs []int) huma.Operation {
@@ -286,7 +276,6 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 		Description:        desc,
 		Tags:               []string{"Subscribers"},
 		DefaultStatus:      status,
-		Errors:             errs,
 		Security:           []map[string][]string{{"bearer": {}}},
 		SkipValidateBody:   true,
 		SkipValidateParams: true,
@@ -301,8 +290,18 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 	if body != "" {
 		op.Metadata[metaBody] = body
 		op.RequestBody = &huma.RequestBody{Required: true}
+		// preflight reads the body: it may be too slow for the server's read timeout.
+		op = answersUsual(op, http.StatusRequestTimeout)
 	}
-	return op
+	for _, st := range errs {
+		if st == http.StatusUnprocessableEntity && body == "" {
+			continue // no body, no field errors: only what answers adds (idempotent's)
+		}
+		op = answersUsual(op, st)
+	}
+	// The edge refuses a declared Content-Length over MaxBodyBytes on every route, before
+	// routing (edge.go), a body or not.
+	return answersUsual(op, http.StatusRequestEntityTooLarge)
 }
 
 // handle applies mapError to every handler's error: the one place errors become HTTP.
