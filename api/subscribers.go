@@ -143,9 +143,12 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
 					// Every character of the categories Cc, Cf, Zl and Zp is refused
 					// (model.ForbiddenInName); the pattern is drawn from the same tables.
-					Pattern:     model.NamePattern(),
-					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
-					Examples:    []any{"John Doe"}},
+					Pattern: model.NamePattern(),
+					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it. " +
+						"No character of the Unicode categories Cc, Cf, Zl or Zp (controls, invisible format and bidirectional " +
+						"controls, line and paragraph separators); the pattern lists those up to U+FFFF, and the few above " +
+						"(" + model.NamePatternOmits() + ") are refused too.",
+					Examples: []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
@@ -251,7 +254,9 @@ func (s *Server) register() {
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals. "+
 			"`email` finds one subscriber by address; `cursor` (from `pagination.next_cursor`) walks the list at constant cost per page.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
-	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
+	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber",
+		"The subscriber with this id in the key's newsletter, whatever its status. Another newsletter's id, an unknown id "+
+			"or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
 	huma.Register(s.api, idempotent(answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+

@@ -328,9 +328,12 @@ func ForbiddenInName(r rune) bool {
 var NameForbiddenCategories = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp}
 
 // NamePattern is the pattern the published schema gives name: one character class that
-// excludes every character of NameForbiddenCategories, written so that Go's regexp and
-// ECMA-262 (JSON Schema's) read it alike: \xHH below U+0100, the character itself above
-// (they share no escape for those).
+// excludes every character of NameForbiddenCategories up to U+FFFF, written so that Go's
+// regexp and ECMA-262 (JSON Schema's) read it alike: \xHH below U+0100, the character itself
+// above (they share no escape for those). The few such characters above U+FFFF (format
+// characters of historic scripts and the tag characters) are left out: ECMA-262 without its u
+// flag, as linters and many validators read patterns, sees them as pairs of surrogates and
+// refuses the class; the schema's description names them instead.
 func NamePattern() string {
 	var b strings.Builder
 	b.WriteString("^[^")
@@ -342,6 +345,10 @@ func NamePattern() string {
 		b.WriteRune(r)
 	}
 	for _, rg := range mergedRanges(NameForbiddenCategories) {
+		if rg[0] > 0xffff {
+			break
+		}
+		rg[1] = min(rg[1], 0xffff)
 		write(rg[0])
 		if rg[1] > rg[0] {
 			b.WriteByte('-')
@@ -350,6 +357,22 @@ func NamePattern() string {
 	}
 	b.WriteString("]*$")
 	return b.String()
+}
+
+// NamePatternOmits lists the characters NamePattern leaves out, as "U+E0001, U+E0020–U+E007F":
+// those of NameForbiddenCategories above U+FFFF.
+func NamePatternOmits() string {
+	var out []string
+	for _, rg := range mergedRanges(NameForbiddenCategories) {
+		switch {
+		case rg[1] <= 0xffff:
+		case rg[0] == rg[1]:
+			out = append(out, fmt.Sprintf("U+%04X", rg[0]))
+		default:
+			out = append(out, fmt.Sprintf("U+%04X–U+%04X", max(rg[0], 0x10000), rg[1]))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // mergedRanges lists the characters of tables as sorted, merged [lo, hi] ranges.
