@@ -74,6 +74,21 @@ if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command 
   fi
 fi
 
+# The alerts' live test (integration.TestAlertsFireInLivePrometheus) runs a real Prometheus
+# server; it is skipped, loudly, where none is installed.
+if [ -z "${PROMETHEUS:-}" ] && ! command -v prometheus >/dev/null 2>&1; then
+  echo "== installing prometheus (Debian package) for the alerts' live test" >&2
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
+  if ! { $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 ||
+         { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }; }; then
+    echo "############################################################################" >&2
+    echo "## NO PROMETHEUS: could not install it; the alerts' live test is SKIPPED  ##" >&2
+    echo "## (integration.TestAlertsFireInLivePrometheus). Install the prometheus   ##" >&2
+    echo "## package or set PROMETHEUS=/path/to/prometheus to run it.              ##" >&2
+    echo "############################################################################" >&2
+  fi
+fi
+
 echo "== go vet" >&2
 go vet ./...
 echo "== staticcheck" >&2
