@@ -17,8 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-local_db="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-local_redis="redis://127.0.0.1:6379/0"
+# The machine's own servers, the fallback (MACHINE_DATABASE_URL and MACHINE_REDIS_URL name
+# others).
+local_db="${MACHINE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
+local_redis="${MACHINE_REDIS_URL:-redis://127.0.0.1:6379/0}"
+local_db_addr=$(echo "$local_db" | sed -E 's|^[a-z]+://([^@/]*@)?([^/?]+).*|\2|')
 
 # answers HOST PORT: whether something accepts TCP connections there.
 answers() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
@@ -26,8 +29,8 @@ answers() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
 # use_machine_services WHY: point the integration tests at the machine's PostgreSQL and Redis,
 # loudly, or stop with one line when they do not answer.
 use_machine_services() {
-  if ! answers 127.0.0.1 5432; then
-    echo "scripts/test.sh: $1, and no PostgreSQL answers on 127.0.0.1:5432: set TEST_DATABASE_URL and TEST_REDIS_URL, or POSTGRES_IMAGE and REDIS_IMAGE to images Docker has." >&2
+  if ! answers "${local_db_addr%:*}" "${local_db_addr##*:}"; then
+    echo "scripts/test.sh: $1, and no PostgreSQL answers on $local_db_addr: set TEST_DATABASE_URL and TEST_REDIS_URL, or POSTGRES_IMAGE and REDIS_IMAGE to images Docker has." >&2
     exit 2
   fi
   export TEST_DATABASE_URL="$local_db"
@@ -59,6 +62,13 @@ if [ -z "${TEST_DATABASE_URL:-}" ]; then
       use_machine_services "DOCKER CANNOT PULL$missing (offline, or the registry is down)"
     fi
   fi
+fi
+
+# TEST_SH_ENV_ONLY=1 stops here and prints what the tests would use (scripts/test_sh_test.go).
+if [ "${TEST_SH_ENV_ONLY:-}" = 1 ]; then
+  echo "TEST_DATABASE_URL=${TEST_DATABASE_URL:-}"
+  echo "TEST_REDIS_URL=${TEST_REDIS_URL:-}"
+  exit 0
 fi
 
 if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
