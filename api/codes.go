@@ -26,7 +26,8 @@ import (
 //     idempotent does so for the codes of Idempotency-Key; create and update for
 //     email_already_subscribed.
 //
-// documentErrors then writes each error response's schema from these declarations, drops the
+// documentErrors then writes each error response's schema from these declarations (an
+// operation built without Server.operation gets the usual code of each status), drops the
 // responses Huma adds that an operation never sends, and lists every code in Error's code
 // description. The integration suite checks the declarations against what the server really
 // answers: every (status, code) its tests receive must be declared for that operation
@@ -90,7 +91,10 @@ func (s *Server) documentErrors() {
 					continue
 				}
 				codes := declared[status]
-				if len(codes) == 0 {
+				if declared == nil { // built without Server.operation: the usual codes
+					codes = []string{codeByStatus[status]}
+				}
+				if len(codes) == 0 || codes[0] == "" {
 					delete(op.Responses, code)
 					continue
 				}
