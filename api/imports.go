@@ -5,7 +5,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -186,10 +185,9 @@ func (s *Server) registerImports(common []int) {
 		"text/csv":             {Schema: &huma.Schema{Type: huma.TypeString, Examples: []any{"email,name,status\njohn@example.com,John Doe,active\n"}}},
 		"application/x-ndjson": {Schema: &huma.Schema{Type: huma.TypeString, Examples: []any{`{"email":"john@example.com","name":"John Doe"}` + "\n"}}},
 	}}
-	huma.Register(s.api, create, handle(s, s.createImport))
 	// Huma documents 422 for an operation with parameters; rows are checked later, so an
-	// upload never gets one.
-	delete(s.api.OpenAPI().Paths[ImportPath].Post.Responses, strconv.Itoa(http.StatusUnprocessableEntity))
+	// upload never gets one: none is declared, and documentErrors drops Huma's.
+	huma.Register(s.api, create, handle(s, s.createImport))
 	huma.Register(s.api, op(http.MethodGet, ImportPath, "list-imports", "List imports",
 		"Newest first. Page with `next_cursor`.", http.StatusOK, append([]int{http.StatusBadRequest}, common...)), handle(s, s.listImports))
 	huma.Register(s.api, op(http.MethodGet, item, "get-import", "Get an import",
@@ -198,9 +196,10 @@ func (s *Server) registerImports(common []int) {
 	huma.Register(s.api, op(http.MethodGet, item+"/errors", "list-import-errors", "List an import's row errors",
 		"The invalid rows in row order, each with its field messages. Page with `next_cursor`.", http.StatusOK,
 		append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.importErrors))
-	huma.Register(s.api, op(http.MethodDelete, item, "cancel-import", "Cancel an import",
+	huma.Register(s.api, answers(op(http.MethodDelete, item, "cancel-import", "Cancel an import",
 		"Cancels a queued or running import; the subscribers it created stay. A finished one gives 409 `import_finished`.",
-		http.StatusOK, append([]int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict}, common...)), handle(s, s.cancelImport))
+		http.StatusOK, append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)),
+		http.StatusConflict, CodeImportFinished), handle(s, s.cancelImport))
 }
 
 func (s *Server) createImport(ctx context.Context, p model.Principal, _ Stores, in *createImportInput) (*importCreatedOutput, error) {

@@ -198,7 +198,7 @@ func (s *Server) registerSuppressions(common, withBody []int) {
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-suppressions", "List suppressed addresses",
 		"Newest first. `email` looks one address up (erased entries match by the hash of the address).",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listSuppressions))
-	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-suppression", "Get a suppression", "",
+	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-suppression", "Get a suppression", "The suppression with this id in the key's newsletter. An unknown id, another newsletter's or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getSuppression))
 	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-suppression", "Delete a suppression",
 		"The address may be subscribed again; subscribers it unsubscribed stay unsubscribed. Answers the entry as it was.",

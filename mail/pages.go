@@ -36,8 +36,9 @@ type Page int
 // The confirmation pages.
 const (
 	// PageConfirm is the answer to GET /confirm/<token> for a valid token: a form that posts
-	// back to the same URL, submitted at once by a small script, with a button for browsers
-	// that run no scripts. It changes nothing, so link scanners can fetch it harmlessly.
+	// back to the same URL, with a button whose nonce the page's script copies into the form
+	// only on a trusted click, and a <noscript> checkbox (docs/api-contract.md §12.1). Nothing
+	// submits it by itself, so link scanners can fetch it, and run it, harmlessly.
 	PageConfirm Page = iota
 	// PageConfirmed says "You're subscribed" (after POST, and when the POST is repeated).
 	PageConfirmed

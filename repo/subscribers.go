@@ -104,16 +104,9 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
 			return err
 		}
-		if !pending {
-			// One statement where the engine has it: its parts take effect together or not at all.
-			stored, ok, err := s.db.eng.insertWithEvent(ctx, tx, &s.store, &row, ev)
-			if ok {
-				if err == nil && !stored {
-					err = fmt.Errorf("%w", model.ErrEmailTaken)
-				}
-				return err
-			}
-		}
+		// Not the engine's one-statement insertWithEvent: its prepared statement may need a
+		// connection of the pool to be prepared on, while this transaction holds the
+		// address's lock that the transactions holding the other connections wait for.
 		res, err := tx.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
