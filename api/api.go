@@ -73,6 +73,8 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Events reads subscribers' histories (docs/api-contract.md §10.2).
 	Events EventStore
+	// Privacy exports and erases subscribers (docs/api-contract.md §14).
+	Privacy PrivacyStore
 	// Webhooks stores webhook endpoints (§10.3); WebhookGuard, when set, refuses URLs on
 	// addresses that are not public.
 	Webhooks     WebhookStore

@@ -110,6 +110,8 @@ var documented = map[string][]int{
 	"update-subscriber":       {200, 400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503},
 	"unsubscribe-subscriber":  {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
 	"list-subscriber-events":  {200, 400, 401, 403, 404, 429, 500, 503},
+	"export-subscriber":       {200, 400, 401, 403, 404, 429, 500, 503},
+	"erase-subscriber":        {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
 	"create-webhook":          {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
 	"list-webhooks":           {200, 400, 401, 403, 429, 500, 503},
 	"get-webhook":             {200, 400, 401, 403, 404, 429, 500, 503},
@@ -125,6 +127,8 @@ var operations = map[string]string{
 	"PUT /api/v1/subscribers/{id}":        "update-subscriber",
 	"DELETE /api/v1/subscribers/{id}":     "unsubscribe-subscriber",
 	"GET /api/v1/subscribers/{id}/events": "list-subscriber-events",
+	"GET /api/v1/subscribers/{id}/export": "export-subscriber",
+	"POST /api/v1/subscribers/{id}/erase": "erase-subscriber",
 	"POST /api/v1/webhooks":               "create-webhook",
 	"GET /api/v1/webhooks":                "list-webhooks",
 	"GET /api/v1/webhooks/{id}":           "get-webhook",
@@ -446,7 +450,7 @@ func TestOpenAPIIdempotency(t *testing.T) {
 			t.Errorf("%s: 409 without Retry-After", id)
 		}
 		success := "200"
-		if method == "POST" {
+		if method == "POST" && id != "erase-subscriber" {
 			success = "201"
 		}
 		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {

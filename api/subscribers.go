@@ -263,6 +263,7 @@ func (s *Server) register() {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
 	s.registerEvents(common)
+	s.registerPrivacy(common)
 	s.registerWebhooks(common, withBody)
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never

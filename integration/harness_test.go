@@ -110,6 +110,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Limiter:        o.limiter,
 		TrustedProxies: o.trusted,
 		Events:         repo.NewEvents(db),
+		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,

@@ -114,6 +114,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 		KeyCacheTTL: cfg.keyCacheTTL,
 		Limiter:     limiter,
 		Idempotency: e.idem,
+		Privacy:     repo.NewPrivacy(e.db),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))

@@ -278,3 +278,22 @@ func forNoKeyUpdate(sqlite bool) string {
 	}
 	return " FOR NO KEY UPDATE"
 }
+
+// forShare is the lock of a row read to keep it from changing until the transaction ends:
+// " FOR SHARE" on PostgreSQL, nothing on SQLite, whose immediate transaction holds the write
+// lock already.
+func forShare(sqlite bool) string {
+	if sqlite {
+		return ""
+	}
+	return " FOR SHARE"
+}
+
+// bytesContain is the condition that the bytes of column col contain those of the one
+// parameter: position on PostgreSQL's bytea, instr on SQLite's blob.
+func bytesContain(sqlite bool, col string) string {
+	if sqlite {
+		return "instr(" + col + ", ?) > 0"
+	}
+	return "position(? IN " + col + ") > 0"
+}

@@ -120,6 +120,7 @@ type Metrics struct {
 	idempotency       *prometheus.CounterVec   // see idempotency.go
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
 	gateWaiting       prometheus.Gauge
+	privacy           *prometheus.CounterVec // see privacy.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -220,6 +221,7 @@ func NewMetrics(version string) *Metrics {
 	)
 	m.registerIdempotency()
 	m.registerBulkGate()
+	m.registerPrivacy()
 	return m
 }
 

@@ -144,6 +144,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
 		Events:         repo.NewEvents(db),
+		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
