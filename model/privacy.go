@@ -15,9 +15,10 @@ import (
 // subscriber, its events oldest first, the suppression of its address (nil when there is
 // none) and its emails.
 type Export struct {
-	Subscriber Subscriber
-	Events     []Event
-	Emails     []ExportEmail
+	Subscriber  Subscriber
+	Events      []Event
+	Suppression *Suppression
+	Emails      []ExportEmail
 }
 
 // ExportEmail is one email queued for a subscriber, as the export shows it. Status is

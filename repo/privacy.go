@@ -59,6 +59,13 @@ func exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (model.Export, 
 		return model.Export{}, translate(err)
 	}
 	out := model.Export{Subscriber: row.toModel(), Events: []model.Event{}, Emails: []model.ExportEmail{}}
+	sups, err := FindSuppressions(ctx, db, nl, []string{row.Email})
+	if err != nil {
+		return model.Export{}, err
+	}
+	for _, sup := range sups {
+		out.Suppression = &sup
+	}
 	var events []eventRow
 	if err := db.NewSelect().Model(&events).Column("id", "type", "payload", "created_at").
 		Where("subscriber_id = ?", id).OrderExpr("id").Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -169,9 +176,12 @@ func eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventS
 	return model.Erasure{ID: id, ErasedAt: now}, delivering, nil
 }
 
-// suppressErased suppresses email in nl with reason erased, keeping only its hash.
+// suppressErased suppresses email in nl with reason erased, keeping only its hash; an entry
+// the address had already becomes an erased one (Suppress).
 func suppressErased(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, now time.Time) error {
-	return nil
+	_, _, err := Suppress(ctx, db, nl, model.NewSuppression{Email: email, Reason: model.ReasonErased,
+		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, now)
+	return err
 }
 
 // scrubEvents removes the personal data from every stored event of the subscriber id
