@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -61,9 +63,22 @@ type ExportEmail struct {
 
 // ExportData is everything stored about a subscriber (docs/api-contract.md §14).
 type ExportData struct {
-	Subscriber ExportSubscriber `json:"subscriber"`
-	Events     []rawEvent       `json:"events" doc:"Every event of the subscriber, oldest first, as the history returns them."`
-	Emails     []ExportEmail    `json:"emails" doc:"Every email queued for the subscriber, oldest first."`
+	Subscriber  ExportSubscriber `json:"subscriber"`
+	Events      []rawEvent       `json:"events" doc:"Every event of the subscriber, oldest first, as the history returns them."`
+	Suppression maybeSuppression `json:"suppression" doc:"The suppression list's entry for the address; null when it has none."`
+	Emails      []ExportEmail    `json:"emails" doc:"Every email queued for the subscriber, oldest first."`
+}
+
+// maybeSuppression is a suppression entry or null. Huma declares no nullable object, so its
+// schema says "the Suppression, or null" itself.
+type maybeSuppression struct{ entry *Suppression }
+
+// MarshalJSON implements json.Marshaler.
+func (m maybeSuppression) MarshalJSON() ([]byte, error) { return json.Marshal(m.entry) }
+
+// Schema implements huma.SchemaProvider.
+func (maybeSuppression) Schema(r huma.Registry) *huma.Schema {
+	return &huma.Schema{OneOf: []*huma.Schema{r.Schema(reflect.TypeFor[Suppression](), true, ""), {Type: "null"}}}
 }
 
 // ExportEnvelope is the success body of an export.
@@ -100,7 +115,7 @@ func (s *Server) registerPrivacy(common []int) {
 	errs := append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)
 	huma.Register(s.api, s.operation(http.MethodGet, item+"/export", "export-subscriber", "Export a subscriber's data",
 		"Everything stored about the person (GDPR art. 15): the subscriber with its stored first and last name, "+
-			"every event oldest first, and the confirmation emails with their states.",
+			"every event oldest first, the suppression of its address, and the confirmation emails with their states.",
 		http.StatusOK, "", errs), handle(s, s.export))
 	huma.Register(s.api, idempotent(s.operation(http.MethodPost, item+"/erase", "erase-subscriber", "Erase a subscriber",
 		"Erases the person (GDPR art. 17), irreversibly, in one transaction: the address is suppressed by its hash "+
@@ -133,6 +148,9 @@ func (s *Server) export(ctx context.Context, p model.Principal, in *idInput) (ou
 	}
 	for i, e := range ex.Events {
 		data.Events[i] = rawEvent(e.Payload)
+	}
+	if ex.Suppression != nil {
+		data.Suppression = maybeSuppression{ptr(toSuppression(*ex.Suppression))}
 	}
 	for i, e := range ex.Emails {
 		data.Emails[i] = ExportEmail{Kind: e.Kind, Status: e.Status, CreatedAt: model.FormatTime(e.CreatedAt)}

@@ -112,6 +112,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Events:         repo.NewEvents(db),
 		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,
 		CursorKey:      cursorKey,

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,6 +160,8 @@ var ErrEmailSuppressed = errors.New("email is suppressed")
 // has the one entry at index 0; for a bulk create, the zero-based input positions.
 type SuppressedError struct {
 	Reasons map[int]SuppressionReason
+	// Bulk is set for a bulk create, whose fields are keyed "<index>.email".
+	Bulk bool
 }
 
 func (e *SuppressedError) Error() string { return ErrEmailSuppressed.Error() }
@@ -169,7 +174,130 @@ func Suppressed(reason SuppressionReason) error {
 	return &SuppressedError{Reasons: map[int]SuppressionReason{0: reason}}
 }
 
+// Fields are the 422's field messages (docs/api-contract.md §13).
+func (e *SuppressedError) Fields() map[string][]string {
+	out := make(map[string][]string, len(e.Reasons))
+	for i, r := range e.Reasons {
+		key := attrEmail
+		if e.Bulk {
+			key = strconv.Itoa(i) + "." + attrEmail
+		}
+		out[key] = []string{SuppressedMessage(r)}
+	}
+	return out
+}
+
 // SuppressedMessage is the contract's message for an address suppressed for reason.
 func SuppressedMessage(reason SuppressionReason) string {
 	return fmt.Sprintf("This address is suppressed (%s) and cannot be subscribed.", reason)
 }
+
+// MaxBulkSuppressions is how many entries one bulk suppression may carry.
+const MaxBulkSuppressions = 1000
+
+const (
+	attrReason        = "reason"
+	msgSelectedReason = "The selected %s is invalid; it must be manual, hard_bounce or complaint."
+)
+
+// ParseSuppression validates a suppression body: email (the §3 rule), reason (optional,
+// default manual, one of InputSuppressionReasons); no other property.
+func ParseSuppression(obj map[string]any) (NewSuppression, *ValidationError) {
+	ns, _, verr := parseSuppressionItem(obj, "")
+	if verr != nil {
+		return NewSuppression{}, verr
+	}
+	return ns, nil
+}
+
+// ParseSuppressionBulk validates a bulk suppression body: 1 to MaxBulkSuppressions objects,
+// each as ParseSuppression, no two with the same address; keys "<index>.<field>".
+func ParseSuppressionBulk(items []any) ([]NewSuppression, *ValidationError) {
+	var verr *ValidationError
+	switch {
+	case len(items) < 1:
+		return nil, verr.Add(attrBody, msgBulkMin)
+	case len(items) > MaxBulkSuppressions:
+		return nil, verr.Add(attrBody, fmt.Sprintf(msgBulkMax, MaxBulkSuppressions))
+	}
+	out := make([]NewSuppression, len(items))
+	seen := make(map[string]struct{}, len(items))
+	for i, item := range items {
+		prefix := strconv.Itoa(i) + "."
+		obj, ok := item.(map[string]any)
+		if !ok {
+			verr = verr.Add(strconv.Itoa(i), fmt.Sprintf(msgObject, strconv.Itoa(i)))
+			continue
+		}
+		ns, emailOK, itemErr := parseSuppressionItem(obj, prefix)
+		verr = verr.Merge(itemErr)
+		if emailOK {
+			key := NormalizeEmail(ns.Email)
+			if _, dup := seen[key]; dup {
+				verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
+			}
+			seen[key] = struct{}{}
+		}
+		out[i] = ns
+	}
+	if verr != nil {
+		return nil, verr
+	}
+	return out, nil
+}
+
+func parseSuppressionItem(obj map[string]any, prefix string) (ns NewSuppression, emailOK bool, verr *ValidationError) {
+	var unknown []string
+	for k := range obj {
+		if k != attrEmail && k != attrReason {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
+	}
+	ns.Reason = ReasonManual
+	attr := prefix + attrEmail
+	if raw, ok := obj[attrEmail]; ok {
+		email, msg := checkEmail(raw, attr)
+		if msg != "" {
+			verr = verr.Add(attr, msg)
+		}
+		ns.Email, emailOK = email, msg == ""
+	} else {
+		verr = verr.Add(attr, fmt.Sprintf(msgRequired, attr))
+	}
+	if raw, ok := obj[attrReason]; ok {
+		s, _ := raw.(string)
+		r, known := ParseSuppressionReason(s)
+		if !known || !slices.Contains(InputSuppressionReasons, r) {
+			verr = verr.Add(prefix+attrReason, fmt.Sprintf(msgSelectedReason, prefix+attrReason))
+		}
+		ns.Reason = r
+	}
+	return ns, emailOK, verr
+}
+
+// ParseSuppressionQuery validates the list's limit and reason; "" means the default and every
+// reason. An invalid value is a *QueryError (400).
+func ParseSuppressionQuery(limit, reason string) (SuppressionQuery, error) {
+	q := SuppressionQuery{Limit: DefaultLimit}
+	if limit != "" {
+		n, ok := parseBoundedInt(limit, 1, MaxLimit)
+		if !ok {
+			return q, &QueryError{msgQueryLimit}
+		}
+		q.Limit = n
+	}
+	if reason != "" {
+		r, ok := ParseSuppressionReason(reason)
+		if !ok {
+			return q, &QueryError{msgQueryReason}
+		}
+		q.Reason = r
+	}
+	return q, nil
+}
+
+const msgQueryReason = "The reason filter must be one of: manual, hard_bounce, complaint, declined, erased."

@@ -146,6 +146,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Events:         repo.NewEvents(db),
 		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
