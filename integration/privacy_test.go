@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/emersion/go-smtp"
@@ -391,7 +392,10 @@ func TestEraseWebhook(t *testing.T) {
 	if _, err := w.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if rc.calls == 0 {
+	rc.mu.Lock()
+	calls := rc.calls
+	rc.mu.Unlock()
+	if calls == 0 {
 		t.Fatal("the receiver was not called before the erasure")
 	}
 	e.do("POST", "/subscribers/"+id+"/erase", nil).want(t, http.StatusOK, "")
@@ -520,5 +524,69 @@ func TestTracePrivacy(t *testing.T) {
 	}
 	if strings.Contains(strings.ToLower(scrapeOpenMetrics(t, o.metrics)), strings.ToLower(personEmail)) {
 		t.Error("the metrics carry the address")
+	}
+}
+
+// TestEraseRaces: an erasure racing the confirmation of the same subscriber, a create of its
+// address (as an import row or an upsert would make it) and a webhook delivery leaves no
+// personal data behind and no subscriber with the address: the suppression wins, whatever
+// commits first.
+func TestEraseRaces(t *testing.T) {
+	t.Parallel()
+	m := newPrivacyEnv(t)
+	rc := newReceiver(t)
+	m.hook(rc.srv.URL, nil, rc)
+	w := m.hookWorker(testHookConfig())
+	const rounds = 8
+	var needles []string
+	for i := range rounds {
+		addr := fmt.Sprintf("racer%d.quill@example.org", i)
+		ua := fmt.Sprintf("RaceBrowser/%d", i)
+		needles = append(needles, addr, ua)
+		id := m.do("POST", "/subscribers", map[string]any{"email": addr, "status": "pending"}).
+			want(t, http.StatusCreated, "").data(t)["id"].(string)
+		m.drain()
+		msgs := m.smtp.Messages()
+		link := msgs[len(msgs)-1].Link
+		var wg sync.WaitGroup
+		results := make([]string, 3)
+		wg.Go(func() {
+			results[0] = fmt.Sprint(m.send("POST", "/subscribers/"+id+"/erase", nil))
+		})
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, link, nil)
+			req.Header.Set("User-Agent", ua)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res.Body.Close()
+			results[1] = fmt.Sprint(res.StatusCode)
+		})
+		wg.Go(func() {
+			status, raw, err := m.send("POST", "/subscribers", map[string]any{"email": addr})
+			if err != nil || status != http.StatusUnprocessableEntity {
+				t.Errorf("round %d: create of the address during its erasure: %d %s %v; want 422", i, status, raw, err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := w.RunOnce(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
+		if !strings.HasPrefix(results[0], "200") {
+			t.Errorf("round %d: erase answered %s", i, results[0])
+		}
+		m.do("GET", "/subscribers/"+id, nil).want(t, http.StatusNotFound, "not_found")
+		if got := m.do("GET", "/subscribers?email="+url.QueryEscape(addr), nil).want(t, http.StatusOK, "").
+			pagination(t)["total"]; got != 0.0 {
+			t.Errorf("round %d: %v subscribers with the address after the race", i, got)
+		}
+	}
+	m.deliverAll(w)
+	if left := m.scan(needles...); len(left) > 0 {
+		t.Errorf("personal data left after the races: %v", left)
 	}
 }
