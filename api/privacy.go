@@ -28,13 +28,6 @@ type PrivacyStore interface {
 	Erase(ctx context.Context, newsletterID, id uuid.UUID) (model.Erasure, error)
 }
 
-// privacyMetrics is implemented by Metrics that count exports and erasures; others are not
-// asked.
-type privacyMetrics interface {
-	// PrivacyRequest counts one export or erasure (operation) with its outcome.
-	PrivacyRequest(operation, outcome string)
-}
-
 // Operations and outcomes of privacy requests, as the span's app.privacy.* attributes and
 // the PrivacyRequest metric.
 const (
@@ -193,8 +186,6 @@ func (s *Server) privacySpan(ctx context.Context, operation string) (context.Con
 		}
 		span.SetAttributes(attribute.String("app.privacy.outcome", outcome))
 		span.End()
-		if m, ok := s.metrics.(privacyMetrics); ok {
-			m.PrivacyRequest(operation, outcome)
-		}
+		s.metrics.PrivacyRequest(operation, outcome)
 	}
 }

@@ -82,7 +82,9 @@ func (m *mailEnv) person(t *testing.T) (string, []map[string]any) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d emails sent, want 1 (the first was cancelled by the new address)", len(msgs))
 	}
-	req, _ := http.NewRequest(http.MethodPost, msgs[0].Link, nil)
+	// A browser without scripts, its box ticked (docs/api-contract.md §12.1).
+	req, _ := http.NewRequest(http.MethodPost, msgs[0].Link, strings.NewReader("intent=&consent=yes"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("User-Agent", personUA)
 	req.Header.Set("X-Forwarded-For", personIP)
 	res, err := http.DefaultClient.Do(req)
@@ -554,7 +556,8 @@ func TestEraseRaces(t *testing.T) {
 			results[0] = fmt.Sprint(m.send("POST", "/subscribers/"+id+"/erase", nil))
 		})
 		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodPost, link, nil)
+			req, _ := http.NewRequest(http.MethodPost, link, strings.NewReader("intent=&consent=yes"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			req.Header.Set("User-Agent", ua)
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
