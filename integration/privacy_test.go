@@ -12,14 +12,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/uptrace/bun/migrate"
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/internal/smtptest"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/webhook"
@@ -591,5 +595,77 @@ func TestEraseRaces(t *testing.T) {
 	m.deliverAll(w)
 	if left := m.scan(needles...); len(left) > 0 {
 		t.Errorf("personal data left after the races: %v", left)
+	}
+}
+
+// TestMigrationGivesEveryTypeEndpointsErased: the erasure migration subscribes the endpoints
+// that had every 1.1 type (as an endpoint made without events got them) to subscriber.erased,
+// and leaves the others as they were.
+func TestMigrationGivesEveryTypeEndpointsErased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pg.Empty(t)
+	if _, err := repo.EnsureDatabase(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	db, err := repo.Open(dsn, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	all, err := migrations.Postgres()
+	if testdb.Store() == testdb.SQLite {
+		all, err = migrations.SQLite()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const erasure = "20261128000500"
+	before := migrate.NewMigrations()
+	for _, m := range all.Sorted() {
+		if m.Name < erasure {
+			before.Add(m)
+		}
+	}
+	m := migrate.NewMigrator(db, before)
+	if err := m.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nl := uuid.Must(uuid.NewV7())
+	now := time.Now().UTC()
+	if _, err := db.NewRaw("INSERT INTO newsletters (id, name, api_access, created_at, updated_at) VALUES (?, 'n', true, ?, ?)",
+		nl, now, now).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	five := `["subscriber.created","subscriber.updated","subscriber.confirmation_sent","subscriber.confirmed","subscriber.unsubscribed"]`
+	endpoints := map[string]string{ // events before → after
+		five: `["subscriber.created","subscriber.updated","subscriber.confirmation_sent","subscriber.confirmed","subscriber.unsubscribed","subscriber.erased"]`,
+		`["subscriber.unsubscribed","subscriber.confirmed","subscriber.confirmation_sent","subscriber.updated","subscriber.created"]`: `["subscriber.unsubscribed","subscriber.confirmed","subscriber.confirmation_sent","subscriber.updated","subscriber.created","subscriber.erased"]`,
+		`["subscriber.created","subscriber.confirmed"]`: `["subscriber.created","subscriber.confirmed"]`,
+		`[]`: `[]`,
+	}
+	ids := map[string]uuid.UUID{}
+	for events := range endpoints {
+		ids[events] = uuid.Must(uuid.NewV7())
+		if _, err := db.NewRaw(`INSERT INTO webhook_endpoints (id, newsletter_id, url, events, secret, status, busy_until,
+    last_claimed_at, created_at, updated_at) VALUES (?, ?, 'https://hooks.example.com/', ?, 'whsec_x', 'enabled', ?, ?, ?, ?)`,
+			ids[events], nl, events, now, now, now, now).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if names, err := repo.Migrate(ctx, db); err != nil || len(names) == 0 || names[0] != erasure {
+		t.Fatalf("the rest of the migrations: %v, %v", names, err)
+	}
+	for events, want := range endpoints {
+		var got string
+		if err := db.NewRaw("SELECT events FROM webhook_endpoints WHERE id = ?", ids[events]).Scan(ctx, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("endpoint of %s: events %s after the migration, want %s", events, got, want)
+		}
 	}
 }
