@@ -70,8 +70,8 @@ func newPrivacyEnv(t *testing.T) *mailEnv {
 // person makes the person's subscriber through every path that stores something about it:
 // created pending with Idempotency-Key, its address changed (a new confirmation email, the
 // first cancelled), confirmed through the link, then pending again with a confirmation email
-// that the SMTP server refuses quoting the address. It returns the id and every subscriber
-// object the API answered about it, in order.
+// that the SMTP server refuses quoting the address, and unsubscribed. It returns the id and
+// every subscriber object the API answered about it, in order.
 func (m *mailEnv) person(t *testing.T) (string, []map[string]any) {
 	t.Helper()
 	var seen []map[string]any
@@ -105,6 +105,7 @@ func (m *mailEnv) person(t *testing.T) (string, []map[string]any) {
 	seen = append(seen, m.do("PUT", "/subscribers/"+id, map[string]any{"status": "pending"}).want(t, http.StatusOK, "").data(t))
 	m.drain()
 	m.smtp.OnData(nil)
+	seen = append(seen, m.do("DELETE", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t))
 	seen = append(seen, m.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t))
 	list := m.do("GET", "/subscribers?email="+url.QueryEscape(personEmail), nil).want(t, http.StatusOK, "")
 	for _, s := range list.body["data"].([]any) {
@@ -191,7 +192,7 @@ func TestEraseLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"subscriber.created", "subscriber.updated", "subscriber.confirmation_sent", "subscriber.confirmed",
-		"subscriber.updated", "subscriber.erased"}
+		"subscriber.updated", "subscriber.unsubscribed", "subscriber.erased"}
 	if diff := cmp.Diff(want, types); diff != "" {
 		t.Errorf("stored events (-want +got):\n%s", diff)
 	}
