@@ -62,8 +62,10 @@ type ExportData struct {
 	Emails      []ExportEmail    `json:"emails" doc:"Every email queued for the subscriber, oldest first."`
 }
 
-// maybeSuppression is a suppression entry or null. Huma declares no nullable object, so its
-// schema says "the Suppression, or null" itself.
+// maybeSuppression is a suppression entry or null. Huma refuses a nullable reference to an
+// object, and a "oneOf" with the null type does not survive the OpenAPI 3.0 rendering that
+// 3.0 generators read; so the schema is the Suppression's own, inline, with null allowed
+// (type ["object", "null"], which 3.0 renders as nullable).
 type maybeSuppression struct{ entry *Suppression }
 
 // MarshalJSON implements json.Marshaler.
@@ -71,7 +73,9 @@ func (m maybeSuppression) MarshalJSON() ([]byte, error) { return json.Marshal(m.
 
 // Schema implements huma.SchemaProvider.
 func (maybeSuppression) Schema(r huma.Registry) *huma.Schema {
-	return &huma.Schema{OneOf: []*huma.Schema{r.Schema(reflect.TypeFor[Suppression](), true, ""), {Type: "null"}}}
+	inline := *r.SchemaFromRef(r.Schema(reflect.TypeFor[Suppression](), true, "").Ref)
+	inline.Nullable = true
+	return &inline
 }
 
 // ExportEnvelope is the success body of an export.
