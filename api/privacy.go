@@ -124,14 +124,14 @@ func (s *Server) registerPrivacy(common []int) {
 		http.StatusOK, "", errs)), handle(s, s.erase))
 }
 
-func (s *Server) export(ctx context.Context, p model.Principal, in *idInput) (out *exportOutput, err error) {
+func (s *Server) export(ctx context.Context, p model.Principal, st Stores, in *idInput) (out *exportOutput, err error) {
 	ctx, done := s.privacySpan(ctx, PrivacyExport)
 	defer func() { done(err) }()
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err
 	}
-	ex, err := s.cfg.Privacy.Export(ctx, p.NewsletterID, id)
+	ex, err := st.Privacy.Export(ctx, p.NewsletterID, id)
 	if err != nil {
 		return nil, err
 	}
@@ -158,14 +158,14 @@ func (s *Server) export(ctx context.Context, p model.Principal, in *idInput) (ou
 	return &exportOutput{Body: ExportEnvelope{Success: true, Data: data}}, nil
 }
 
-func (s *Server) erase(ctx context.Context, p model.Principal, in *idInput) (out *erasedOutput, err error) {
+func (s *Server) erase(ctx context.Context, p model.Principal, st Stores, in *idInput) (out *erasedOutput, err error) {
 	ctx, done := s.privacySpan(ctx, PrivacyErase)
 	defer func() { done(err) }()
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err
 	}
-	er, err := s.cfg.Privacy.Erase(withSource(ctx, p), p.NewsletterID, id)
+	er, err := st.Privacy.Erase(withSource(ctx, p), p.NewsletterID, id)
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func newPrivacyEnv(t *testing.T) *mailEnv {
 	e := newEnv(t)
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
 		Privacy: repo.NewPrivacy(e.db), Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true},
-		Idempotency: e.idem, TrustedProxies: loopback})
+		Idempotency: api.IdempotencyOf(e.idem, requestStores), TrustedProxies: loopback})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -628,7 +628,7 @@ func TestMigrationGivesEveryTypeEndpointsErased(t *testing.T) {
 			before.Add(m)
 		}
 	}
-	m := migrate.NewMigrator(db, before)
+	m := migrate.NewMigrator(db.DB, before)
 	if err := m.Init(ctx); err != nil {
 		t.Fatal(err)
 	}

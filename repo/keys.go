@@ -44,13 +44,13 @@ type apiKeyRow struct {
 type Accounts struct{ store }
 
 // NewAccounts returns the newsletter and key store on db.
-func NewAccounts(db *bun.DB) *Accounts { return &Accounts{store: newStore(db)} }
+func NewAccounts(db *DB) *Accounts { return &Accounts{store: newStore(db)} }
 
 // CreateNewsletter stores a new newsletter.
 func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess bool) (model.Newsletter, error) {
 	now := time.Now().UTC()
 	row := newsletterRow{ID: uuid.Must(uuid.NewV7()), Name: name, APIAccess: apiAccess, CreatedAt: now, UpdatedAt: now}
-	if _, err := a.db.NewInsert().Model(&row).Exec(ctx); err != nil {
+	if _, err := a.idb.NewInsert().Model(&row).Exec(ctx); err != nil {
 		return model.Newsletter{}, translate(err)
 	}
 	return row.toModel(), nil
@@ -59,7 +59,7 @@ func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess 
 // FirstNewsletter returns the oldest newsletter, and false when there is none.
 func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool, error) {
 	var row newsletterRow
-	err := a.db.NewSelect().Model(&row).OrderExpr("created_at, id").Limit(1).Scan(ctx)
+	err := a.idb.NewSelect().Model(&row).OrderExpr("created_at, id").Limit(1).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Newsletter{}, false, nil
 	}
@@ -73,7 +73,7 @@ func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool,
 // access and, when name is not nil, renames it.
 func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess *bool, name *string) (model.Newsletter, error) {
 	var row newsletterRow
-	q := a.db.NewUpdate().Model(&row).Set("updated_at = ?", time.Now().UTC())
+	q := a.idb.NewUpdate().Model(&row).Set("updated_at = ?", time.Now().UTC())
 	if apiAccess != nil {
 		q = q.Set("api_access = ?", *apiAccess)
 	}
@@ -93,7 +93,7 @@ func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess
 // Newsletters returns every newsletter, oldest first.
 func (a *Accounts) Newsletters(ctx context.Context) ([]model.Newsletter, error) {
 	var rows []newsletterRow
-	if err := a.db.NewSelect().Model(&rows).OrderExpr("created_at, id").Scan(ctx); err != nil {
+	if err := a.idb.NewSelect().Model(&rows).OrderExpr("created_at, id").Scan(ctx); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]model.Newsletter, len(rows))
@@ -110,7 +110,7 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 		return nil, err
 	}
 	var rows []apiKeyRow
-	err := a.db.NewSelect().Model(&rows).Where("newsletter_id = ?", newsletterID).OrderExpr("created_at, id").Scan(ctx)
+	err := a.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", newsletterID).OrderExpr("created_at, id").Scan(ctx)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -127,7 +127,7 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 // Newsletter returns one newsletter.
 func (a *Accounts) Newsletter(ctx context.Context, id uuid.UUID) (model.Newsletter, error) {
 	var row newsletterRow
-	err := a.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
+	err := a.idb.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Newsletter{}, fmt.Errorf("%w", model.ErrNewsletterNotFound)
 	}
@@ -147,7 +147,7 @@ func (a *Accounts) CreateKey(ctx context.Context, newsletterID uuid.UUID, label 
 		ID: uuid.Must(uuid.NewV7()), NewsletterID: newsletterID, Prefix: prefix, Hash: hash,
 		Label: label, CreatedAt: time.Now().UTC(),
 	}
-	if _, err := a.db.NewInsert().Model(&row).Exec(ctx); err != nil {
+	if _, err := a.idb.NewInsert().Model(&row).Exec(ctx); err != nil {
 		return model.APIKey{}, "", translate(err)
 	}
 	return model.APIKey{ID: row.ID, NewsletterID: row.NewsletterID, Prefix: prefix, Hash: hash,
@@ -157,7 +157,7 @@ func (a *Accounts) CreateKey(ctx context.Context, newsletterID uuid.UUID, label 
 // RevokeKey revokes a key; revoking it again changes nothing. An unknown id gives
 // model.ErrKeyNotFound.
 func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
-	res, err := a.db.NewUpdate().Model((*apiKeyRow)(nil)).
+	res, err := a.idb.NewUpdate().Model((*apiKeyRow)(nil)).
 		Set("revoked_at = coalesce(revoked_at, ?)", time.Now().UTC()).Where("id = ?", id).Exec(ctx)
 	if err != nil {
 		return translate(err)
@@ -185,7 +185,7 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 		RevokedAt    *time.Time `bun:"revoked_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
-	err := a.queryRow(ctx, a.db, authenticateStmt, &row, hash)
+	err := a.db.eng.queryRow(ctx, a.idb, authenticateStmt, &row, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}

@@ -28,18 +28,21 @@ type Privacy struct {
 }
 
 // NewPrivacy returns the privacy store on db.
-func NewPrivacy(db *bun.DB) *Privacy {
+func NewPrivacy(db *DB) *Privacy {
 	return &Privacy{store: newStore(db)}
 }
+
+// Privacy returns the privacy store bound to the transaction.
+func (t Tx) Privacy() *Privacy { return &Privacy{store: t.store()} }
 
 // Export returns everything stored about the newsletter's subscriber id, read in one
 // transaction that holds the subscriber's row, so that no change of it lands in between; an
 // unknown (or erased) subscriber, or another newsletter's, is model.ErrNotFound.
 func (p *Privacy) Export(ctx context.Context, nl, id uuid.UUID) (model.Export, error) {
 	var out model.Export
-	err := runInTx(ctx, p.db, func(ctx context.Context, tx bun.Tx) error {
+	err := p.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		var err error
-		out, err = exportIn(ctx, tx, nl, id)
+		out, err = p.exportIn(ctx, tx, nl, id)
 		return err
 	})
 	if err != nil {
@@ -48,10 +51,10 @@ func (p *Privacy) Export(ctx context.Context, nl, id uuid.UUID) (model.Export, e
 	return out, nil
 }
 
-// exportIn is Export inside the caller's transaction db.
-func exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (model.Export, error) {
+// exportIn is Export inside the transaction db.
+func (p *Privacy) exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (model.Export, error) {
 	var row subscriberRow
-	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+forShare(isSQLite(db)), nl, id).Scan(ctx, &row)
+	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+p.db.eng.forShare(), nl, id).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Export{}, fmt.Errorf("%w", model.ErrNotFound)
 	}
@@ -59,7 +62,7 @@ func exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (model.Export, 
 		return model.Export{}, translate(err)
 	}
 	out := model.Export{Subscriber: row.toModel(), Events: []model.Event{}, Emails: []model.ExportEmail{}}
-	sups, err := FindSuppressions(ctx, db, nl, []string{row.Email})
+	sups, err := findSuppressions(ctx, db, nl, []string{row.Email})
 	if err != nil {
 		return model.Export{}, err
 	}
@@ -107,9 +110,9 @@ func (p *Privacy) Erase(ctx context.Context, nl, id uuid.UUID) (model.Erasure, e
 	var delivering bool
 	var err error
 	for range eraseTries {
-		err = runInTx(ctx, p.db, func(ctx context.Context, tx bun.Tx) error {
+		err = p.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 			var err error
-			out, delivering, err = eraseIn(ctx, tx, nl, id, src, p.now())
+			out, delivering, err = p.eraseIn(ctx, tx, nl, id, src, p.now())
 			return err
 		})
 		if !errors.Is(err, errAddressMoved) {
@@ -119,14 +122,13 @@ func (p *Privacy) Erase(ctx context.Context, nl, id uuid.UUID) (model.Erasure, e
 	if err != nil {
 		return model.Erasure{}, translate(err)
 	}
-	deliveriesQueued(p.db, delivering)
+	p.deliveriesQueued(delivering)
 	return out, nil
 }
 
 // eraseIn is one attempt of Erase inside the caller's transaction db, at now. It reports
 // whether webhook deliveries were queued (see deliveriesQueued).
-func eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventSource, now time.Time) (model.Erasure, bool, error) {
-	sqlite := isSQLite(db)
+func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventSource, now time.Time) (model.Erasure, bool, error) {
 	// The address is read first and its lock taken (in suppress) before the row's: the order
 	// of every write that subscribes or suppresses an address, which then waits for the
 	// erasure and finds the suppression, or comes first and is erased with the rest.
@@ -138,11 +140,12 @@ func eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventS
 	if err != nil {
 		return model.Erasure{}, false, translate(err)
 	}
-	if err := suppressErased(ctx, db, nl, email, now); err != nil {
+	if _, _, err := p.suppress(ctx, db, nl, model.NewSuppression{Email: email, Reason: model.ReasonErased,
+		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, now); err != nil {
 		return model.Erasure{}, false, err
 	}
 	var row subscriberRow
-	err = db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+forUpdate(sqlite), nl, id).Scan(ctx, &row)
+	err = db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+p.db.eng.forUpdate(), nl, id).Scan(ctx, &row)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // erased meanwhile
 		return model.Erasure{}, false, fmt.Errorf("%w", model.ErrNotFound)
@@ -154,7 +157,7 @@ func eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventS
 	if err := scrubEvents(ctx, db, id); err != nil {
 		return model.Erasure{}, false, err
 	}
-	if err := deleteStoredResponses(ctx, db, nl, id, row.Email); err != nil {
+	if err := p.deleteStoredResponses(ctx, db, nl, id, row.Email); err != nil {
 		return model.Erasure{}, false, err
 	}
 	// Every email goes, sent ones too: an outbox row keeps the SMTP server's last reply, which
@@ -169,19 +172,11 @@ func eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventS
 			return model.Erasure{}, false, translate(err)
 		}
 	}
-	delivering, err := recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)})
+	delivering, err := p.recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)})
 	if err != nil {
 		return model.Erasure{}, false, err
 	}
 	return model.Erasure{ID: id, ErasedAt: now}, delivering, nil
-}
-
-// suppressErased suppresses email in nl with reason erased, keeping only its hash; an entry
-// the address had already becomes an erased one (Suppress).
-func suppressErased(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, now time.Time) error {
-	_, _, err := Suppress(ctx, db, nl, model.NewSuppression{Email: email, Reason: model.ReasonErased,
-		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, now)
-	return err
 }
 
 // scrubEvents removes the personal data from every stored event of the subscriber id
@@ -211,7 +206,7 @@ func scrubEvents(ctx context.Context, db bun.IDB, id uuid.UUID) error {
 // deleteStoredResponses deletes nl's stored idempotent responses (docs/api-contract.md §8)
 // that contain the subscriber id or its address: a replay would send them again. The address
 // is looked for as stored, normalised, and as JSON writes each of them.
-func deleteStoredResponses(ctx context.Context, db bun.IDB, nl, id uuid.UUID, email string) error {
+func (p *Privacy) deleteStoredResponses(ctx context.Context, db bun.IDB, nl, id uuid.UUID, email string) error {
 	needles := [][]byte{[]byte(id.String())}
 	for _, e := range []string{email, model.EmailKey(email)} {
 		js, _ := json.Marshal(e) // cannot fail: a string
@@ -224,7 +219,7 @@ func deleteStoredResponses(ctx context.Context, db bun.IDB, nl, id uuid.UUID, em
 	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
 	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
 		for _, n := range needles {
-			q = q.WhereOr(bytesContain(isSQLite(db), "body"), n)
+			q = q.WhereOr(p.db.eng.bytesContain("body"), n)
 		}
 		return q
 	})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -55,17 +54,19 @@ func newSuppressionRow(nl uuid.UUID, in model.NewSuppression, now time.Time) sup
 	return row
 }
 
-// Suppressions stores the suppression lists of the newsletters. Its methods run their own
-// transactions; the package functions Suppress, FindSuppressions and CheckNotSuppressed run
-// inside a caller's.
+// Suppressions stores the suppression lists of the newsletters. Its methods run in the unit
+// of work it is bound to (Tx.Suppressions), or in transactions of their own.
 type Suppressions struct {
 	store
 }
 
 // NewSuppressions returns the suppression store on db.
-func NewSuppressions(db *bun.DB) *Suppressions {
+func NewSuppressions(db *DB) *Suppressions {
 	return &Suppressions{store: newStore(db)}
 }
+
+// Suppressions returns the suppression store bound to the transaction.
+func (t Tx) Suppressions() *Suppressions { return &Suppressions{store: t.store()} }
 
 // Create suppresses one address (docs/api-contract.md §13) and reports whether the entry is
 // new; an address already suppressed returns its entry as stored (its first reason stays). An
@@ -88,13 +89,13 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	var created []bool
 	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		out, created, delivering = make([]model.Suppression, len(in)), make([]bool, len(in)), false
 		emails := make([]string, len(in))
 		for i := range in {
 			emails[i] = in[i].Email
 		}
-		if err := lockEmails(ctx, tx, nl, emails); err != nil {
+		if err := s.lockEmails(ctx, tx, nl, emails); err != nil {
 			return err
 		}
 		now := s.now()
@@ -109,7 +110,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 			}
 			evSrc := src
 			evSrc.Kind, evSrc.Reason = model.SourceSuppression, string(in[i].Reason)
-			d, err := unsubscribeSuppressed(ctx, tx, nl, in[i].Email, evSrc, now)
+			d, err := s.unsubscribeSuppressed(ctx, tx, nl, in[i].Email, evSrc, now)
 			if err != nil {
 				return err
 			}
@@ -120,14 +121,14 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	if err != nil {
 		return nil, nil, translate(err)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return out, created, nil
 }
 
 // Get returns one entry of nl's list.
 func (s *Suppressions) Get(ctx context.Context, nl, id uuid.UUID) (model.Suppression, error) {
 	var row suppressionRow
-	err := s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
+	err := s.idb.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 	}
@@ -143,7 +144,7 @@ func (s *Suppressions) Delete(ctx context.Context, nl, id uuid.UUID) (model.Supp
 	var rows []suppressionRow
 	err := retry(ctx, func(ctx context.Context) error {
 		rows = nil
-		return s.db.NewDelete().Model(&rows).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+		return s.idb.NewDelete().Model(&rows).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
 	})
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return model.Suppression{}, translate(err)
@@ -158,7 +159,7 @@ func (s *Suppressions) Delete(ctx context.Context, nl, id uuid.UUID) (model.Supp
 // whether more follow. With q.Email it is a lookup: the address's entry, erased or not.
 func (s *Suppressions) List(ctx context.Context, nl uuid.UUID, q model.SuppressionQuery) ([]model.Suppression, bool, error) {
 	var rows []suppressionRow
-	sel := s.db.NewSelect().Model(&rows).Where("newsletter_id = ?", nl)
+	sel := s.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", nl)
 	if q.Email != "" {
 		sel = sel.Where("email_hash = ?", model.EmailHash(q.Email))
 	}
@@ -196,7 +197,7 @@ func (s *Suppressions) Lookup(ctx context.Context, nl uuid.UUID, email string) (
 // LookupHash returns the entry whose address has the SHA-256 hash (model.EmailHash), or
 // model.ErrSuppressionNotFound.
 func (s *Suppressions) LookupHash(ctx context.Context, nl uuid.UUID, hash []byte) (model.Suppression, error) {
-	found, err := findByHashes(ctx, s.db, nl, [][]byte{hash})
+	found, err := findByHashes(ctx, s.idb, nl, [][]byte{hash})
 	if err != nil {
 		return model.Suppression{}, err
 	}
@@ -206,29 +207,29 @@ func (s *Suppressions) LookupHash(ctx context.Context, nl uuid.UUID, hash []byte
 	return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 }
 
-// Suppress adds one entry to nl's list inside the caller's transaction db, after taking the
-// lock of the address (see CheckNotSuppressed), and reports whether it is new; an address
-// already suppressed returns the stored entry unchanged, except that an erasure
-// (model.ReasonErased) turns an existing entry into an erased one, keeping only the hash. It
-// does not change subscribers: see UnsubscribeSuppressed.
-func Suppress(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
-	if err := lockEmails(ctx, db, nl, []string{in.Email}); err != nil {
+// Suppress adds one entry to nl's list in the store's transaction (the unit of work it is
+// bound to: a write of several statements), after taking the lock of the address (see
+// CheckNotSuppressed), and reports whether it is new; an address already suppressed returns
+// the stored entry unchanged, except that an erasure (model.ReasonErased) turns an existing
+// entry into an erased one, keeping only the hash. It does not change subscribers.
+func (s *Suppressions) Suppress(ctx context.Context, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
+	return s.suppress(ctx, s.idb, nl, in, now)
+}
+
+func (s *store) suppress(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
+	if err := s.lockEmails(ctx, db, nl, []string{in.Email}); err != nil {
 		return model.Suppression{}, false, err
 	}
 	return insertSuppression(ctx, db, nl, in, now)
 }
 
-// UnsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
-// unsubscribed, inside the caller's transaction db: the event subscriber.unsubscribed with src
-// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
-// reports whether webhook deliveries were queued (see deliveriesQueued).
-func UnsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
-	return unsubscribeSuppressed(ctx, db, nl, email, src, now)
+// Find returns the entries of nl's list matching emails, keyed by model.NormalizeEmail of the
+// given address.
+func (s *Suppressions) Find(ctx context.Context, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
+	return findSuppressions(ctx, s.idb, nl, emails)
 }
 
-// FindSuppressions returns, inside the caller's transaction db (or on the pool), the entries
-// of nl's list matching emails, keyed by model.NormalizeEmail of the given address.
-func FindSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
+func findSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
 	hashes := make([][]byte, len(emails))
 	byHash := make(map[string]string, len(emails))
 	for i, e := range emails {
@@ -246,17 +247,23 @@ func FindSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []st
 	return out, nil
 }
 
-// CheckNotSuppressed is the check every write that would subscribe an address makes inside its
-// transaction db, before the uniqueness rule (docs/api-contract.md §13): it takes the lock of
-// each address (on PostgreSQL a transaction-scoped advisory lock, which Suppress takes too, so
-// that a suppression and a subscribe of the same address are ordered and the later one sees
-// the earlier; SQLite's immediate transaction holds the write lock already) and returns a
-// *model.SuppressedError naming the positions of emails that are suppressed, or nil.
-func CheckNotSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, emails ...string) error {
-	if err := lockEmails(ctx, db, nl, emails); err != nil {
+// CheckNotSuppressed is the check every write that would subscribe an address makes in its
+// transaction (the unit of work the store is bound to), before the uniqueness rule
+// (docs/api-contract.md §13): see store.checkNotSuppressed.
+func (s *Suppressions) CheckNotSuppressed(ctx context.Context, nl uuid.UUID, emails ...string) error {
+	return s.checkNotSuppressed(ctx, s.idb, nl, emails...)
+}
+
+// checkNotSuppressed takes the lock of each address in the transaction db (on PostgreSQL a
+// transaction-scoped advisory lock, which suppress takes too, so that a suppression and a
+// subscribe of the same address are ordered and the later one sees the earlier; SQLite's
+// immediate transaction holds the write lock already) and returns a *model.SuppressedError
+// naming the positions of emails that are suppressed, or nil.
+func (s *store) checkNotSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, emails ...string) error {
+	if err := s.lockEmails(ctx, db, nl, emails); err != nil {
 		return err
 	}
-	found, err := FindSuppressions(ctx, db, nl, emails)
+	found, err := findSuppressions(ctx, db, nl, emails)
 	if err != nil || len(found) == 0 {
 		return err
 	}
@@ -312,29 +319,30 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 	return out, nil
 }
 
-// lockEmails takes, on PostgreSQL, the transaction-scoped advisory locks of nl's addresses
-// emails, in one order (sorted keys), the keys lockForEmailChange uses. SQLite's immediate
-// transaction holds the database's write lock already.
-func lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
-	if isSQLite(db) || len(emails) == 0 {
-		return nil
-	}
+// lockEmails takes the locks of nl's addresses emails (the engine's lockEmailKey, the lock an
+// email change takes), in one order (sorted keys).
+func (s *store) lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
 	keys := make([]string, len(emails))
 	for i, e := range emails {
-		keys[i] = nl.String() + "/" + model.NormalizeEmail(e)
+		keys[i] = model.NormalizeEmail(e)
 	}
 	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	_, err := db.NewRaw(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
-FROM (SELECT unnest(?::text[]) AS k ORDER BY 1) AS keys`, pgdialect.Array(keys)).Exec(ctx)
-	return translate(err)
+	for _, k := range slices.Compact(keys) {
+		if err := s.db.eng.lockEmailKey(ctx, db, nl, k); err != nil {
+			return translate(err)
+		}
+	}
+	return nil
 }
 
-// unsubscribeSuppressed is UnsubscribeSuppressed.
-func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
+// unsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
+// unsubscribed, inside the transaction db: the event subscriber.unsubscribed with src
+// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
+// reports whether webhook deliveries were queued.
+func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
 	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
-		forUpdate(isSQLite(db)), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
+		s.db.eng.forUpdate(), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -346,7 +354,7 @@ func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email 
 	if _, err := db.NewUpdate().Model(&row).WherePK().Column("status", "updated_at").Exec(ctx); err != nil {
 		return false, translate(err)
 	}
-	delivering, err := recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
+	delivering, err := s.recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
 		map[string]string{"status": before}, src, now)})
 	if err != nil {
 		return false, err
