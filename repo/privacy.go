@@ -95,7 +95,9 @@ func (p *Privacy) exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (m
 }
 
 // eraseTries is how many times Erase starts again when the subscriber's address changed
-// between reading it and locking the row.
+// between reading it and locking the row. In a unit of work of the caller's (an
+// Idempotency-Key) the attempt is not rolled back first: the earlier address, the person's
+// too, stays suppressed by its hash as well.
 const eraseTries = 3
 
 // errAddressMoved ends an attempt of Erase whose subscriber changed its address meanwhile.
