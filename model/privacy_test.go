@@ -29,7 +29,7 @@ func TestScrubEvent(t *testing.T) {
 			`{"id":"ID","type":"subscriber.updated","timestamp":"2026-06-11T17:00:00+00:00","data":{"subscriber":{"id":"01a21363-a43b-7cde-b444-4915076b1130","status":"active","created_at":"2026-06-11T17:00:00+00:00"},"previous":{"status":"pending"},"source":{"kind":"api","api_key":"sk_abcd"}}}`},
 		{"confirmed through the link",
 			model.NewEvent(model.EventConfirmed, sub, map[string]string{"status": "pending"}, model.LinkSource("203.0.113.9", "Browser/1"), now),
-			`{"id":"ID","type":"subscriber.confirmed","timestamp":"2026-06-11T17:00:00+00:00","data":{"subscriber":{"id":"01a21363-a43b-7cde-b444-4915076b1130","status":"active","created_at":"2026-06-11T17:00:00+00:00"},"previous":{"status":"pending"},"source":{"kind":"confirmation_link"}}}`},
+			`{"id":"ID","type":"subscriber.confirmed","timestamp":"2026-06-11T17:00:00+00:00","data":{"subscriber":{"id":"01a21363-a43b-7cde-b444-4915076b1130","status":"active","created_at":"2026-06-11T17:00:00+00:00"},"previous":{"status":"pending"},"source":{"kind":"confirmation_link","method":"","seconds_since_sent":null,"seconds_on_page":null}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -131,7 +131,7 @@ func (p *Privacy) Erase(ctx context.Context, nl, id uuid.UUID) (model.Erasure, e
 // eraseIn is one attempt of Erase inside the caller's transaction db, at now. It reports
 // whether webhook deliveries were queued (see deliveriesQueued).
 func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src model.EventSource, now time.Time) (model.Erasure, bool, error) {
-	// The address is read first and its lock taken (in suppress) before the row's: the order
+	// The address is read first and its lock taken (lockEmails) before the row's: the order
 	// of every write that subscribes or suppresses an address, which then waits for the
 	// erasure and finds the suppression, or comes first and is erased with the rest.
 	var email string
@@ -142,7 +142,12 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 	if err != nil {
 		return model.Erasure{}, false, translate(err)
 	}
-	if _, _, err := p.suppress(ctx, db, nl, model.NewSuppression{Email: email, Reason: model.ReasonErased,
+	// Suppressions.Suppress in this attempt's transaction: the address's lock, then the entry
+	// (an existing one becomes an erased one, its hash alone).
+	if err := p.lockEmails(ctx, db, nl, []string{email}); err != nil {
+		return model.Erasure{}, false, err
+	}
+	if _, _, err := insertSuppression(ctx, db, nl, model.NewSuppression{Email: email, Reason: model.ReasonErased,
 		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, now); err != nil {
 		return model.Erasure{}, false, err
 	}

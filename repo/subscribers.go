@@ -99,20 +99,14 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	var delivering bool
 	// Always a transaction: the suppression check's lock must hold until the insert commits.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
 		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
 		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
 			return err
 		}
-		if !pending {
-			// One statement where the engine has it: its parts take effect together or not at all.
-			stored, ok, err := s.db.eng.insertWithEvent(ctx, tx, &s.store, &row, ev)
-			if ok {
-				if err == nil && !stored {
-					err = fmt.Errorf("%w", model.ErrEmailTaken)
-				}
-				return err
-			}
-		}
+		// Not the engine's one-statement insertWithEvent: its prepared statement may need a
+		// connection of the pool to be prepared on, while this transaction holds the
+		// address's lock that the transactions holding the other connections wait for.
 		res, err := tx.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
@@ -429,6 +423,11 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			}
 		}
 		retire, queue := p.ConfirmationEffect(before)
+		if queue && p.Status != nil && *p.Status == model.StatusPending {
+			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
+				return err
+			}
+		}
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -581,4 +580,24 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 		Set("retired_at = ?", now).
 		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
+}
+
+// checkResends refuses a confirmation email to subscriber when MaxConfirmationsPerWindow were
+// queued for it within ConfirmationWindow (docs/api-contract.md §12.3), with the wait until the
+// oldest of the last ones leaves the window.
+func checkResends(ctx context.Context, db bun.IDB, subscriber uuid.UUID, now time.Time) error {
+	var times []time.Time
+	err := db.NewRaw(`SELECT created_at FROM email_outbox WHERE subscriber_id = ? AND kind = ? AND created_at > ?
+ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.Add(-model.ConfirmationWindow),
+		model.MaxConfirmationsPerWindow).Scan(ctx, &times)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	if len(times) < model.MaxConfirmationsPerWindow {
+		return nil
+	}
+	oldest := times[len(times)-1]
+	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
 }

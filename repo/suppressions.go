@@ -54,8 +54,9 @@ func newSuppressionRow(nl uuid.UUID, in model.NewSuppression, now time.Time) sup
 	return row
 }
 
-// Suppressions stores the suppression lists of the newsletters. Its methods run in the unit
-// of work it is bound to (Tx.Suppressions), or in transactions of their own.
+// Suppressions stores the suppression lists of the newsletters. A store from Tx.Suppressions
+// runs in that unit of work: Check, Suppress and Find are what other writes (an upsert, an
+// import's batch) call inside theirs.
 type Suppressions struct {
 	store
 }
@@ -64,9 +65,6 @@ type Suppressions struct {
 func NewSuppressions(db *DB) *Suppressions {
 	return &Suppressions{store: newStore(db)}
 }
-
-// Suppressions returns the suppression store bound to the transaction.
-func (t Tx) Suppressions() *Suppressions { return &Suppressions{store: t.store()} }
 
 // Create suppresses one address (docs/api-contract.md §13) and reports whether the entry is
 // new; an address already suppressed returns its entry as stored (its first reason stays). An
@@ -142,7 +140,7 @@ func (s *Suppressions) Get(ctx context.Context, nl, id uuid.UUID) (model.Suppres
 // subscribed again; subscribers it unsubscribed stay unsubscribed.
 func (s *Suppressions) Delete(ctx context.Context, nl, id uuid.UUID) (model.Suppression, error) {
 	var rows []suppressionRow
-	err := retry(ctx, func(ctx context.Context) error {
+	err := s.atomic(ctx, func(ctx context.Context) error {
 		rows = nil
 		return s.idb.NewDelete().Model(&rows).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
 	})
@@ -207,26 +205,52 @@ func (s *Suppressions) LookupHash(ctx context.Context, nl uuid.UUID, hash []byte
 	return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 }
 
-// Suppress adds one entry to nl's list in the store's transaction (the unit of work it is
-// bound to: a write of several statements), after taking the lock of the address (see
-// CheckNotSuppressed), and reports whether it is new; an address already suppressed returns
-// the stored entry unchanged, except that an erasure (model.ReasonErased) turns an existing
-// entry into an erased one, keeping only the hash. It does not change subscribers.
-func (s *Suppressions) Suppress(ctx context.Context, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
-	return s.suppress(ctx, s.idb, nl, in, now)
+// Suppress adds one entry to nl's list, in the store's unit of work (or a transaction of its
+// own), after taking the lock of the address (see Check), and reports whether it is new; an
+// address already suppressed returns the stored entry unchanged, except that an erasure
+// (model.ReasonErased) turns an existing entry into an erased one, keeping only the hash. It
+// does not change subscribers: see UnsubscribeSuppressed.
+func (s *Suppressions) Suppress(ctx context.Context, nl uuid.UUID, in model.NewSuppression) (model.Suppression, bool, error) {
+	var out model.Suppression
+	var created bool
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		if err := s.lockEmails(ctx, tx, nl, []string{in.Email}); err != nil {
+			return err
+		}
+		var err error
+		out, created, err = insertSuppression(ctx, tx, nl, in, s.now())
+		return err
+	})
+	return out, created, err
 }
 
-func (s *store) suppress(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
-	if err := s.lockEmails(ctx, db, nl, []string{in.Email}); err != nil {
-		return model.Suppression{}, false, err
+// UnsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
+// unsubscribed, in the store's unit of work: the event subscriber.unsubscribed with src
+// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired.
+func (s *Suppressions) UnsubscribeSuppressed(ctx context.Context, nl uuid.UUID, email string, src model.EventSource) error {
+	var delivering bool
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		var err error
+		delivering, err = s.unsubscribeSuppressed(ctx, tx, nl, email, src, s.now())
+		return err
+	})
+	if err == nil {
+		s.deliveriesQueued(delivering)
 	}
-	return insertSuppression(ctx, db, nl, in, now)
+	return err
 }
 
 // Find returns the entries of nl's list matching emails, keyed by model.NormalizeEmail of the
 // given address.
 func (s *Suppressions) Find(ctx context.Context, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
 	return findSuppressions(ctx, s.idb, nl, emails)
+}
+
+// Check is the check every write that would subscribe an address makes inside its unit of
+// work (a store from Tx.Suppressions), before the uniqueness rule (docs/api-contract.md §13):
+// see store.checkNotSuppressed.
+func (s *Suppressions) Check(ctx context.Context, nl uuid.UUID, emails ...string) error {
+	return s.checkNotSuppressed(ctx, s.idb, nl, emails...)
 }
 
 func findSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
@@ -247,23 +271,15 @@ func findSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []st
 	return out, nil
 }
 
-// CheckNotSuppressed is the check every write that would subscribe an address makes in its
-// transaction (the unit of work the store is bound to), before the uniqueness rule
-// (docs/api-contract.md §13): see store.checkNotSuppressed.
-func (s *Suppressions) CheckNotSuppressed(ctx context.Context, nl uuid.UUID, emails ...string) error {
-	return s.checkNotSuppressed(ctx, s.idb, nl, emails...)
-}
-
-// checkNotSuppressed takes the lock of each address in the transaction db (on PostgreSQL a
-// transaction-scoped advisory lock, which suppress takes too, so that a suppression and a
-// subscribe of the same address are ordered and the later one sees the earlier; SQLite's
-// immediate transaction holds the write lock already) and returns a *model.SuppressedError
-// naming the positions of emails that are suppressed, or nil.
-func (s *store) checkNotSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, emails ...string) error {
-	if err := s.lockEmails(ctx, db, nl, emails); err != nil {
+// checkNotSuppressed takes, in the transaction tx, the lock of each address (see lockEmails:
+// a suppression and a subscribe of the same address are ordered, and the later one sees the
+// earlier) and returns a *model.SuppressedError naming the positions of emails that are
+// suppressed, or nil.
+func (s *store) checkNotSuppressed(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails ...string) error {
+	if err := s.lockEmails(ctx, tx, nl, emails); err != nil {
 		return err
 	}
-	found, err := findSuppressions(ctx, db, nl, emails)
+	found, err := findSuppressions(ctx, tx, nl, emails)
 	if err != nil || len(found) == 0 {
 		return err
 	}
@@ -319,26 +335,22 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 	return out, nil
 }
 
-// lockEmails takes the locks of nl's addresses emails (the engine's lockEmailKey, the lock an
-// email change takes), in one order (sorted keys).
-func (s *store) lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
+// lockEmails makes writes of the same addresses of nl wait for each other until commit (the
+// engine's lockEmailKeys: the keys lockForEmailChange takes), in one order.
+func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails []string) error {
+	if len(emails) == 0 {
+		return nil
+	}
 	keys := make([]string, len(emails))
 	for i, e := range emails {
 		keys[i] = model.NormalizeEmail(e)
 	}
 	slices.Sort(keys)
-	for _, k := range slices.Compact(keys) {
-		if err := s.db.eng.lockEmailKey(ctx, db, nl, k); err != nil {
-			return translate(err)
-		}
-	}
-	return nil
+	return translate(s.db.eng.lockEmailKeys(ctx, tx, nl, slices.Compact(keys)))
 }
 
-// unsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
-// unsubscribed, inside the transaction db: the event subscriber.unsubscribed with src
-// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
-// reports whether webhook deliveries were queued.
+// unsubscribeSuppressed is UnsubscribeSuppressed in the transaction db, reporting whether
+// webhook deliveries were queued.
 func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
 	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
