@@ -132,7 +132,7 @@ func TestClient(t *testing.T) {
 		t.Fatalf("export: %v, %d %s", err, xr.StatusCode(), xr.Body)
 	}
 	if d := xr.JSON200.Data; d.Subscriber.Id != id || d.Subscriber.Status != "unsubscribed" || len(d.Events) == 0 ||
-		d.Suppression != nil || d.Emails == nil {
+		!d.Suppression.IsNull() || d.Emails == nil {
 		t.Errorf("export: %+v", d)
 	}
 	xe, err := c.EraseSubscriberWithResponse(ctx, id, &EraseSubscriberParams{IdempotencyKey: str("erase-1")})
