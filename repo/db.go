@@ -407,6 +407,12 @@ type engine interface {
 	// not wait for the key-share locks of rows referencing it being inserted).
 	forUpdate() string
 	forNoKeyUpdate() string
+	// forShare is the clause that keeps the rows a SELECT reads from changing until the
+	// transaction ends (Privacy.Export).
+	forShare() string
+	// bytesContain is the condition that the bytes of column col contain those of the one
+	// parameter (Privacy.Erase's search of stored responses).
+	bytesContain(col string) string
 	// lockRows is q locking the rows it reads as forUpdate does.
 	lockRows(q *bun.SelectQuery) *bun.SelectQuery
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber

@@ -185,6 +185,9 @@ ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).
 
 func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
 func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
+func (*pgEngine) forShare() string       { return " FOR SHARE" }
+
+func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col + ") > 0" }
 
 func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
 
