@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/uptrace/bun/driver/pgdriver"
 )
@@ -50,7 +51,7 @@ type pgConnector struct {
 func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	cn, err := c.inner.Connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, withContextErr(ctx, err)
 	}
 	return &pgConn{cn: cn.(*pgdriver.Conn)}, nil
 }
@@ -88,7 +89,16 @@ func (c *pgConn) watch(ctx context.Context) (stop func() bool) {
 	if ctx.Done() == nil {
 		return func() bool { return true }
 	}
-	return context.AfterFunc(ctx, c.breakConn)
+	stopWatch := context.AfterFunc(ctx, c.breakConn)
+	return func() bool {
+		if stopWatch() {
+			return true
+		}
+		// breakConn runs, or is about to, in its own goroutine: the connection must not go
+		// back to the pool before it has.
+		c.broken.Store(true)
+		return false
+	}
 }
 
 // check marks the connection broken after err, unless err is the server's answer: after one
@@ -102,8 +112,21 @@ func (c *pgConn) check(ctx context.Context, stopped bool, err error) error {
 	if !errors.As(err, &pgErr) || pgErr.Field('V') == "FATAL" || pgErr.Field('V') == "PANIC" {
 		c.breakConn()
 	}
-	if !stopped && ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	if !stopped {
+		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	}
+	return withContextErr(ctx, err)
+}
+
+// withContextErr is err, which ended a statement or a connection's start, wrapped in ctx's
+// error when ctx has ended: the caller then sees why, whatever the socket said.
+func withContextErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// pgdriver's own socket deadline, which is ctx's, fired before ctx's timer did.
+		return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
 }
@@ -183,7 +206,15 @@ var (
 	_ driver.StmtQueryContext = (*pgStmt)(nil)
 )
 
-func (s *pgStmt) Close() error  { return s.st.Close() }
+// Close closes the statement on the server, unless the connection is broken (closing it
+// there would only fail, and the server forgets it with the connection).
+func (s *pgStmt) Close() error {
+	if s.c.broken.Load() {
+		return nil
+	}
+	return s.st.Close()
+}
+
 func (s *pgStmt) NumInput() int { return s.st.NumInput() }
 
 func (s *pgStmt) Exec(args []driver.Value) (driver.Result, error) {
