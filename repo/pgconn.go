@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 )
 
@@ -86,6 +89,11 @@ func (c *pgConn) breakConn() {
 // watch closes the connection when ctx ends before the returned stop is called; stop reports
 // whether it did not (false: ctx ended and the connection is gone).
 func (c *pgConn) watch(ctx context.Context) (stop func() bool) {
+	if ctx.Err() != nil {
+		// Ended already: the call fails at once (pgdriver's socket deadline is in the past,
+		// or the watch closes the connection), and the connection is given up.
+		c.broken.Store(true)
+	}
 	if ctx.Done() == nil {
 		return func() bool { return true }
 	}
@@ -277,3 +285,42 @@ func (r *pgRows) Close() error {
 	err := r.Rows.Close()
 	return r.c.check(r.ctx, r.done(), err)
 }
+
+// copyFrom is pgdriver.CopyFrom on conn, a connection of a pool opened by openPostgres:
+// pgdriver's COPY functions need its own connection type, which pgConn wraps. The COPY runs
+// on conn's pgdriver connection, in conn's transaction if one is open, watched as conn's
+// statements are: when ctx ends, or the COPY fails other than by the server's answer, conn is
+// dropped.
+func copyFrom(ctx context.Context, conn bun.Conn, r io.Reader, query string, args ...any) (res sql.Result, err error) {
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*pgConn)
+		if !ok {
+			return fmt.Errorf("COPY needs a PostgreSQL connection, not %T", dc)
+		}
+		stop := c.watch(ctx)
+		res, err = c.rawCopyFrom(ctx, r, query, args...)
+		return c.check(ctx, stop(), err)
+	})
+	return res, err
+}
+
+// rawCopyFrom runs pgdriver.CopyFrom on the connection's pgdriver connection, through a
+// database/sql pool of that one connection made for the purpose: pgdriver reaches its
+// connection through database/sql's Conn.Raw. That pool is closed after the COPY, but the
+// connection is never handed back to it (database/sql would close it): the pool forgets it,
+// and c goes on with it.
+func (c *pgConn) rawCopyFrom(ctx context.Context, r io.Reader, query string, args ...any) (sql.Result, error) {
+	one := sql.OpenDB(oneConn{c.cn})
+	defer one.Close()
+	raw, err := bun.NewDB(one, pgdialect.New()).Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgdriver.CopyFrom(ctx, raw, r, query, args...)
+}
+
+// oneConn is a connector of one connection, already open.
+type oneConn struct{ cn *pgdriver.Conn }
+
+func (o oneConn) Connect(context.Context) (driver.Conn, error) { return o.cn, nil }
+func (o oneConn) Driver() driver.Driver                        { return pgdriver.NewDriver() }
