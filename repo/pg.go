@@ -19,10 +19,11 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// This file is the PostgreSQL side of the engine seam (see engine): the pool, the hot
-// statements prepared once per connection (prepared.go), row locks with SKIP LOCKED for the
-// workers' claims, advisory locks, and writes that PostgreSQL does in one statement where
-// SQLite needs a transaction. The workers poll: a NOTIFY would serialise the commits of the
+// This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
+// connections stop a statement when its context ends, pgconn.go), the hot statements prepared
+// once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
+// advisory locks, and writes that PostgreSQL does in one statement where SQLite needs a
+// transaction. The workers poll: a NOTIFY would serialise the commits of the
 // transactions that send it.
 
 func openPostgres(dsn string, opts Options) (db *DB, err error) {
