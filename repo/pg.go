@@ -480,7 +480,7 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	cr := &copyReader{next: next, id: row.ID.String()}
-	res, err := pgdriver.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN")
+	res, err := copyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection (pgconn.go)
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}
