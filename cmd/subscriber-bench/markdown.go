@@ -126,6 +126,8 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	whereMarkdown(w, rep)
+
 	cpuTargetsMarkdown(w, rep)
 
 	referenceMarkdown(w, rep)

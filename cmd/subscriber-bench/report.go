@@ -13,6 +13,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
 	"github.com/subscriberd/subscriberd/internal/bench/stats"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
@@ -57,6 +58,8 @@ type Meta struct {
 	ServicePID         int    `json:"service_pid,omitempty"`
 	// Vacuumed tells whether the tables were vacuumed and analyzed after seeding.
 	Vacuumed bool `json:"vacuumed"`
+	// WhereNote says what the where-the-time-goes section could not measure on this server.
+	WhereNote string `json:"where_note,omitempty"`
 }
 
 // SeedRecord is one seeding through the bulk API.
@@ -112,6 +115,8 @@ type RunRecord struct {
 	DrainSeconds  float64 `json:"outbox_drain_seconds,omitempty"`
 	// Probe is set when one full response of the scenario did not match the contract.
 	Probe string `json:"probe_error,omitempty"`
+	// Where is where PostgreSQL's time went during a measured run (-where).
+	Where *pgstat.Where `json:"where,omitempty"`
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -621,6 +626,8 @@ func printReport(w io.Writer, rep *Report) {
 		}
 		tw.Flush()
 	}
+
+	printWhere(w, rep)
 
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\ntelemetry off against on at 100 %% sampling and at the production setting, %d clients, in the same passes:\n", m.Clients)
