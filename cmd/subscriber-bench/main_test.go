@@ -624,7 +624,7 @@ func TestWhereTheTimeGoesInTheReport(t *testing.T) {
 	if strings.Contains(out.String(), "LWLock:WALWrite") {
 		t.Errorf("the table lists a fourth wait event:\n%s", out.String())
 	}
-	for _, want := range []string{"## Where the time goes", "| create_active | 1.02 | 1.460 | 0.000 | 2100 | 2400 | 310 | 0 |", "`WITH s AS ( INSERT INTO subscribers (id) VALUES ($1) )`"} {
+	for _, want := range []string{"## Where PostgreSQL's time goes", "| create_active | 1.02 | 1.460 | 0.000 | 2100 | 2400 | 310 | 0 |", "`WITH s AS ( INSERT INTO subscribers (id) VALUES ($1) )`"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("the Markdown has no %q:\n%s", want, md.String())
 		}

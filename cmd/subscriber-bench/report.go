@@ -103,7 +103,8 @@ type RunRecord struct {
 	DBCPU   float64 `json:"db_cpu_cores,omitempty"`
 	ToolCPU float64 `json:"tool_cpu_cores"`
 	// Conns and CounterSlots, for write scenarios: the writer's open database connections
-	// and how many distinct subscriber_counts slots (backend pid % 16) they map to.
+	// and how many distinct backend pid % 16 they have: the subscriber_counts slot each tries
+	// first (it takes the next free one when another transaction holds that).
 	Conns        int `json:"db_conns,omitempty"`
 	CounterSlots int `json:"counter_slots,omitempty"`
 	// For scenarios that queue confirmation emails: how many were still pending when the run

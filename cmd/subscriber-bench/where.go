@@ -163,7 +163,7 @@ func whereMarkdown(w io.Writer, rep *Report) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\n## Where the time goes\n\nPer request of each measured run: statements PostgreSQL executed and their "+
+	fmt.Fprintln(w, "\n## Where PostgreSQL's time goes\n\nPer request of each measured run: statements PostgreSQL executed and their "+
 		"execution and planning time (pg_stat_statements, this database, every connection), the WAL they wrote, the WAL the "+
 		"whole server wrote (pg_current_wal_lsn, commit records and other databases included), and the time the scenario's "+
 		"connections spent on each wait event, from pg_stat_activity sampled every "+pgstat.DefaultInterval.String()+
