@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 
@@ -25,9 +24,11 @@ const (
 	CodePayloadTooLarge    = "payload_too_large"
 	CodeUnsupportedMedia   = "unsupported_media_type"
 	CodeEmailTaken         = "email_already_subscribed"
+	CodeEmailSuppressed    = "email_suppressed"
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
+	CodeRequestTimeout     = "request_timeout"
 	// CodeClientClosed is the code of StatusClientClosed. The client is gone and never reads
 	// it; it names the request's end in logs and metrics.
 	CodeClientClosed = "client_closed"
@@ -44,17 +45,20 @@ const (
 	MsgAccessDisabled  = "API access is not enabled."
 	MsgNotFound        = "Subscriber not found."
 	MsgWebhookNotFound = "Webhook not found."
-	MsgRouteNotFound   = "The requested resource was not found."
-	MsgMethod          = "The method is not allowed for this resource."
-	MsgTooLarge        = "The request body must not be larger than 1 MiB."
-	MsgMediaType       = "The request body must be sent as application/json."
-	MsgInvalidData     = "The given data was invalid."
-	MsgRateLimited     = "Too many requests. Please try again later."
-	MsgClientLocked    = "Too many failed authentication attempts from this address. Please try again later."
-	MsgKeyLocked       = "Too many rejected requests with this API key. Please try again later."
-	MsgInternal        = "An unexpected error occurred."
-	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
-	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503
+	// MsgSuppressionNotFound is docs/api-contract.md §13's 404.
+	MsgSuppressionNotFound = "Suppression not found."
+	MsgRouteNotFound       = "The requested resource was not found."
+	MsgMethod              = "The method is not allowed for this resource."
+	MsgTooLarge            = "The request body must not be larger than 1 MiB."
+	MsgMediaType           = "The request body must be sent as application/json."
+	MsgInvalidData         = "The given data was invalid."
+	MsgRateLimited         = "Too many requests. Please try again later."
+	MsgClientLocked        = "Too many failed authentication attempts from this address. Please try again later."
+	MsgKeyLocked           = "Too many rejected requests with this API key. Please try again later."
+	MsgInternal            = "An unexpected error occurred."
+	MsgUnavailable         = "The service is temporarily unavailable. Please try again later."
+	MsgRequestTimeout      = "The request body took too long to arrive."
+	unavailableRetryIn     = 5 // seconds, sent as Retry-After with 503
 )
 
 // codeByStatus is the code an error of a status gets unless its builder names another.
@@ -70,6 +74,7 @@ var codeByStatus = map[int]string{
 	http.StatusTooManyRequests:       CodeRateLimitExceeded,
 	http.StatusInternalServerError:   CodeInternal,
 	http.StatusServiceUnavailable:    CodeServiceUnavailable,
+	http.StatusRequestTimeout:        CodeRequestTimeout,
 }
 
 // Error is the contract's error envelope. It is the only error body the service sends.
@@ -78,7 +83,7 @@ type Error struct {
 	headers http.Header
 
 	Success bool   `json:"success" doc:"Always false." example:"false"`
-	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
+	Code    string `json:"code" doc:"Machine-readable error code (the full list is written by documentErrors)."`
 	Message string `json:"message" doc:"Human-readable description."`
 	// Errors is FieldErrors on 422 and RetryAfter on 429, absent otherwise. Those two
 	// responses are documented with their own schemas (ValidationError, RateLimitError), so
@@ -89,7 +94,7 @@ type Error struct {
 // ValidationError documents the 422 body: the envelope with the messages of each failing field.
 type ValidationError struct {
 	Success bool        `json:"success" doc:"Always false." example:"false"`
-	Code    string      `json:"code" enum:"validation_error,email_already_subscribed" doc:"Machine-readable error code."`
+	Code    string      `json:"code" doc:"Machine-readable error code."`
 	Message string      `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
 	Errors  FieldErrors `json:"errors"`
 }
@@ -190,6 +195,19 @@ func validationError(v *model.ValidationError) *Error {
 	return e
 }
 
+// suppressedError is the 422 email_suppressed of docs/api-contract.md §13: for one address its
+// message is the field's; a bulk's is the general one.
+func suppressedError(se *model.SuppressedError) *Error {
+	msg := MsgInvalidData
+	if !se.Bulk && len(se.Reasons) == 1 {
+		msg = model.SuppressedMessage(se.Reasons[0])
+	}
+	e := newError(http.StatusUnprocessableEntity, msg)
+	e.Code = CodeEmailSuppressed
+	e.Errors = se.Fields()
+	return e
+}
+
 func unauthorized() *Error {
 	e := newError(http.StatusUnauthorized, MsgInvalidKey)
 	e.headers = http.Header{"Www-Authenticate": {"Bearer"}}
@@ -206,6 +224,15 @@ func unavailable() *Error {
 // cancels a request's context when its connection closes.
 func clientGone(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
+// requestTimeout is the answer to a request whose body was still arriving when the server's
+// read timeout ended (docs/api-contract.md §17). The connection cannot carry another request
+// (its body was not read to the end), so net/http closes it after this answer.
+func requestTimeout() *Error {
+	e := newError(http.StatusRequestTimeout, MsgRequestTimeout)
+	e.headers = http.Header{"Connection": {"close"}}
+	return e
+}
+
 // clientClosed is the answer of a request whose client went away (StatusClientClosed).
 func clientClosed() *Error {
 	e := newError(StatusClientClosed, "The client closed the request.")
@@ -221,6 +248,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		verr   *model.ValidationError
 		qerr   *model.QueryError
 		taken  *model.EmailTakenError
+		supp   *model.SuppressedError
+		resend *model.ResendLimitError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -229,6 +258,14 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return validationError(verr)
 	case errors.As(err, &qerr):
 		return newError(http.StatusBadRequest, qerr.Message)
+	case errors.As(err, &supp):
+		return suppressedError(supp)
+	case errors.As(err, &resend):
+		// docs/api-contract.md §12.3.
+		e := newError(http.StatusTooManyRequests, model.ResendLimitMessage)
+		e.Errors = RetryAfter{RetryAfter: resend.RetryAfter}
+		e.headers = http.Header{"Retry-After": {strconv.Itoa(resend.RetryAfter)}}
+		return e
 	case errors.As(err, &taken):
 		return validationError(model.BulkEmailTaken(taken.Indexes))
 	case errors.Is(err, model.ErrEmailTaken):
@@ -240,6 +277,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusNotFound, MsgNotFound)
 	case errors.Is(err, model.ErrWebhookNotFound):
 		return newError(http.StatusNotFound, MsgWebhookNotFound)
+	case errors.Is(err, model.ErrSuppressionNotFound):
+		return newError(http.StatusNotFound, MsgSuppressionNotFound)
 	case clientGone(ctx):
 		// Whatever failed (a statement cancelled with the request, a transaction rolled back
 		// under it, a body cut short), it failed because the client went away: not a 5xx.
@@ -272,28 +311,4 @@ func writeError(w http.ResponseWriter, e *Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	json.NewEncoder(w).Encode(e) //nolint:errcheck // the client may be gone; nothing to do
-}
-
-// documentErrors gives the 422 and 429 responses of every operation their own envelope
-// schemas, so that the document types errors as the server sends them
-// (docs/api-contract.md §1, §3, §5).
-func (s *Server) documentErrors() {
-	oapi := s.api.OpenAPI()
-	reg := oapi.Components.Schemas
-	bodies := map[string]*huma.Schema{
-		strconv.Itoa(http.StatusUnprocessableEntity): reg.Schema(reflect.TypeFor[ValidationError](), true, ""),
-		strconv.Itoa(http.StatusTooManyRequests):     reg.Schema(reflect.TypeFor[RateLimitError](), true, ""),
-	}
-	for _, p := range oapi.Paths {
-		for _, op := range []*huma.Operation{p.Get, p.Post, p.Put, p.Patch, p.Delete} {
-			if op == nil {
-				continue
-			}
-			for code, schema := range bodies {
-				if resp := op.Responses[code]; resp != nil {
-					resp.Content = map[string]*huma.MediaType{"application/json": {Schema: schema}}
-				}
-			}
-		}
-	}
 }
