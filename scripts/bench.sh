@@ -29,6 +29,12 @@
 # also alternate, in half-second slices on the queue-only instance, with the same writes to a
 # second newsletter that has no endpoint, and the queued ratio is judged on those.
 #
+# Every measured run of the main instance and of the baseline also says where PostgreSQL's time
+# goes (issue 43), per request: statements and their mean execution time (pg_stat_statements),
+# WAL bytes, and wait events sampled from pg_stat_activity, lock waits among them. The
+# statements need a server that loads pg_stat_statements (shared_preload_libraries): on one
+# that does not, the tool says so and shows the rest; PG_ADMIN_URL can name one that does.
+#
 #   scripts/bench.sh [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
 #                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
@@ -85,7 +91,7 @@ while [ $# -gt 0 ]; do
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,58p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done

@@ -43,6 +43,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
 
@@ -57,6 +58,7 @@ type config struct {
 	maxRequests                       int64
 	only                              map[string]bool
 	noBaseline, vacuum                bool
+	where                             bool
 	pid                               int
 	jsonPath, runID, label            string
 	command, markdown, compareWith    string
@@ -127,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ","))
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
 	fs.BoolVar(&c.noBaseline, "no-baseline", false, "skip the baseline even with a database URL")
+	fs.BoolVar(&c.where, "where", true, "measure where PostgreSQL's time goes in every measured run of the main instance and of the baseline: statements per request (pg_stat_statements, where the server loads it), WAL bytes and wait events per request (needs -database-url)")
 	fs.IntVar(&c.pid, "pid", 0, "process id of the service, for its peak RSS (VmHWM)")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&c.runID, "run-id", "", "run id in emails and the report (default random)")
@@ -300,6 +303,8 @@ type bench struct {
 	base   *baseline.Runner
 	db     *bun.DB
 	rep    *Report
+	// where measures where PostgreSQL's time goes (-where; nil without it).
+	where *pgstat.Probe
 
 	// off, on and prod are the instances of the telemetry comparison (nil without it; prod
 	// also without -telemetry-prod-url), offProd off in prod's pairs; sink is the -otlp-sink
@@ -402,6 +407,9 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 
 	if err := b.vacuumTables(ctx); err != nil {
 		return b.rep, err
+	}
+	if b.openWhere(ctx); b.where != nil {
+		defer b.where.Close()
 	}
 
 	// Reads first, so that every read sees the seeded table and not the rows the write
@@ -554,14 +562,21 @@ func (b *bench) runOn(ctx context.Context, in *instance, name, as string, client
 	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
 	var cpu cpuMeter
+	whereStart, whereStop := func() {}, func(*RunRecord) {}
+	if in == b.main && phase == "measure" {
+		whereStart, whereStop = b.whereWindow(ctx, serviceApplicationName)
+	}
 	opts.OnMeasure = func() {
 		cpu.start(in.pid)
+		whereStart()
 		if b.cfg.pprofURL != "" && in == b.main {
 			wait = b.profile(ctx, as, clients, phase, dur)
 		}
 	}
 	out := load.Run(ctx, opts, op)
 	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
+	rec.Requests = out.Summary.Requests
+	whereStop(&rec)
 	if wait != nil {
 		wait()
 	}
@@ -680,9 +695,12 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 		rec.Pass = pass
 	}
 	var cpu cpuMeter
+	whereStart, whereStop := b.whereWindow(ctx, whereApp("baseline"))
 	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
-		OnMeasure: func() { cpu.start(b.cfg.pid) }}, sc.Op)
+		OnMeasure: func() { cpu.start(b.cfg.pid); whereStart() }}, sc.Op)
 	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
+	rec.Requests = out.Summary.Requests
+	whereStop(&rec)
 	rec.fill(out, b.cfg.duration)
 	switch name {
 	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:

@@ -25,6 +25,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
+	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
@@ -216,6 +217,20 @@ func TestRunAgainstTheService(t *testing.T) {
 	}
 	if rep.Meta.Newsletter != nl || rep.Meta.SubscribersAtStart != 300 || !rep.Meta.Vacuumed {
 		t.Errorf("meta = %+v; want the CLI's newsletter, 300 subscribers, vacuumed", rep.Meta)
+	}
+	// Every measured run of the service and of the baseline says where PostgreSQL's time
+	// went; a write wrote WAL.
+	for _, r := range rep.Runs {
+		if r.Phase != "measure" || (r.Kind != "service" && r.Kind != "baseline") {
+			continue
+		}
+		if r.Where == nil || r.Where.Requests != r.Requests {
+			t.Errorf("%s %s: where = %+v, want one over its %d requests", r.Kind, r.Scenario, r.Where, r.Requests)
+			continue
+		}
+		if (r.Scenario == svc.CreateActive || r.Scenario == baseline.InsertOne) && r.Where.ClusterWALPerRequest <= 0 {
+			t.Errorf("%s %s: %v WAL bytes per request, want > 0", r.Kind, r.Scenario, r.Where.ClusterWALPerRequest)
+		}
 	}
 	if len(rep.RSS) != 5 || rep.RSS[0].PeakMiB <= 0 {
 		t.Errorf("rss = %+v, want 5 positive records (seeding, then reads and writes at 3 and 6 clients)", rep.RSS)
@@ -585,6 +600,44 @@ func TestCPUSplitPerRequest(t *testing.T) {
 	printReport(&out, &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})
 	if !strings.Contains(out.String(), "CPU per request in µs") {
 		t.Errorf("report has no CPU split:\n%s", out.String())
+	}
+}
+
+func TestWhereTheTimeGoesInTheReport(t *testing.T) {
+	s := rec("service", svc.CreateActive, 1000, 1000)
+	s.Where = &pgstat.Where{Requests: 6000, StatementsPerRequest: 1.02, ExecMsPerRequest: 1.46, WALPerRequest: 2100,
+		ClusterWALPerRequest: 2400, ActiveBackends: 7.5, LockWaitUsPerRequest: 310,
+		Statements: []pgstat.Statement{{Query: "WITH s AS ( INSERT INTO subscribers (id) VALUES ($1) )", CallsPerRequest: 1, MeanExecMs: 1.43, WALPerCall: 2050}},
+		Waits:      []pgstat.Wait{{Event: "CPU", UsPerRequest: 900}, {Event: "Lock:transactionid", UsPerRequest: 310}, {Event: "IO:WALSync", UsPerRequest: 120}, {Event: "LWLock:WALWrite", UsPerRequest: 5}}}
+	b := rec("baseline", baseline.InsertOne, 4000, 4000)
+	b.Where = &pgstat.Where{Requests: 24000, StatementsPerRequest: 1, ExecMsPerRequest: 0.09, WALPerRequest: 600, ClusterWALPerRequest: 700}
+	rep := &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}}
+	var out, md bytes.Buffer
+	printReport(&out, rep)
+	markdown(&md, rep)
+	for _, want := range []string{"where the time goes in PostgreSQL", "Lock:transactionid 310", "IO:WALSync 120", "1.460",
+		"baseline insert_one", "WITH s AS ( INSERT INTO subscribers"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table has no %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "LWLock:WALWrite") {
+		t.Errorf("the table lists a fourth wait event:\n%s", out.String())
+	}
+	for _, want := range []string{"## Where PostgreSQL's time goes", "| create_active | 1.02 | 1.460 | 0.000 | 2100 | 2400 | 310 | 0 |", "`WITH s AS ( INSERT INTO subscribers (id) VALUES ($1) )`"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the Markdown has no %q:\n%s", want, md.String())
+		}
+	}
+
+	// Without pg_stat_statements: dashes and the reason, the WAL and waits still there.
+	s.Where = &pgstat.Where{Requests: 6000, ClusterWALPerRequest: 2400, Note: "pg_stat_statements is not loaded"}
+	rep = &Report{Meta: Meta{Clients: 16, WhereNote: "pg_stat_statements is not loaded"}, Runs: []RunRecord{s}}
+	md.Reset()
+	markdown(&md, rep)
+	if !strings.Contains(md.String(), "Not measured in this run: pg_stat_statements is not loaded.") ||
+		!strings.Contains(md.String(), "| create_active | - | - | - | - | 2400 |") {
+		t.Errorf("the Markdown without statements:\n%s", md.String())
 	}
 }
 

@@ -126,6 +126,8 @@ func markdown(w io.Writer, rep *Report) {
 		}
 	}
 
+	whereMarkdown(w, rep)
+
 	cpuTargetsMarkdown(w, rep)
 
 	referenceMarkdown(w, rep)
@@ -212,6 +214,17 @@ about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--pass
 from /proc/PID/stat, PostgreSQL's from every process named postgres (with the backends that
 exited meanwhile), the load tool's own from getrusage. A baseline has no service part: the tool
 sends its SQL itself.
+
+**Where PostgreSQL's time goes** is measured in every measured run of the service and of the
+baseline: the statements PostgreSQL executed per request, with their mean execution and
+planning time, the WAL they wrote and the blocks they touched (pg_stat_statements, this
+database, every connection, the service's workers included); the WAL the whole server wrote
+(pg_current_wal_lsn, so commit records and other databases count too); and what the scenario's
+connections waited on, from pg_stat_activity sampled every 20 ms, as µs of backend time per
+request (CPU is running or waiting for a core; ` + "`Lock:`" + ` events are row, transaction and
+advisory locks). pg_stat_statements needs ` + "`shared_preload_libraries = 'pg_stat_statements'`" + ` on
+the server; without it the statement columns show a dash and the report says so. Point
+` + "`PG_ADMIN_URL`" + ` at a server that loads it to see them.
 
 **Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before its
 CPU per request was worked on (` + "`make bench BENCH_ARGS=--no-telemetry`" + ` in a clean clone of the
@@ -301,6 +314,13 @@ alternative is pgx's binary format, outside this stack.
   more than the baseline's plain insert; an update also reads the row first. The
   event is written in the change's transaction, as the contract requires ([§10.1](api-contract.md#101-events)),
   so a ratio of 0.8 would take less work in the database, not a cheaper service.
+- **Totals.** Every write also keeps the newsletter's exact totals
+  ([§4.3](api-contract.md#43-get-subscribers--list)) in its own transaction: a statement
+  trigger adds to one of 16 counter rows per status, and that row stays locked until the
+  transaction commits. A write takes the first of the 16 slots that no other transaction holds,
+  so concurrent writers do not queue on one row behind each other's commits; only with more
+  than 16 transactions writing at once does one wait for its slot (the wait event
+  ` + "`Lock:advisory`" + ` under *Where PostgreSQL's time goes*).
 - **Webhooks.** Queueing an event's delivery is one more row per endpoint, written by the
   write's own statement or transaction: the webhook table's "queued" column prices it. Each
   delivery is then one HTTP POST, as Standard Webhooks has it, signed and traced by the

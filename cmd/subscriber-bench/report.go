@@ -13,6 +13,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
 	"github.com/subscriberd/subscriberd/internal/bench/stats"
 	"github.com/subscriberd/subscriberd/internal/bench/svc"
 )
@@ -59,6 +60,8 @@ type Meta struct {
 	ServicePID         int    `json:"service_pid,omitempty"`
 	// Vacuumed tells whether the tables were vacuumed and analyzed after seeding.
 	Vacuumed bool `json:"vacuumed"`
+	// WhereNote says what the where-the-time-goes section could not measure on this server.
+	WhereNote string `json:"where_note,omitempty"`
 }
 
 // SeedRecord is one seeding through the bulk API.
@@ -102,7 +105,8 @@ type RunRecord struct {
 	DBCPU   float64 `json:"db_cpu_cores,omitempty"`
 	ToolCPU float64 `json:"tool_cpu_cores"`
 	// Conns and CounterSlots, for write scenarios: the writer's open database connections
-	// and how many distinct subscriber_counts slots (backend pid % 16) they map to.
+	// and how many distinct backend pid % 16 they have: the subscriber_counts slot each tries
+	// first (it takes the next free one when another transaction holds that).
 	Conns        int `json:"db_conns,omitempty"`
 	CounterSlots int `json:"counter_slots,omitempty"`
 	// For scenarios that queue confirmation emails: how many were still pending when the run
@@ -114,6 +118,8 @@ type RunRecord struct {
 	DrainSeconds  float64 `json:"outbox_drain_seconds,omitempty"`
 	// Probe is set when one full response of the scenario did not match the contract.
 	Probe string `json:"probe_error,omitempty"`
+	// Where is where PostgreSQL's time went during a measured run (-where).
+	Where *pgstat.Where `json:"where,omitempty"`
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -627,6 +633,8 @@ func printReport(w io.Writer, rep *Report) {
 		}
 		tw.Flush()
 	}
+
+	printWhere(w, rep)
 
 	if t := rep.Telemetry; t != nil {
 		fmt.Fprintf(w, "\ntelemetry off against on at 100 %% sampling and at the production setting, %d clients, in the same passes:\n", m.Clients)

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/subscriberd/subscriberd/internal/bench/baseline"
+	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
+)
+
+// serviceApplicationName is what the service's connections call themselves in
+// pg_stat_activity.
+const serviceApplicationName = "subscriberd"
+
+// openWhere opens the probe of where PostgreSQL's time goes (-where), on the service's
+// database; a failure only leaves the section out.
+func (b *bench) openWhere(ctx context.Context) {
+	if !b.cfg.where || b.cfg.databaseURL == "" {
+		return
+	}
+	p, err := pgstat.Open(ctx, b.cfg.databaseURL)
+	if err != nil {
+		fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
+		return
+	}
+	b.where = p
+	b.rep.Meta.WhereNote = p.Note
+	if p.Note != "" {
+		fmt.Fprintf(b.log, "note: %s\n", p.Note)
+	}
+}
+
+// whereWindow starts measuring where PostgreSQL's time goes for a measured run of the main
+// instance or of the baseline (app is their connections' application_name); it returns the
+// function that ends the window and records the result in rec. Without the probe both do
+// nothing.
+func (b *bench) whereWindow(ctx context.Context, app string) (start func(), stop func(rec *RunRecord)) {
+	if b.where == nil {
+		return func() {}, func(*RunRecord) {}
+	}
+	var w *pgstat.Window
+	start = func() {
+		var err error
+		if w, err = b.where.Start(ctx, app); err != nil {
+			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
+		}
+	}
+	stop = func(rec *RunRecord) {
+		if w == nil {
+			return
+		}
+		wh, err := w.Stop(ctx, rec.Requests)
+		if err != nil {
+			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
+			return
+		}
+		rec.Where = wh
+	}
+	return start, stop
+}
+
+// whereApp is the application_name of the connections of a baseline or of the service.
+func whereApp(kind string) string {
+	if kind == "baseline" {
+		return baseline.ApplicationName
+	}
+	return serviceApplicationName
+}
+
+// whereRow is one line of the where-the-time-goes table.
+type whereRow struct {
+	name string
+	w    *pgstat.Where
+}
+
+// whereRows lists, for each measured service scenario (its median pass) and its baselines,
+// where PostgreSQL's time went.
+func whereRows(rep *Report) []whereRow {
+	var out []whereRow
+	for _, p := range plan {
+		s := rep.find("service", p.service, "measure", rep.Meta.Clients)
+		if s == nil || s.Where == nil {
+			continue
+		}
+		out = append(out, whereRow{s.Scenario, s.Where})
+		for _, name := range p.baselines {
+			if b := rep.find("baseline", name, "measure", rep.Meta.Clients); b != nil && b.Where != nil {
+				out = append(out, whereRow{"  baseline " + name, b.Where})
+			}
+		}
+	}
+	return out
+}
+
+// whereStatementsShown is how many statements each scenario lists, most execution time first.
+const whereStatementsShown = 5
+
+// topWaits names the n wait events with most time per request, with their µs.
+func topWaits(w *pgstat.Where, n int) string {
+	var parts []string
+	for i, wt := range w.Waits {
+		if i == n {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f", wt.Event, wt.UsPerRequest))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// statementsCol shows a figure from pg_stat_statements in format, or a dash without it.
+func statementsCol(w *pgstat.Where, format string, v float64) string {
+	if w.Note != "" && w.StatementsPerRequest == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// printWhere prints where PostgreSQL's time went in the measured runs.
+func printWhere(w io.Writer, rep *Report) {
+	rows := whereRows(rep)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nwhere the time goes in PostgreSQL, per request of each measured run (statements from pg_stat_statements, "+
+		"WAL from the statements and from pg_current_wal_lsn for the whole server, waits from pg_stat_activity sampled every "+
+		pgstat.DefaultInterval.String()+", in µs of backend time; CPU = running or waiting for a core):")
+	if rep.Meta.WhereNote != "" {
+		fmt.Fprintln(w, "note:", rep.Meta.WhereNote)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tstmts\texec ms\tplan ms\tWAL B\tserver WAL B\tlock µs\tLWLock µs\tbackends\ttop waits (µs)\t")
+	for _, r := range rows {
+		x := r.w
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t\n", r.name, statementsCol(x, "%.2f", x.StatementsPerRequest),
+			statementsCol(x, "%.3f", x.ExecMsPerRequest), statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest),
+			x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, x.ActiveBackends, topWaits(x, 3))
+	}
+	tw.Flush()
+	for _, r := range rows {
+		if len(r.w.Statements) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s:\n", strings.TrimSpace(r.name))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "\tcalls/req\tmean ms\tWAL B/call\trows/call\tblocks/call\tstatement\t")
+		for i, s := range r.w.Statements {
+			if i == whereStatementsShown {
+				break
+			}
+			fmt.Fprintf(tw, "\t%s\t%.3f\t%.0f\t%s\t%s\t%s\t\n", f2(s.CallsPerRequest), s.MeanExecMs, s.WALPerCall, f1(s.RowsPerCall),
+				f1(s.BlocksPerCall), pgstat.Shorten(s.Query, 90))
+		}
+		tw.Flush()
+	}
+}
+
+// whereMarkdown writes the same for docs/benchmarks.md.
+func whereMarkdown(w io.Writer, rep *Report) {
+	rows := whereRows(rep)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n## Where PostgreSQL's time goes\n\nPer request of each measured run: statements PostgreSQL executed and their "+
+		"execution and planning time (pg_stat_statements, this database, every connection), the WAL they wrote, the WAL the "+
+		"whole server wrote (pg_current_wal_lsn, commit records and other databases included), and the time the scenario's "+
+		"connections spent on each wait event, from pg_stat_activity sampled every "+pgstat.DefaultInterval.String()+
+		" (µs of backend time; CPU is running or waiting for a core; Lock is row, transaction and table locks).")
+	if rep.Meta.WhereNote != "" {
+		fmt.Fprintf(w, "\nNot measured in this run: %s.\n", rep.Meta.WhereNote)
+	}
+	fmt.Fprintln(w, "\n| scenario | statements | exec ms | plan ms | WAL B | server WAL B | lock µs | LWLock µs | top waits (µs) |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|")
+	for _, r := range rows {
+		x := r.w
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s |\n", strings.TrimSpace(r.name),
+			statementsCol(x, "%.2f", x.StatementsPerRequest), statementsCol(x, "%.3f", x.ExecMsPerRequest),
+			statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest), x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, topWaits(x, 3))
+	}
+	for _, r := range rows {
+		if len(r.w.Statements) == 0 || strings.HasPrefix(r.name, " ") {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, statements with most execution time:\n\n| calls/req | mean ms | WAL B/call | statement |\n|--:|--:|--:|---|\n", r.name)
+		for i, s := range r.w.Statements {
+			if i == whereStatementsShown {
+				break
+			}
+			fmt.Fprintf(w, "| %s | %.3f | %.0f | `%s` |\n", f2(s.CallsPerRequest), s.MeanExecMs, s.WALPerCall,
+				strings.ReplaceAll(pgstat.Shorten(s.Query, 90), "|", "\\|"))
+		}
+	}
+}
