@@ -392,7 +392,7 @@ type engine interface {
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
-	claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error)
+	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
 
 	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
 	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does
