@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
 
 	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/webhook"
 )
@@ -248,4 +250,63 @@ func TestCrashedWebhookWorkerTakenOver(t *testing.T) {
 		return err == nil && d == 0
 	})
 	waitFor(t, "the outcomes recorded", func() bool { return e.count("SELECT count(*) FROM webhook_deliveries") == 0 })
+}
+
+// TestHeldPastHeartbeat reads the source of the held gauges on the store under test: work
+// claimed and renewed is not held past its heartbeat; two beats (two thirds of the lease)
+// without a renewal, it is, until it is renewed, its outcome recorded, or it is claimed again.
+func TestHeldPastHeartbeat(t *testing.T) {
+	t.Parallel()
+	const lease = 600 * time.Millisecond
+	ctx := context.Background()
+	m := newMailEnv(t)
+	rc := newReceiver(t)
+	m.hook(rc.srv.URL, nil, rc)
+	m.create("held@example.com", "pending")
+	queue := repo.NewDeliveries(m.db)
+	held := func(name string, f func(context.Context) (time.Duration, error)) time.Duration {
+		t.Helper()
+		d, err := f(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return d
+	}
+	emails, err := m.outbox.Claim(ctx, 10, lease)
+	if err != nil || len(emails) != 1 {
+		t.Fatalf("Claim = %v, %v; want the email", emails, err)
+	}
+	batches, err := queue.Claim(ctx, 8, 100, 4, lease)
+	if err != nil || len(batches) != 1 {
+		t.Fatalf("Claim = %v, %v; want the endpoint", batches, err)
+	}
+	if e, w := held("emails", m.outbox.HeldPastHeartbeat), held("endpoints", queue.HeldPastHeartbeat); e != 0 || w != 0 {
+		t.Fatalf("just claimed: held past heartbeat %v, %v; want 0", e, w)
+	}
+	time.Sleep(lease * 3 / 4) // past two beats, within the lease
+	if e, w := held("emails", m.outbox.HeldPastHeartbeat), held("endpoints", queue.HeldPastHeartbeat); e <= 0 || w <= 0 {
+		t.Fatalf("no heartbeat for 3/4 of the lease: held past heartbeat %v, %v; want both > 0", e, w)
+	}
+	// A renewal (the heartbeat) clears it.
+	if err := m.outbox.Extend(ctx, []uuid.UUID{emails[0].ID}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Extend(ctx, []uuid.UUID{batches[0].EndpointID}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if e, w := held("emails", m.outbox.HeldPastHeartbeat), held("endpoints", queue.HeldPastHeartbeat); e != 0 || w != 0 {
+		t.Fatalf("renewed: held past heartbeat %v, %v; want 0", e, w)
+	}
+	// Recorded outcomes end the hold, even once the beats are missed.
+	time.Sleep(lease * 3 / 4)
+	if err := m.outbox.Retry(ctx, emails[0].ID, time.Hour, "451 later", false); err != nil {
+		t.Fatal(err)
+	}
+	results := []model.DeliveryResult{{EventID: batches[0].Deliveries[0].EventID, Outcome: model.DeliveryDelivered}}
+	if _, err := queue.Finish(ctx, batches[0].EndpointID, results, false); err != nil {
+		t.Fatal(err)
+	}
+	if e, w := held("emails", m.outbox.HeldPastHeartbeat), held("endpoints", queue.HeldPastHeartbeat); e != 0 || w != 0 {
+		t.Fatalf("outcomes recorded: held past heartbeat %v, %v; want 0", e, w)
+	}
 }
