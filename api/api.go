@@ -166,7 +166,7 @@ func New(cfg Config) *Server {
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
 	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()
@@ -206,6 +206,18 @@ func humaConfig() huma.Config {
 	}
 	cfg.Info.Description = "Create, list, read, update and unsubscribe the subscribers of a newsletter. " +
 		"Every response carries a boolean `success`; errors use one envelope with a machine-readable `code`."
+	// Who answers for the API and under which terms it is published: the project, whose
+	// repository has no licence file, so no licence is granted beyond calling the API; the URL
+	// is where its terms are written, the contract.
+	cfg.Info.Contact = &huma.Contact{Name: "subscriberd", URL: "https://github.com/subscriberd/subscriberd"}
+	cfg.Info.License = &huma.License{Name: "Proprietary",
+		URL: "https://github.com/subscriberd/subscriberd/blob/main/docs/api-contract.md"}
+	// Every tag an operation uses, described (the linters of api.TestOpenAPILint ask for it).
+	cfg.Tags = []*huma.Tag{
+		{Name: "Subscribers", Description: "The subscribers of the key's newsletter: create, bulk create, list, look up, " +
+			"update, unsubscribe, and each one's history of events."},
+		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
+	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",
 			Description: "An API key `sk_…` in `Authorization: Bearer <API_KEY>`."},

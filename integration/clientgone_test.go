@@ -52,7 +52,7 @@ func TestClientHangsUpMidBulk(t *testing.T) {
 		Store: repo.NewSubscribers(e.db), Auth: e.accounts, Metrics: metrics,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
-	srv := httptest.NewUnstartedServer(h)
+	srv := httptest.NewUnstartedServer(recordTraffic(h))
 	srv.Config.ErrorLog = log.New(serverLog, "", 0)
 	srv.Start()
 

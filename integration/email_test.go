@@ -47,7 +47,7 @@ func newMailEnv(t *testing.T, opts ...func(*envOptions)) *mailEnv {
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
 		Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true}})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
-	hs := httptest.NewServer(srv)
+	hs := httptest.NewServer(recordTraffic(srv))
 	t.Cleanup(hs.Close)
 	e.base = hs.URL + api.BasePath // API calls go to the server with the pages
 	composer, err := mail.NewComposer(testFrom, hs.URL)
