@@ -18,6 +18,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/internal/outage"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -50,6 +51,8 @@ type Stores struct {
 	Subscribers Store
 	Events      EventStore
 	Webhooks    WebhookStore
+	// Suppressions is the suppression list (docs/api-contract.md §13).
+	Suppressions SuppressionStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -75,6 +78,12 @@ type Metrics interface {
 	// BulkGateWait records how long a request stood at the bulk gate, and how that ended
 	// (GateAdmitted, GateAbandoned, GateTimedOut).
 	BulkGateWait(outcome string, d time.Duration)
+	// SuppressionsCreated counts n new suppression list entries with reason
+	// (docs/api-contract.md §13).
+	SuppressionsCreated(reason string, n int)
+	// PagePost counts a POST to the confirm or decline page (page "confirm", "decline") with
+	// its outcome: confirmed, declined, repeated, refused, invalid (§12).
+	PagePost(page, outcome string)
 }
 
 // Config holds the API's dependencies.
@@ -95,6 +104,8 @@ type Config struct {
 	// addresses that are not public.
 	Webhooks     WebhookStore
 	WebhookGuard URLChecker
+	// Suppressions stores the suppression list (docs/api-contract.md §13).
+	Suppressions SuppressionStore
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
@@ -116,6 +127,10 @@ type Config struct {
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
 	CursorKey []byte
+	// PageNonceKey signs the nonces of the confirm and decline pages (docs/api-contract.md
+	// §12.1). Every instance must have the same one (cmd/subscriberd reads it from the
+	// database); nil makes a random one, good for this process only.
+	PageNonceKey []byte
 }
 
 var installErrorOnce sync.Once
@@ -133,6 +148,7 @@ type Server struct {
 	dbOutage *outage.Log
 	mux      *http.ServeMux
 	cursors  *cursor.Codec
+	nonces   *mail.Nonces
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
 	bulkWait  time.Duration
@@ -157,9 +173,9 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
+		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
 	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
@@ -217,6 +233,7 @@ func humaConfig() huma.Config {
 		{Name: "Subscribers", Description: "The subscribers of the key's newsletter: create, bulk create, list, look up, " +
 			"update, unsubscribe, and each one's history of events."},
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
+		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",
@@ -234,4 +251,6 @@ func (noMetrics) SubscribersCreated(string, string, int)                        
 func (noMetrics) AuthFailure(string)                                                 {}
 func (noMetrics) IdempotencyOutcome(string)                                          {}
 func (noMetrics) BulkGateWaiting(int)                                                {}
+func (noMetrics) SuppressionsCreated(string, int)                                    {}
+func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}

@@ -24,6 +24,7 @@ const (
 	CodePayloadTooLarge    = "payload_too_large"
 	CodeUnsupportedMedia   = "unsupported_media_type"
 	CodeEmailTaken         = "email_already_subscribed"
+	CodeEmailSuppressed    = "email_suppressed"
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
@@ -44,18 +45,20 @@ const (
 	MsgAccessDisabled  = "API access is not enabled."
 	MsgNotFound        = "Subscriber not found."
 	MsgWebhookNotFound = "Webhook not found."
-	MsgRouteNotFound   = "The requested resource was not found."
-	MsgMethod          = "The method is not allowed for this resource."
-	MsgTooLarge        = "The request body must not be larger than 1 MiB."
-	MsgMediaType       = "The request body must be sent as application/json."
-	MsgInvalidData     = "The given data was invalid."
-	MsgRateLimited     = "Too many requests. Please try again later."
-	MsgClientLocked    = "Too many failed authentication attempts from this address. Please try again later."
-	MsgKeyLocked       = "Too many rejected requests with this API key. Please try again later."
-	MsgInternal        = "An unexpected error occurred."
-	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
-	MsgRequestTimeout  = "The request body took too long to arrive."
-	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503
+	// MsgSuppressionNotFound is docs/api-contract.md §13's 404.
+	MsgSuppressionNotFound = "Suppression not found."
+	MsgRouteNotFound       = "The requested resource was not found."
+	MsgMethod              = "The method is not allowed for this resource."
+	MsgTooLarge            = "The request body must not be larger than 1 MiB."
+	MsgMediaType           = "The request body must be sent as application/json."
+	MsgInvalidData         = "The given data was invalid."
+	MsgRateLimited         = "Too many requests. Please try again later."
+	MsgClientLocked        = "Too many failed authentication attempts from this address. Please try again later."
+	MsgKeyLocked           = "Too many rejected requests with this API key. Please try again later."
+	MsgInternal            = "An unexpected error occurred."
+	MsgUnavailable         = "The service is temporarily unavailable. Please try again later."
+	MsgRequestTimeout      = "The request body took too long to arrive."
+	unavailableRetryIn     = 5 // seconds, sent as Retry-After with 503
 )
 
 // codeByStatus is the code an error of a status gets unless its builder names another.
@@ -192,6 +195,19 @@ func validationError(v *model.ValidationError) *Error {
 	return e
 }
 
+// suppressedError is the 422 email_suppressed of docs/api-contract.md §13: for one address its
+// message is the field's; a bulk's is the general one.
+func suppressedError(se *model.SuppressedError) *Error {
+	msg := MsgInvalidData
+	if !se.Bulk && len(se.Reasons) == 1 {
+		msg = model.SuppressedMessage(se.Reasons[0])
+	}
+	e := newError(http.StatusUnprocessableEntity, msg)
+	e.Code = CodeEmailSuppressed
+	e.Errors = se.Fields()
+	return e
+}
+
 func unauthorized() *Error {
 	e := newError(http.StatusUnauthorized, MsgInvalidKey)
 	e.headers = http.Header{"Www-Authenticate": {"Bearer"}}
@@ -232,6 +248,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		verr   *model.ValidationError
 		qerr   *model.QueryError
 		taken  *model.EmailTakenError
+		supp   *model.SuppressedError
+		resend *model.ResendLimitError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -240,6 +258,14 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return validationError(verr)
 	case errors.As(err, &qerr):
 		return newError(http.StatusBadRequest, qerr.Message)
+	case errors.As(err, &supp):
+		return suppressedError(supp)
+	case errors.As(err, &resend):
+		// docs/api-contract.md §12.3.
+		e := newError(http.StatusTooManyRequests, model.ResendLimitMessage)
+		e.Errors = RetryAfter{RetryAfter: resend.RetryAfter}
+		e.headers = http.Header{"Retry-After": {strconv.Itoa(resend.RetryAfter)}}
+		return e
 	case errors.As(err, &taken):
 		return validationError(model.BulkEmailTaken(taken.Indexes))
 	case errors.Is(err, model.ErrEmailTaken):
@@ -251,6 +277,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusNotFound, MsgNotFound)
 	case errors.Is(err, model.ErrWebhookNotFound):
 		return newError(http.StatusNotFound, MsgWebhookNotFound)
+	case errors.Is(err, model.ErrSuppressionNotFound):
+		return newError(http.StatusNotFound, MsgSuppressionNotFound)
 	case clientGone(ctx):
 		// Whatever failed (a statement cancelled with the request, a transaction rolled back
 		// under it, a body cut short), it failed because the client went away: not a 5xx.

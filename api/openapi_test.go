@@ -119,17 +119,22 @@ var documentedCodes = func() map[string]map[int][]string {
 	}
 	notFound := map[int][]string{404: {"not_found"}}
 	return map[string]map[int][]string{
-		"create-subscriber":       with(body("email_already_subscribed")),
-		"bulk-create-subscribers": with(body()),
-		"list-subscribers":        with(nil),
-		"get-subscriber":          with(notFound),
-		"update-subscriber":       with(merge(body("email_already_subscribed"), notFound)),
-		"unsubscribe-subscriber":  with(merge(idem, notFound)),
-		"list-subscriber-events":  with(notFound),
-		"create-webhook":          with(body()),
-		"list-webhooks":           with(nil),
-		"get-webhook":             with(notFound),
-		"delete-webhook":          with(merge(idem, notFound)),
+		"create-subscriber":        with(body("email_already_subscribed", "email_suppressed")),
+		"bulk-create-subscribers":  with(body("email_suppressed")),
+		"list-subscribers":         with(nil),
+		"get-subscriber":           with(notFound),
+		"update-subscriber":        with(merge(body("email_already_subscribed", "email_suppressed"), notFound)),
+		"unsubscribe-subscriber":   with(merge(idem, notFound)),
+		"list-subscriber-events":   with(notFound),
+		"create-webhook":           with(body()),
+		"list-webhooks":            with(nil),
+		"get-webhook":              with(notFound),
+		"delete-webhook":           with(merge(idem, notFound)),
+		"create-suppression":       with(body()),
+		"bulk-create-suppressions": with(body()),
+		"list-suppressions":        with(nil),
+		"get-suppression":          with(notFound),
+		"delete-suppression":       with(merge(idem, notFound)),
 	}
 }()
 
@@ -142,13 +147,19 @@ func merge(a, b map[int][]string) map[int][]string {
 // documented lists, per operation, every status the handler can send: its success and
 // the error statuses of documentedCodes.
 var documented = func() map[string][]int {
+	// A suppression of an address already suppressed answers 200 with the entry; the bulk
+	// answers 200 whatever it created (docs/api-contract.md §13).
+	successes := map[string][]int{"create-suppression": {200, 201}, "bulk-create-suppressions": {200}}
 	out := map[string][]int{}
 	for id, codes := range documentedCodes {
-		success := 200
-		if strings.HasPrefix(id, "create-") || strings.HasPrefix(id, "bulk-create-") {
-			success = 201
+		success, ok := successes[id]
+		if !ok {
+			success = []int{200}
+			if strings.HasPrefix(id, "create-") || strings.HasPrefix(id, "bulk-create-") {
+				success = []int{201}
+			}
 		}
-		out[id] = append(slices.Sorted(maps.Keys(codes)), success)
+		out[id] = append(slices.Sorted(maps.Keys(codes)), success...)
 		slices.Sort(out[id])
 	}
 	return out
@@ -167,6 +178,11 @@ var operations = map[string]string{
 	"GET /api/v1/webhooks":                "list-webhooks",
 	"GET /api/v1/webhooks/{id}":           "get-webhook",
 	"DELETE /api/v1/webhooks/{id}":        "delete-webhook",
+	"POST /api/v1/suppressions":           "create-suppression",
+	"POST /api/v1/suppressions/bulk":      "bulk-create-suppressions",
+	"GET /api/v1/suppressions":            "list-suppressions",
+	"GET /api/v1/suppressions/{id}":       "get-suppression",
+	"DELETE /api/v1/suppressions/{id}":    "delete-suppression",
 }
 
 func TestOpenAPIResponses(t *testing.T) {
@@ -514,7 +530,7 @@ func TestOpenAPIIdempotency(t *testing.T) {
 			t.Errorf("%s: 409 without Retry-After", id)
 		}
 		success := "200"
-		if method == "POST" {
+		if slices.Contains(documented[id], 201) {
 			success = "201"
 		}
 		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {

@@ -242,13 +242,13 @@ func (s *Server) register() {
 	create := answers(s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody), http.StatusUnprocessableEntity, CodeEmailTaken)
+		http.StatusCreated, bodyObject, withBody), http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)
 	create.Metadata[metaBulkPath] = bulkPath
 	huma.Register(s.api, idempotent(create), handle(s, s.create))
-	bulk := idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
+	bulk := idempotent(answers(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
-		http.StatusCreated, bodyArray, withBody))
+		http.StatusCreated, bodyArray, withBody), http.StatusUnprocessableEntity, CodeEmailSuppressed))
 	bulk.Metadata[metaGated] = true
 	huma.Register(s.api, bulk, handle(s, s.bulkCreate))
 	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
@@ -263,13 +263,14 @@ func (s *Server) register() {
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
-		http.StatusUnprocessableEntity, CodeEmailTaken)), handle(s, s.update))
+		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)), handle(s, s.update))
 	huma.Register(s.api, idempotent(s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
+	s.registerSuppressions(common, withBody)
 
 }
 

@@ -31,6 +31,8 @@ func (c *statusCodes) AuthFailure(string)                     {}
 func (c *statusCodes) IdempotencyOutcome(string)              {}
 func (c *statusCodes) BulkGateWaiting(int)                    {}
 func (c *statusCodes) BulkGateWait(string, time.Duration)     {}
+func (c *statusCodes) SuppressionsCreated(string, int)        {}
+func (c *statusCodes) PagePost(string, string)                {}
 func (c *statusCodes) ObserveRequest(_ context.Context, _, _ string, code int, _ time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

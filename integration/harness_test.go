@@ -112,6 +112,10 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nonceKey, err := repo.Secret(context.Background(), db, "page_nonce")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
@@ -120,9 +124,11 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		TrustedProxies: o.trusted,
 		Events:         repo.NewEvents(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})

@@ -28,6 +28,21 @@ type Transport interface {
 type PermanentError struct {
 	Code int // the SMTP reply code, 5xx
 	Err  error
+	// Recipient is set when the server refused the recipient (a 5xx reply to RCPT TO): a hard
+	// bounce, which suppresses the address (docs/api-contract.md §13). A refusal of the
+	// sender or of the message says nothing about the address.
+	Recipient bool
+	// Reply is the server's reply, code and text, as it gave it.
+	Reply string
+}
+
+// HardBounce returns the server's reply when err is a permanent refusal of the recipient.
+func HardBounce(err error) (reply string, ok bool) {
+	var p *PermanentError
+	if errors.As(err, &p) && p.Recipient {
+		return p.Reply, true
+	}
+	return "", false
 }
 
 // Error describes the refusal.
@@ -150,6 +165,12 @@ func goMailMsg(m *Message) (*gomail.Msg, error) {
 	msg.SetDate()
 	msg.SetGenHeader(gomail.HeaderXAutoResponseSuppress, "All")
 	msg.SetGenHeader("Auto-Submitted", "auto-generated")
+	if m.DeclineLink != "" {
+		// RFC 2369 and RFC 8058: the mailbox's own "unsubscribe" control declines
+		// (docs/api-contract.md §12.2), with one POST and no page.
+		msg.SetGenHeader("List-Unsubscribe", "<"+m.DeclineLink+">")
+		msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+	}
 	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 	msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
 	return msg, nil

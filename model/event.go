@@ -39,6 +39,11 @@ const (
 	SourceAPI              = "api"
 	SourceEmail            = "email"
 	SourceConfirmationLink = "confirmation_link"
+	// SourceSuppression is a subscriber unsubscribed because its address was suppressed
+	// (docs/api-contract.md §13); Reason is the suppression's, APIKey the key that made it.
+	SourceSuppression = "suppression"
+	// SourceDeclineLink is a subscriber who said "I did not sign up" (§12.2).
+	SourceDeclineLink = "decline_link"
 )
 
 // MaxUserAgentLength is how much of a confirming browser's User-Agent an event keeps, in
@@ -52,7 +57,19 @@ type EventSource struct {
 	APIKey    string // SourceAPI: the key's display prefix
 	IP        string // SourceConfirmationLink
 	UserAgent string // SourceConfirmationLink, at most MaxUserAgentLength characters
+	Reason    string // SourceSuppression
+	// The proof of a confirmation through the link (docs/api-contract.md §12.1): Method is
+	// "button" or "checkbox"; the durations are whole seconds, nil when not known.
+	Method           string
+	SecondsSinceSent *int64
+	SecondsOnPage    *int64
 }
+
+// Confirmation methods of docs/api-contract.md §12.1.
+const (
+	MethodButton   = "button"
+	MethodCheckbox = "checkbox"
+)
 
 // APISource is the source of a change made through the API with the key of prefix.
 func APISource(keyPrefix string) EventSource {
@@ -116,7 +133,22 @@ func NewEvent(t EventType, sub Subscriber, previous map[string]string, src Event
 		source = struct {
 			Kind string `json:"kind"`
 		}{src.Kind}
+	case SourceSuppression:
+		source = struct {
+			Kind   string `json:"kind"`
+			Reason string `json:"reason"`
+			APIKey string `json:"api_key,omitempty"`
+		}{src.Kind, src.Reason, src.APIKey}
 	case SourceConfirmationLink:
+		source = struct {
+			Kind             string `json:"kind"`
+			IP               string `json:"ip"`
+			UserAgent        string `json:"user_agent"`
+			Method           string `json:"method"`
+			SecondsSinceSent *int64 `json:"seconds_since_sent"`
+			SecondsOnPage    *int64 `json:"seconds_on_page"`
+		}{src.Kind, src.IP, src.UserAgent, src.Method, src.SecondsSinceSent, src.SecondsOnPage}
+	case SourceDeclineLink:
 		source = struct {
 			Kind      string `json:"kind"`
 			IP        string `json:"ip"`

@@ -96,26 +96,17 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	row := s.newRow(nl, in, s.now())
 	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
-	if !pending {
-		// One statement where the engine has it: its parts take effect together or not at all.
-		var stored, ok bool
-		err := s.atomic(ctx, func(ctx context.Context) error {
-			var err error
-			stored, ok, err = s.db.eng.insertWithEvent(ctx, s.idb, &s.store, &row, ev)
-			return err
-		})
-		if ok {
-			if err == nil && !stored {
-				err = fmt.Errorf("%w", model.ErrEmailTaken)
-			}
-			if err != nil {
-				return model.Subscriber{}, translate(err)
-			}
-			return row.toModel(), nil
-		}
-	}
 	var delivering bool
+	// Always a transaction: the suppression check's lock must hold until the insert commits.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
+		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
+		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
+			return err
+		}
+		// Not the engine's one-statement insertWithEvent: its prepared statement may need a
+		// connection of the pool to be prepared on, while this transaction holds the
+		// address's lock that the transactions holding the other connections wait for.
 		res, err := tx.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
@@ -173,7 +164,7 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	// not be undone on their own, so the insert that names conflicts goes first there.
 	joined := s.unit != nil
 	pending, delivering, err := s.insertMany(ctx, rows, joined)
-	if errors.Is(err, model.ErrEmailTaken) && !joined {
+	if errors.Is(err, model.ErrEmailTaken) && !errors.Is(err, model.ErrEmailSuppressed) && !joined {
 		pending, delivering, err = s.insertMany(ctx, rows, true)
 	}
 	if err != nil {
@@ -223,6 +214,18 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 	src := model.SourceFrom(ctx)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		pending = nil
+		// docs/api-contract.md §13: suppressed addresses, before the uniqueness rule.
+		emails := make([]string, len(rows))
+		for i := range rows {
+			emails[i] = rows[i].Email
+		}
+		if err := s.checkNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
+			var se *model.SuppressedError
+			if errors.As(err, &se) {
+				se.Bulk = true
+			}
+			return err
+		}
 		if !nameConflicts {
 			res, err := tx.NewInsert().Model(&sorted).On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 			if err != nil {
@@ -392,6 +395,10 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			case !found:
 				return fmt.Errorf("%w", model.ErrNotFound)
 			case taken:
+				// docs/api-contract.md §13: a suppressed address before the uniqueness rule.
+				if err := s.checkNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
+					return err
+				}
 				return fmt.Errorf("%w", model.ErrEmailTaken)
 			}
 		}
@@ -403,7 +410,24 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			return translate(err)
 		}
 		before := row.toModel()
+		// docs/api-contract.md §13: subscribing a suppressed address (a new email, or the
+		// status active or pending) changes nothing.
+		newEmail := p.Email != nil && model.EmailKey(*p.Email) != model.EmailKey(before.Email)
+		if newEmail || (p.Status != nil && *p.Status != model.StatusUnsubscribed) {
+			addr := before.Email
+			if p.Email != nil {
+				addr = *p.Email
+			}
+			if err := s.checkNotSuppressed(ctx, tx, nl, addr); err != nil {
+				return err
+			}
+		}
 		retire, queue := p.ConfirmationEffect(before)
+		if queue && p.Status != nil && *p.Status == model.StatusPending {
+			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
+				return err
+			}
+		}
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -556,4 +580,24 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 		Set("retired_at = ?", now).
 		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
+}
+
+// checkResends refuses a confirmation email to subscriber when MaxConfirmationsPerWindow were
+// queued for it within ConfirmationWindow (docs/api-contract.md §12.3), with the wait until the
+// oldest of the last ones leaves the window.
+func checkResends(ctx context.Context, db bun.IDB, subscriber uuid.UUID, now time.Time) error {
+	var times []time.Time
+	err := db.NewRaw(`SELECT created_at FROM email_outbox WHERE subscriber_id = ? AND kind = ? AND created_at > ?
+ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.Add(-model.ConfirmationWindow),
+		model.MaxConfirmationsPerWindow).Scan(ctx, &times)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	if len(times) < model.MaxConfirmationsPerWindow {
+		return nil
+	}
+	oldest := times[len(times)-1]
+	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
 }

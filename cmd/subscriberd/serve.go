@@ -132,10 +132,17 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		}
 		return cfg.dbErr(err)
 	}
+	// The confirm and decline pages' nonces (docs/api-contract.md §12.1) are signed with a key
+	// kept in the database too: a page served by one instance can be posted to another.
+	nonceKey, err := repo.Secret(ctx, db, "page_nonce")
+	if err != nil {
+		return cfg.dbErr(err)
+	}
 	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
 	public := api.New(api.Config{
 		Idempotency:    api.IdempotencyOf(idem, requestStores),
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		Store:          repo.NewSubscribers(db),
 		Auth:           accounts,
 		Logger:         log,
@@ -144,6 +151,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		TrustedProxies: lim.trusted,
 		Events:         repo.NewEvents(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
@@ -254,7 +262,7 @@ func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*
 
 // requestStores are the stores an idempotent request uses: those of its unit of work.
 func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks()}
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(), Suppressions: tx.Suppressions()}
 }
 
 // logStore says, in one line, when the store is the embedded SQLite file, and where it is.
