@@ -120,7 +120,9 @@ type Metrics struct {
 	idempotency       *prometheus.CounterVec   // see idempotency.go
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
 	gateWaiting       prometheus.Gauge
-	consent           consentMetrics // see consent.go
+	consent           consentMetrics         // see consent.go
+	importRows        *prometheus.CounterVec // see imports.go
+	importsRunning    prometheus.Gauge
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -222,6 +224,7 @@ func NewMetrics(version string) *Metrics {
 	m.registerIdempotency()
 	m.registerBulkGate()
 	m.registerConsent()
+	m.registerImports()
 	return m
 }
 

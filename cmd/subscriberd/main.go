@@ -9,6 +9,7 @@
 //	subscriberd apikey create --newsletter ID [--label TEXT]
 //	subscriberd apikey list --newsletter ID
 //	subscriberd apikey revoke ID
+//	subscriberd import --newsletter ID [--status pending] FILE
 package main
 
 import (
@@ -56,6 +57,10 @@ commands:
   apikey create --newsletter ID [--label TEXT]
   apikey list --newsletter ID             prefix, label, created and revoked times; never the key
   apikey revoke ID
+  import --newsletter ID [--status pending] FILE
+                                          import a CSV or NDJSON file of subscribers,
+                                          showing progress; existing ones are left as
+                                          they are
 
 Run "PROG <command> -h" for its flags. Every setting is an environment variable
 (DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.
@@ -103,6 +108,8 @@ func runAs(ctx context.Context, prog string, args []string, getenv func(string) 
 		return newsletterCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "apikey":
 		return apikeyCmd(ctx, prog, rest, getenv, stdout, stderr)
+	case "import":
+		return importCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
