@@ -53,6 +53,8 @@ type Stores struct {
 	Webhooks    WebhookStore
 	// Suppressions is the suppression list (docs/api-contract.md §13).
 	Suppressions SuppressionStore
+	// Privacy exports and erases a subscriber (docs/api-contract.md §14).
+	Privacy PrivacyStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -84,6 +86,9 @@ type Metrics interface {
 	// PagePost counts a POST to the confirm or decline page (page "confirm", "decline") with
 	// its outcome: confirmed, declined, repeated, refused, invalid (§12).
 	PagePost(page, outcome string)
+	// PrivacyRequest counts an export or an erasure (PrivacyExport, PrivacyErase) with its
+	// outcome (PrivacyDone, PrivacyNotFound, PrivacyFailed).
+	PrivacyRequest(operation, outcome string)
 }
 
 // Config holds the API's dependencies.
@@ -100,6 +105,8 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Events reads subscribers' histories (docs/api-contract.md §10.2).
 	Events EventStore
+	// Privacy exports and erases subscribers (docs/api-contract.md §14).
+	Privacy PrivacyStore
 	// Webhooks stores webhook endpoints (§10.3); WebhookGuard, when set, refuses URLs on
 	// addresses that are not public.
 	Webhooks     WebhookStore
@@ -178,7 +185,8 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks,
+		Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
@@ -260,3 +268,4 @@ func (noMetrics) BulkGateWaiting(int)                                           
 func (noMetrics) SuppressionsCreated(string, int)                                    {}
 func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}
+func (noMetrics) PrivacyRequest(string, string)                                      {}

@@ -36,7 +36,7 @@ func (rawEvent) Schema(r huma.Registry) *huma.Schema {
 // object itself).
 type Event struct {
 	ID        string    `json:"id" format:"uuid" doc:"Identifier of the event (UUIDv7); the webhook-id of its deliveries."`
-	Type      string    `json:"type" enum:"subscriber.created,subscriber.updated,subscriber.confirmation_sent,subscriber.confirmed,subscriber.unsubscribed"`
+	Type      string    `json:"type" enum:"subscriber.created,subscriber.updated,subscriber.confirmation_sent,subscriber.confirmed,subscriber.unsubscribed,subscriber.erased"`
 	Timestamp string    `json:"timestamp" format:"date-time" doc:"When the change was made." example:"2026-06-11T17:00:00+00:00"`
 	Data      EventData `json:"data"`
 }
@@ -44,17 +44,27 @@ type Event struct {
 // EventData is the data of an event: subscriber is the subscriber after the change. (The
 // field has no doc of its own: beside a $ref, a description is invalid in OpenAPI 3.0.)
 type EventData struct {
-	Subscriber Subscriber        `json:"subscriber"`
-	Previous   map[string]string `json:"previous" doc:"Each changed field (email, name, status) with its value before the change."`
+	Subscriber EventSubscriber   `json:"subscriber"`
+	Previous   map[string]string `json:"previous" doc:"Each changed field (email, name, status) with its value before the change; an erasure removed email and name."`
 	Source     EventSource       `json:"source"`
+}
+
+// EventSubscriber is the subscriber of an event: a Subscriber, but for the fields an erasure
+// removed (docs/api-contract.md §14). The subscriber.erased event has the id alone.
+type EventSubscriber struct {
+	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
+	Email     string `json:"email,omitempty" format:"idn-email" doc:"Absent once the subscriber is erased." example:"john@example.com"`
+	Name      string `json:"name,omitempty" doc:"Absent once the subscriber is erased." example:"John Doe"`
+	Status    string `json:"status,omitempty" enum:"active,pending,unsubscribed" doc:"Absent in subscriber.erased."`
+	CreatedAt string `json:"created_at,omitempty" format:"date-time" doc:"Absent in subscriber.erased." example:"2026-06-11T17:00:00+00:00"`
 }
 
 // EventSource says who or what made a change.
 type EventSource struct {
 	Kind      string `json:"kind" enum:"api,email,confirmation_link"`
 	APIKey    string `json:"api_key,omitempty" doc:"kind api: the display prefix of the API key."`
-	IP        string `json:"ip,omitempty" doc:"kind confirmation_link: the client's address."`
-	UserAgent string `json:"user_agent,omitempty" doc:"kind confirmation_link: the browser's User-Agent, first 512 characters."`
+	IP        string `json:"ip,omitempty" doc:"kind confirmation_link: the client's address; absent once the subscriber is erased."`
+	UserAgent string `json:"user_agent,omitempty" doc:"kind confirmation_link: the browser's User-Agent, first 512 characters; absent once the subscriber is erased."`
 }
 
 // EventPagination describes a page of a history.

@@ -387,6 +387,9 @@ func (m *fakeMetrics) BulkGateWait(string, time.Duration) {}
 func (m *fakeMetrics) SuppressionsCreated(string, int)    {}
 func (m *fakeMetrics) PagePost(string, string)            {}
 
+// The privacy metrics are checked against the real registry (integration.TestTracePrivacy).
+func (m *fakeMetrics) PrivacyRequest(string, string) {}
+
 // fakeIdempotency is an in-memory api.IdempotencyStore: a request in progress is a set entry,
 // a stored response a map entry (no transactions: the fakes' changes are not rolled back).
 type fakeIdempotency struct {

@@ -269,6 +269,7 @@ func (s *Server) register() {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
 	s.registerEvents(common)
+	s.registerPrivacy(common)
 	s.registerWebhooks(common, withBody)
 	s.registerSuppressions(common, withBody)
 	s.registerImports(common)

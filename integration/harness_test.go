@@ -128,6 +128,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Limiter:        o.limiter,
 		TrustedProxies: o.trusted,
 		Events:         repo.NewEvents(db),
+		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
@@ -283,5 +284,6 @@ func (e *env) count(query string, args ...any) int {
 // requestStores are the stores an idempotent request uses, as cmd/subscriberd gives them: those
 // of its unit of work.
 func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks()}
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
+		Suppressions: tx.Suppressions(), Privacy: tx.Privacy()}
 }

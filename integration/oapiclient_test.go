@@ -14,8 +14,8 @@ import (
 // TestGeneratedClient generates a Go client with oapi-codegen from the OpenAPI document the
 // service serves, and uses it as an integrator would: create, bulk with Unicode addresses,
 // list, get, update, unsubscribe and a typed 422, and with version 1.1 a retry with
-// Idempotency-Key, a walk by next_cursor and a lookup by address
-// (testdata/oapiclient/client_test.go).
+// Idempotency-Key, a walk by next_cursor and a lookup by address, and with 1.2 the export and
+// erasure of a subscriber (testdata/oapiclient/client_test.go).
 //
 // The generator is pinned as a tool of testdata/oapiclient/go.mod (with its go.sum), a module
 // of its own copied into a temporary directory, so the service's module does not depend on

@@ -114,6 +114,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 		KeyCacheTTL: cfg.keyCacheTTL,
 		Limiter:     limiter,
 		Idempotency: api.IdempotencyOf(e.idem, requestStores),
+		Privacy:     repo.NewPrivacy(e.db),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(recordTraffic(public), testServerAddress, nil))

@@ -153,8 +153,8 @@ func TestWebhookEndpointsCRUD(t *testing.T) {
 	if len(items) != 2 || items[0].(map[string]any)["id"] != id || items[1].(map[string]any)["id"] != second {
 		t.Fatalf("list %s", list.raw)
 	}
-	if all := items[1].(map[string]any)["events"].([]any); len(all) != 5 {
-		t.Errorf("absent events = %v, want all five", all)
+	if all := items[1].(map[string]any)["events"].([]any); len(all) != 6 {
+		t.Errorf("absent events = %v, want all six", all)
 	}
 	got := e.do("GET", "/webhooks/"+id, nil).want(t, http.StatusOK, "")
 	for _, raw := range [][]byte{list.raw, got.raw} {

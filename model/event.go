@@ -19,10 +19,14 @@ const (
 	EventConfirmationSent EventType = "subscriber.confirmation_sent"
 	EventConfirmed        EventType = "subscriber.confirmed"
 	EventUnsubscribed     EventType = "subscriber.unsubscribed"
+	// EventErased is the last event of an erased subscriber (docs/api-contract.md §14): its
+	// subscriber has only an id.
+	EventErased EventType = "subscriber.erased"
 )
 
 // EventTypes lists every event type, in the order the contract names them.
-var EventTypes = []EventType{EventCreated, EventUpdated, EventConfirmationSent, EventConfirmed, EventUnsubscribed}
+var EventTypes = []EventType{EventCreated, EventUpdated, EventConfirmationSent, EventConfirmed, EventUnsubscribed,
+	EventErased}
 
 // ParseEventType returns the EventType named s, or false when s names none.
 func ParseEventType(s string) (EventType, bool) {

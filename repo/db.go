@@ -40,11 +40,21 @@ type Options struct {
 	// (and rolling it back). Zero means DefaultStatementTimeout. PostgreSQL only: on SQLite,
 	// waits are bounded by the busy timeout and statements run in process.
 	StatementTimeout time.Duration
+	// LockTimeout is how long a statement waits for a lock (a row another transaction
+	// changed, an advisory lock) before it fails with model.ErrUnavailable. Zero means
+	// DefaultLockTimeout. PostgreSQL only, as StatementTimeout.
+	LockTimeout time.Duration
 }
 
 // DefaultStatementTimeout bounds every statement on the server side, below the HTTP server's
 // write timeout and the shutdown grace.
 const DefaultStatementTimeout = 25 * time.Second
+
+// DefaultLockTimeout bounds a statement's wait for a lock: far above the milliseconds a
+// request's transaction holds its row locks, far below the statement timeout, so that a
+// transaction left open on a row costs the writes that want it 503s after a few seconds and
+// holds no connection longer.
+const DefaultLockTimeout = 5 * time.Second
 
 // DB is the database: the pool (bun's, embedded, for statements of callers' own), its engine
 // (PostgreSQL or SQLite, the only place that knows which) and what the engine keeps per pool:
@@ -226,7 +236,13 @@ func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	if err := lockMigrations(ctx, m); err != nil {
 		return nil, err
 	}
-	defer m.Unlock(context.WithoutCancel(ctx)) //nolint:errcheck // best effort; the lock row is removed
+	defer func() {
+		// The lock row must go even when ctx ended meanwhile (else the next start waits for
+		// it): the unlock runs under a deadline of its own.
+		uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.Unlock(uctx) //nolint:errcheck // best effort; the lock row is removed
+	}()
 	group, err := m.Migrate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", translate(err))
@@ -297,6 +313,7 @@ func translate(err error) error {
 			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
 			code == "53300", // too many connections
 			code == "57014", // statement timeout: cancelled and rolled back by the server
+			code == "55P03", // lock timeout: the statement (and its transaction) rolled back
 			code == "3D000": // database does not exist
 			return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
 		}
@@ -407,6 +424,12 @@ type engine interface {
 	// not wait for the key-share locks of rows referencing it being inserted).
 	forUpdate() string
 	forNoKeyUpdate() string
+	// forShare is the clause that keeps the rows a SELECT reads from changing until the
+	// transaction ends (Privacy.Export).
+	forShare() string
+	// bytesContain is the condition that the bytes of column col contain those of the one
+	// parameter (Privacy.Erase's search of stored responses).
+	bytesContain(col string) string
 	// lockRows is q locking the rows it reads as forUpdate does.
 	lockRows(q *bun.SelectQuery) *bun.SelectQuery
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber

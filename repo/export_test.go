@@ -19,3 +19,6 @@ var GetSubscriberText = getSubscriber.text
 func QueryRows(ctx context.Context, db *DB, text string, dest any, args ...any) error {
 	return db.eng.queryRows(ctx, db.DB, newStatement("SELECT", "", text), dest, args...)
 }
+
+// CopyFrom is copyFrom: pgdriver.CopyFrom on a connection of a pool Open made.
+var CopyFrom = copyFrom

@@ -22,10 +22,11 @@ import (
 	"github.com/subscriberd/subscriberd/outbox"
 )
 
-// This file is the PostgreSQL side of the engine seam (see engine): the pool, the hot
-// statements prepared once per connection (prepared.go), row locks with SKIP LOCKED for the
-// workers' claims, advisory locks, and writes that PostgreSQL does in one statement where
-// SQLite needs a transaction. The workers poll: a NOTIFY would serialise the commits of the
+// This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
+// connections stop a statement when its context ends, pgconn.go), the hot statements prepared
+// once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
+// advisory locks, and writes that PostgreSQL does in one statement where SQLite needs a
+// transaction. The workers poll: a NOTIFY would serialise the commits of the
 // transactions that send it.
 
 func openPostgres(dsn string, opts Options) (db *DB, err error) {
@@ -46,10 +47,18 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	if stmt <= 0 {
 		stmt = DefaultStatementTimeout
 	}
+	lock := opts.LockTimeout
+	if lock <= 0 {
+		lock = DefaultLockTimeout
+	}
 	// The server gives up on a statement (and rolls it back) before the client stops waiting
 	// for it: a client-side timeout alone answered 503 while the statement went on and
-	// committed, so a retry met its own write. 57014 (query canceled) maps to 503.
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
+	// committed, so a retry met its own write. 57014 (query canceled) maps to 503. A statement
+	// waiting for a lock gives up sooner, at lock_timeout (55P03, also 503): a transaction
+	// left open on a row otherwise held every connection that wanted it, and with them the
+	// pool, for the whole statement timeout. The connector is wrapped (pgconn.go) so that a
+	// statement stops when its context ends.
+	sqldb := sql.OpenDB(pgConnector{inner: pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
 		// The prepared statements (prepared.go) run their generic plan from the first call:
@@ -59,13 +68,14 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 		// Statements sent over the simple protocol are planned per call whatever this says.
 		pgdriver.WithConnParams(map[string]any{
 			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
+			"lock_timeout":      strconv.FormatInt(lock.Milliseconds(), 10),
 			"plan_cache_mode":   "force_generic_plan",
 		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
 		// server.address with the port) to our span of every query, growing it; the query
 		// hook sets the stable ones itself.
-		pgdriver.WithTracing(false)))
+		pgdriver.WithTracing(false))})
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
@@ -183,6 +193,9 @@ ORDER BY c.id, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
 
 func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
 func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
+func (*pgEngine) forShare() string       { return " FOR SHARE" }
+
+func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col + ") > 0" }
 
 func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
 
@@ -468,7 +481,7 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	cr := &copyReader{next: next, id: row.ID.String()}
-	res, err := pgdriver.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN")
+	res, err := copyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection (pgconn.go)
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}

@@ -118,17 +118,10 @@ func (p *preparedStatements) runPrepared(ctx context.Context, db bun.IDB, st *st
 	return err
 }
 
-// execPrepared runs st with args on db and scan on its rows.
-//
-// The statement runs without ctx's deadline and cancellation. pgdriver discards a connection
-// whose simple query failed on the network, but not one whose prepared statement did: a read
-// cut short by a deadline before the first row would leave the rest of the server's answer on
-// a connection that goes back to the pool, for the next statement there to read as its own.
-// Without a deadline the read ends only with the answer, the server's statement_timeout, or
-// the driver's read timeout beyond it (Open).
+// execPrepared runs st with args on db and scan on its rows, under ctx like every other
+// statement: when ctx ends, the statement stops and its connection is dropped (pgConn).
 func (p *preparedStatements) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
 	scan func(context.Context, *sql.Rows) error) error {
-	ctx = context.WithoutCancel(ctx)
 	stmt, err := p.prepared(ctx, st)
 	if err != nil {
 		return err

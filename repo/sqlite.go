@@ -367,6 +367,9 @@ ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, 
 // No lock clauses: SQLite's immediate transaction already holds the write lock.
 func (*sqliteEngine) forUpdate() string      { return "" }
 func (*sqliteEngine) forNoKeyUpdate() string { return "" }
+func (*sqliteEngine) forShare() string       { return "" }
+
+func (*sqliteEngine) bytesContain(col string) string { return "instr(" + col + ", ?) > 0" }
 
 // lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
 func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }

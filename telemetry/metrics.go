@@ -123,6 +123,7 @@ type Metrics struct {
 	consent           consentMetrics         // see consent.go
 	importRows        *prometheus.CounterVec // see imports.go
 	importsRunning    prometheus.Gauge
+	privacy           *prometheus.CounterVec // see privacy.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -225,6 +226,7 @@ func NewMetrics(version string) *Metrics {
 	m.registerBulkGate()
 	m.registerConsent()
 	m.registerImports()
+	m.registerPrivacy()
 	return m
 }
 

@@ -150,6 +150,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Limiter:        limiter,
 		TrustedProxies: lim.trusted,
 		Events:         repo.NewEvents(db),
+		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   hooks.guard,
@@ -268,7 +269,8 @@ func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*
 
 // requestStores are the stores an idempotent request uses: those of its unit of work.
 func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(), Suppressions: tx.Suppressions()}
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
+		Suppressions: tx.Suppressions(), Privacy: tx.Privacy()}
 }
 
 // logStore says, in one line, when the store is the embedded SQLite file, and where it is.

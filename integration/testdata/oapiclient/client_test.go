@@ -125,4 +125,21 @@ func TestClient(t *testing.T) {
 	if got := bad.JSON422.Errors["1.email"]; len(got) != 1 || got[0] != "Email is already subscribed to this newsletter." {
 		t.Errorf("bulk 422: %+v", *bad.JSON422)
 	}
+
+	// Version 1.2: export and erase the person, typed (last: its address is suppressed from then on).
+	xr, err := c.ExportSubscriberWithResponse(ctx, id)
+	if err != nil || xr.JSON200 == nil {
+		t.Fatalf("export: %v, %d %s", err, xr.StatusCode(), xr.Body)
+	}
+	if d := xr.JSON200.Data; d.Subscriber.Id != id || d.Subscriber.Status != "unsubscribed" || len(d.Events) == 0 ||
+		!d.Suppression.IsNull() || d.Emails == nil {
+		t.Errorf("export: %+v", d)
+	}
+	xe, err := c.EraseSubscriberWithResponse(ctx, id, &EraseSubscriberParams{IdempotencyKey: str("erase-1")})
+	if err != nil || xe.JSON200 == nil || xe.JSON200.Data.Id != id {
+		t.Fatalf("erase: %v, %d %s", err, xe.StatusCode(), xe.Body)
+	}
+	if gone, err := c.ExportSubscriberWithResponse(ctx, id); err != nil || gone.StatusCode() != 404 {
+		t.Fatalf("export after the erasure: %v, %d %s", err, gone.StatusCode(), gone.Body)
+	}
 }
