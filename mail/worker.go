@@ -7,7 +7,6 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,7 +86,7 @@ type Recorder interface {
 type WorkerConfig struct {
 	BatchSize    int           // emails claimed at once; default 10
 	PollInterval time.Duration // look for due emails this often without a wake-up; default 500ms
-	Lease        time.Duration // a claimed email is hidden from other workers this long, renewed every third of it while held; default 1m
+	Lease        time.Duration // a claimed email is hidden from other workers this long, renewed every third of it while held; default DefaultLease
 	RetryBase    time.Duration // delay before the second attempt, doubling after; default 30s
 	RetryMax     time.Duration // longest delay between attempts; default 1h
 	MaxAttempts  int           // attempts before an email fails for good; default 12
@@ -126,9 +125,9 @@ func (c *WorkerConfig) defaults() {
 // DefaultLease is how long a claimed email stays hidden from other workers unless its worker
 // renews the claim (every third of it, while the email waits in its batch or is being sent).
 // A worker that dies (kill -9, a lost machine) stops renewing, and its emails are claimed again
-// by another worker, or itself after a restart, within the lease and a poll interval: about a
-// minute.
-const DefaultLease = time.Minute
+// by another worker, or itself after a restart, within the lease and a poll interval: about
+// 10 s (outbox.DefaultLease).
+const DefaultLease = outbox.DefaultLease
 
 type nopRecorder struct{}
 
@@ -192,10 +191,12 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	hb := w.startHeartbeat(ctx, jobs)
-	defer hb.stop()
+	defer hb.Stop()
 	for i, job := range jobs {
 		if ctx.Err() != nil {
-			hb.drop(jobs[i:]...)
+			for _, j := range jobs[i:] {
+				hb.Drop(j.ID)
+			}
 			w.release(ctx, jobs[i:])
 			break
 		}
@@ -204,68 +205,23 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	return len(jobs), nil
 }
 
-// heartbeat renews the lease of the claimed emails a worker still holds, every third of the
-// lease, until each is dropped: the lease can be short (a crashed worker's emails come back
-// soon) however long the batch takes to send.
-type heartbeat struct {
-	w      *Worker
-	mu     sync.Mutex // held while renewing, so a dropped email is never renewed after
-	held   map[uuid.UUID]struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// heartbeat renews the lease of the claimed emails the worker still holds (outbox.Heartbeat):
+// the lease can be short, so a crashed worker's emails come back in seconds, however long the
+// batch takes to send.
+type heartbeat = outbox.Heartbeat[uuid.UUID]
 
-func (w *Worker) startHeartbeat(parent context.Context, jobs []model.OutboxEmail) *heartbeat {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	hb := &heartbeat{w: w, held: make(map[uuid.UUID]struct{}, len(jobs)), cancel: cancel, done: make(chan struct{})}
-	for _, j := range jobs {
-		hb.held[j.ID] = struct{}{}
+func (w *Worker) startHeartbeat(ctx context.Context, jobs []model.OutboxEmail) *heartbeat {
+	ids := make([]uuid.UUID, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
 	}
-	go hb.run(ctx)
-	return hb
-}
-
-func (hb *heartbeat) run(ctx context.Context) {
-	defer close(hb.done)
-	every := hb.w.cfg.Lease / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		hb.mu.Lock()
-		ids := make([]uuid.UUID, 0, len(hb.held))
-		for id := range hb.held {
-			ids = append(ids, id)
-		}
-		rctx, cancel := context.WithTimeout(ctx, every)
-		err := hb.w.outbox.Extend(rctx, ids, hb.w.cfg.Lease)
-		cancel()
-		hb.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			// Not lost: when the lease ends another worker may send an email this one is
-			// sending, at worst twice; the next beat tries again.
-			hb.w.log.WarnContext(ctx, "renewing the lease of claimed emails failed", slog.Int("count", len(ids)), errAttr(err))
-		}
+	renew := func(ctx context.Context, ids []uuid.UUID) error { return w.outbox.Extend(ctx, ids, w.cfg.Lease) }
+	failed := func(ctx context.Context, n int, err error) {
+		// Not lost: when the lease ends another worker may send an email this one is
+		// sending, at worst twice; the next beat tries again.
+		w.log.WarnContext(ctx, "renewing the lease of claimed emails failed", slog.Int("count", n), errAttr(err))
 	}
-}
-
-// drop stops renewing the jobs' leases, before their outcome is recorded (a retry's delay
-// must not be overwritten by a renewal).
-func (hb *heartbeat) drop(jobs ...model.OutboxEmail) {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	for _, j := range jobs {
-		delete(hb.held, j.ID)
-	}
-}
-
-func (hb *heartbeat) stop() {
-	hb.cancel()
-	<-hb.done
+	return outbox.StartHeartbeat(ctx, w.cfg.Lease, renew, failed, ids...)
 }
 
 func (w *Worker) release(ctx context.Context, jobs []model.OutboxEmail) {
@@ -322,7 +278,7 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *hear
 const AttrSMTPReplyCode = "subscriberd.email.smtp_reply_code"
 
 func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int, log *slog.Logger, hb *heartbeat) (string, error) {
-	defer hb.drop(job) // every path below has recorded its outcome by then, or left the lease to end
+	defer hb.Drop(job.ID) // every path below has recorded its outcome by then, or left the lease to end
 	if job.Kind != model.EmailKindConfirmation {
 		// Written by a newer version, or by hand: this worker cannot write it, and must not
 		// send a confirmation in its place. It stays for inspection.
@@ -344,7 +300,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		// The database is the likely culprit; nothing was sent. If even the retry cannot be
 		// recorded, the lease ends and the email comes back by itself.
 		log.WarnContext(ctx, "issuing confirmation token failed", errAttr(err))
-		hb.drop(job)
+		hb.Drop(job.ID)
 		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "token: "+err.Error(), false); rerr != nil {
 			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
@@ -381,7 +337,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	case commitErr != nil:
 		// The database failed before the server was asked to accept: nothing was sent.
 		log.WarnContext(ctx, "checking the email before sending failed", errAttr(commitErr))
-		hb.drop(job)
+		hb.Drop(job.ID)
 		if rerr := w.outbox.Retry(ctx, job.ID, w.cfg.RetryBase, "commit: "+commitErr.Error(), false); rerr != nil {
 			log.WarnContext(ctx, "recording retry failed", errAttr(rerr))
 		}
@@ -410,7 +366,7 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		return OutcomeFailed, err
 	}
 	delay := w.Backoff(attempt)
-	hb.drop(job)
+	hb.Drop(job.ID)
 	_, unanswered := errors.AsType[*UnconfirmedError](err)
 	if rerr := w.outbox.Retry(ctx, job.ID, delay, reason, unanswered); rerr != nil {
 		log.WarnContext(ctx, "recording retry failed", errAttr(rerr))

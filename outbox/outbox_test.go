@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,5 +82,62 @@ func TestTruncate(t *testing.T) {
 		if got := Truncate(tc.in, tc.n); got != tc.want || !utf8.ValidString(got) {
 			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestHeartbeat: the held keys are renewed every beat, a dropped key never after Drop returns,
+// a failed renewal is reported and the next beat tries again, and nothing is renewed after
+// Stop.
+func TestHeartbeat(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	var mu sync.Mutex
+	renewed := map[string]int{}
+	fail := true
+	var failures atomic.Int64
+	h := StartHeartbeat(context.Background(), lease, func(_ context.Context, keys []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			fail = false
+			return errors.New("database down")
+		}
+		for _, k := range keys {
+			renewed[k]++
+		}
+		return nil
+	}, func(_ context.Context, n int, err error) { failures.Add(1) }, "a", "b")
+	time.Sleep(6 * Beat(lease))
+	h.Drop("b")
+	mu.Lock()
+	b := renewed["b"]
+	mu.Unlock()
+	time.Sleep(4 * Beat(lease))
+	h.Stop()
+	mu.Lock()
+	a := renewed["a"]
+	if renewed["b"] != b {
+		t.Errorf("b renewed %d times after Drop", renewed["b"]-b)
+	}
+	mu.Unlock()
+	if a < 4 || b < 2 {
+		t.Errorf("renewed a %d, b %d times, want a at least 4 (9 beats, one failed), b at least 2", a, b)
+	}
+	if failures.Load() != 1 {
+		t.Errorf("%d failures reported, want 1", failures.Load())
+	}
+	time.Sleep(3 * Beat(lease))
+	mu.Lock()
+	defer mu.Unlock()
+	if renewed["a"] != a {
+		t.Errorf("a renewed after Stop")
+	}
+}
+
+func TestStaleAfterIsTwoBeats(t *testing.T) {
+	if Beat(DefaultLease)*3 > DefaultLease || StaleAfter(DefaultLease) != 2*Beat(DefaultLease) || StaleAfter(DefaultLease) >= DefaultLease {
+		t.Errorf("lease %v: beat %v, stale after %v", DefaultLease, Beat(DefaultLease), StaleAfter(DefaultLease))
+	}
+	if DefaultLease+time.Second > 15*time.Second {
+		t.Errorf("DefaultLease %v and a poll exceed the 15 s takeover docs/operating.md promises", DefaultLease)
 	}
 }

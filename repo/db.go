@@ -412,7 +412,7 @@ type engine interface {
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
-	claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error)
+	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
 	// stageImport stores a new import with the rows next yields (Imports.Stage), and
 	// skipLocked is the clause with which an import claim passes over rows another worker
 	// holds.

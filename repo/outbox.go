@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Outbox states besides those in subscribers.go.
@@ -225,8 +226,9 @@ func (o *Outbox) Extend(ctx context.Context, ids []uuid.UUID, lease time.Duratio
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0
-WHERE id IN (?1) AND state = 'pending'`, o.now().Add(lease), bun.List(ids)).Exec(ctx)
+	now := o.now()
+	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?2
+WHERE id IN (?1) AND state = 'pending'`, now.Add(lease), bun.List(ids), now.Add(outbox.StaleAfter(lease))).Exec(ctx)
 	return translate(err)
 }
 
@@ -239,7 +241,7 @@ func (o *Outbox) Retry(ctx context.Context, id uuid.UUID, delay time.Duration, r
 		n = 1
 	}
 	_, err := o.idb.NewRaw(`UPDATE email_outbox
-SET attempts = attempts + 1, unanswered = unanswered + ?4, next_attempt_at = ?0, last_error = ?1, updated_at = ?2
+SET attempts = attempts + 1, unanswered = unanswered + ?4, next_attempt_at = ?0, stale_at = NULL, last_error = ?1, updated_at = ?2
 WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id, n).Exec(ctx)
 	return translate(err)
 }
@@ -265,7 +267,7 @@ func (o *Outbox) Release(ctx context.Context, ids []uuid.UUID) error {
 		return nil
 	}
 	now := o.now()
-	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?0
+	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = NULL, updated_at = ?0
 WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
@@ -282,6 +284,28 @@ func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Durat
 	return o.queueStats(ctx, `SELECT count(*) AS pending,
     min(created_at) FILTER (WHERE next_attempt_at <= ?0 OR attempts > 0) AS oldest
 FROM email_outbox WHERE state = 'pending'`)
+}
+
+// HeldPastHeartbeat reads, for metrics, how long the pending email held longest past its
+// heartbeat has been so (0 when none is): claimed by a worker that stopped renewing its lease
+// two beats ago (outbox.StaleAfter), and not taken over yet. A live worker renews every beat;
+// a dead one's emails show here until another worker claims them, within the lease.
+func (o *Outbox) HeldPastHeartbeat(ctx context.Context) (time.Duration, error) {
+	return o.heldPast(ctx, `SELECT min(stale_at) FROM email_outbox WHERE state = 'pending' AND stale_at <= ?0`)
+}
+
+// heldPast runs query, the earliest stale_at of a queue's held work that is past it (NULL when
+// none is), with the store's now as ?0, and returns how long ago that was (0 when none is).
+func (s store) heldPast(ctx context.Context, query string) (time.Duration, error) {
+	now := s.now()
+	var oldest *time.Time
+	if err := s.idb.NewRaw(query, now).Scan(ctx, &oldest); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, translate(err)
+	}
+	if oldest == nil {
+		return 0, nil
+	}
+	return max(now.Sub(*oldest), 0), nil
 }
 
 // queueStats runs query, a count of a queue's waiting rows as pending and the time its oldest

@@ -19,6 +19,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
@@ -144,7 +145,7 @@ WITH due AS (
     LIMIT ?1
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
+    UPDATE email_outbox AS o SET next_attempt_at = ?2, stale_at = ?3, updated_at = ?0
     FROM due WHERE o.id = due.id
     RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at
 )
@@ -152,7 +153,7 @@ SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
 FROM claimed AS c
 JOIN subscribers AS s ON s.id = c.subscriber_id
 JOIN newsletters AS n ON n.id = c.newsletter_id
-ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
+ORDER BY c.created_at, c.id`, now, limit, now.Add(lease), now.Add(outbox.StaleAfter(lease))).Scan(ctx, &rows)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = nil
 	}
@@ -162,18 +163,15 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
 // claimDeliveries leases endpoints, and reads their due deliveries, in one statement. Endpoints
 // other claims hold are skipped (FOR NO KEY UPDATE SKIP LOCKED: not FOR UPDATE, which the
 // key-share lock of every write queueing a delivery for the endpoint would make skip it
-// whenever writes are busy).
-func (*pgEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
+// whenever writes are busy). Two instances claiming at the same moment each count the other's
+// leases only once committed, so a newsletter may briefly hold one endpoint more per instance
+// than perNewsletter.
+func (*pgEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
 	err := s.idb.NewRaw(`
-WITH ep AS (
-    SELECT w.id FROM webhook_endpoints AS w
-    WHERE `+dueEndpoint+`
-    ORDER BY w.last_claimed_at
-    LIMIT ?1
-    FOR NO KEY UPDATE SKIP LOCKED
+WITH ep AS (`+claimableEndpoints(" FOR NO KEY UPDATE SKIP LOCKED")+`
 ), claimed AS (
-    UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0
+    UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
     FROM ep WHERE w.id = ep.id
     RETURNING w.id, w.url, w.secret, w.last_claimed_at
 )
@@ -186,7 +184,7 @@ CROSS JOIN LATERAL (
     LIMIT ?2
 ) AS d
 JOIN subscriber_events AS e ON e.id = d.event_id
-ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).Scan(ctx, &rows)
+ORDER BY c.id, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = nil
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // This file is the SQLite side of the engine seam (see engine): what the embedded SQLite store
@@ -301,13 +302,13 @@ func (*sqliteEngine) claimEmails(ctx context.Context, s *store, now time.Time, l
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
-		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?1
+		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?3, updated_at = ?1
 WHERE id IN (
     SELECT id FROM email_outbox
     WHERE state = 'pending' AND next_attempt_at <= ?1
     ORDER BY next_attempt_at
     LIMIT ?2)
-RETURNING id`, now.Add(lease), now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+RETURNING id`, now.Add(lease), now, limit, now.Add(outbox.StaleAfter(lease))).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		if len(ids) == 0 {
@@ -329,17 +330,16 @@ ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
 }
 
 // claimDeliveries leases the endpoints with one UPDATE … RETURNING and reads their due
-// deliveries, in one immediate transaction (see claimEmails).
-func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
+// deliveries, in one immediate transaction (see claimEmails), which no other claim runs
+// beside: a newsletter's bound holds exactly.
+func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
-		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?2, last_claimed_at = ?0
-WHERE id IN (
-    SELECT w.id FROM webhook_endpoints AS w WHERE `+dueEndpoint+`
-    ORDER BY w.last_claimed_at LIMIT ?1)
-RETURNING id`, now, endpoints, now.Add(lease)).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
+WHERE id IN (`+claimableEndpoints("")+`)
+RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		if len(ids) == 0 {
@@ -355,7 +355,7 @@ FROM (
 JOIN webhook_endpoints AS w ON w.id = d.endpoint_id
 JOIN subscriber_events AS e ON e.id = d.event_id
 WHERE d.n <= ?2
-ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &rows)
+ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, &rows)
 		if errors.Is(err, sql.ErrNoRows) {
 			err = nil
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 type webhookRow struct {
@@ -26,6 +27,7 @@ type webhookRow struct {
 	BusyUntil     time.Time  `bun:"busy_until"`
 	LastClaimedAt time.Time  `bun:"last_claimed_at"`
 	FailingSince  *time.Time `bun:"failing_since"`
+	StaleAt       *time.Time `bun:"stale_at"`
 	CreatedAt     time.Time  `bun:"created_at"`
 	UpdatedAt     time.Time  `bun:"updated_at"`
 }
@@ -164,12 +166,61 @@ const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
     WHERE d.endpoint_id = w.id AND d.state = 'pending'
     ORDER BY d.next_attempt_at LIMIT 1) <= ?0`
 
+// newsletterLeased counts the endpoints of the newsletter of the endpoint row alias that
+// are leased now (?0).
+func newsletterLeased(alias string) string {
+	return `(SELECT count(*) FROM webhook_endpoints AS b
+        WHERE b.newsletter_id = ` + alias + `.newsletter_id AND b.status = 'enabled' AND b.busy_until > ?0)`
+}
+
+// claimableEndpoints is the query of the ids of the endpoints a claim takes (the arguments of
+// deliveryClaim.args): up to ?1 due endpoints (dueEndpoint), the one claimed longest ago
+// first, such that no newsletter holds more than ?4 leased at once. Among the first ?5 due
+// endpoints of newsletters below their bound (the only rows lock, the engine's locking clause,
+// locks), each newsletter gets what its bound leaves. A newsletter at its bound takes no
+// candidate's place, so its endpoints, first in round-robin order since they are not claimed,
+// cannot hide the others'.
+func claimableEndpoints(lock string) string {
+	return `
+    SELECT r.id FROM (
+        SELECT c.id, c.last_claimed_at,
+            row_number() OVER (PARTITION BY c.newsletter_id ORDER BY c.last_claimed_at) + ` + newsletterLeased("c") + ` AS n
+        FROM (
+            SELECT w.id, w.newsletter_id, w.last_claimed_at FROM webhook_endpoints AS w
+            WHERE ` + dueEndpoint + ` AND ` + newsletterLeased("w") + ` < ?4
+            ORDER BY w.last_claimed_at
+            LIMIT ?5` + lock + `
+        ) AS c
+    ) AS r
+    WHERE r.n <= ?4
+    ORDER BY r.last_claimed_at
+    LIMIT ?1`
+}
+
+// deliveryClaim is what one claim asks for (Deliveries.Claim).
+type deliveryClaim struct {
+	endpoints, perEndpoint, perNewsletter int
+	lease                                 time.Duration
+}
+
+// args are the claim's query arguments: ?0 now, ?1 endpoints, ?2 deliveries per endpoint, ?3
+// the lease's end, ?4 endpoints per newsletter, ?5 candidates looked at (enough that one
+// newsletter's endpoints, up to model.MaxWebhooks, cannot fill them), ?6 when the claim goes
+// stale without a heartbeat.
+func (c deliveryClaim) args(now time.Time) []any {
+	return []any{now, c.endpoints, c.perEndpoint, now.Add(c.lease), c.perNewsletter, c.endpoints + model.MaxWebhooks,
+		now.Add(outbox.StaleAfter(c.lease))}
+}
+
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
-// ago first, and returns up to perEndpoint due deliveries of each, oldest due first. Endpoints
-// other claims hold are skipped, not waited for (see engine.claimDeliveries).
-func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error) {
+// ago first, and returns up to perEndpoint due deliveries of each, oldest due first. No
+// newsletter gets more than perNewsletter endpoints leased at once (docs/operating.md), so
+// one newsletter's hanging receivers cannot hold every worker. Endpoints other claims hold are
+// skipped, not waited for (see engine.claimDeliveries).
+func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint, perNewsletter int, lease time.Duration) ([]model.DeliveryBatch, error) {
 	now := d.now()
-	rows, err := d.db.eng.claimDeliveries(ctx, &d.store, now, endpoints, perEndpoint, lease)
+	c := deliveryClaim{endpoints: endpoints, perEndpoint: perEndpoint, perNewsletter: max(perNewsletter, 1), lease: lease}
+	rows, err := d.db.eng.claimDeliveries(ctx, &d.store, now, c)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -183,6 +234,25 @@ func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint int, leas
 			Payload: []byte(r.Payload), Attempts: r.Attempts, Traceparent: r.Traceparent})
 	}
 	return out, nil
+}
+
+// Extend renews the lease of endpoints a worker still delivers to (its heartbeat). Endpoints
+// whose batch was finished meanwhile are left alone.
+func (d *Deliveries) Extend(ctx context.Context, endpoints []uuid.UUID, lease time.Duration) error {
+	if len(endpoints) == 0 {
+		return nil
+	}
+	now := d.now()
+	_, err := d.idb.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?0, stale_at = ?1
+WHERE id IN (?2) AND stale_at IS NOT NULL`, now.Add(lease), now.Add(outbox.StaleAfter(lease)), bun.List(endpoints)).Exec(ctx)
+	return translate(err)
+}
+
+// HeldPastHeartbeat reads, for metrics, how long the endpoint held longest past its heartbeat
+// has been so (0 when none is): leased by a worker that stopped renewing its lease two beats
+// ago (outbox.StaleAfter), and not taken over yet.
+func (d *Deliveries) HeldPastHeartbeat(ctx context.Context) (time.Duration, error) {
+	return d.heldPast(ctx, `SELECT min(stale_at) FROM webhook_endpoints WHERE stale_at <= ?0`)
 }
 
 // Finish records the outcomes of a batch delivered to endpoint and ends the endpoint's lease,
@@ -236,6 +306,17 @@ WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`, r.Error, r.Status
 				return translate(err)
 			}
 		}
+		if len(delivered) > 0 && failingSince != nil {
+			// The receiver answers again after a run of failures: what waits for a back-off
+			// step because it was down or erroring is due at once, delivered at the
+			// endpoint's usual pace (one worker, PerEndpointParallel at a time). A delivery
+			// it refused with another 4xx keeps its back-off.
+			if _, err := tx.NewRaw(`UPDATE webhook_deliveries SET next_attempt_at = ?0, updated_at = ?0
+WHERE endpoint_id = ?1 AND state = 'pending' AND next_attempt_at > ?0
+    AND (last_status = 0 OR last_status >= 500 OR last_status IN (408, 425, 429))`, now, endpoint).Exec(ctx); err != nil {
+				return translate(err)
+			}
+		}
 		switch {
 		case len(delivered) > 0:
 			failingSince = nil
@@ -248,7 +329,7 @@ WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`, r.Error, r.Status
 		if disabled {
 			status = model.WebhookDisabled
 		}
-		if _, err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?0, failing_since = ?1, status = ?2, updated_at = ?0
+		if _, err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?0, stale_at = NULL, failing_since = ?1, status = ?2, updated_at = ?0
 WHERE id = ?3`, now, failingSince, status, endpoint).Exec(ctx); err != nil {
 			return translate(err)
 		}

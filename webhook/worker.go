@@ -30,9 +30,12 @@ import (
 // many, may use one queue at once.
 type Queue interface {
 	// Claim leases up to endpoints endpoints with due deliveries for lease (one worker at a
-	// time per endpoint, the one claimed longest ago first) and returns up to perEndpoint due
-	// deliveries of each, oldest due first.
-	Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error)
+	// time per endpoint, the one claimed longest ago first, at most perNewsletter of one
+	// newsletter's at once) and returns up to perEndpoint due deliveries of each, oldest due
+	// first.
+	Claim(ctx context.Context, endpoints, perEndpoint, perNewsletter int, lease time.Duration) ([]model.DeliveryBatch, error)
+	// Extend renews the lease of endpoints the worker still delivers to (its heartbeat).
+	Extend(ctx context.Context, endpoints []uuid.UUID, lease time.Duration) error
 	// Finish records a batch's outcomes and ends the endpoint's lease; gone (410) disables the
 	// endpoint, as do 5 days of failures. It reports whether the endpoint was disabled.
 	Finish(ctx context.Context, endpoint uuid.UUID, results []model.DeliveryResult, gone bool) (bool, error)
@@ -56,9 +59,19 @@ type Config struct {
 	// PerEndpointParallel is how many of an endpoint's deliveries are in flight at once;
 	// default 4. One worker serves an endpoint, so this bounds what one receiver gets.
 	PerEndpointParallel int
-	Timeout             time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
-	Lease               time.Duration // how long a claimed endpoint is hidden from other workers; default 2m
-	PollInterval        time.Duration // look for due deliveries this often without a wake-up; default 500ms
+	// PerNewsletter is how many of one newsletter's endpoints are delivered to at once;
+	// default half of Workers (at least 1), so that a newsletter whose receivers all hang
+	// leaves the other half of the workers to the other newsletters.
+	PerNewsletter int
+	Timeout       time.Duration // one attempt, answer included (WEBHOOK_TIMEOUT); default 10s
+	// Lease is how long a claimed endpoint is hidden from other workers unless renewed; the
+	// worker renews it every third of it while it delivers (outbox.Heartbeat), so a dead
+	// worker's endpoints are taken over within it. Default outbox.DefaultLease.
+	Lease time.Duration
+	// Turn is how long one batch may keep starting attempts before the rest goes back to the
+	// queue, so that a slow receiver's backlog does not keep a worker indefinitely; default 1m.
+	Turn         time.Duration
+	PollInterval time.Duration // look for due deliveries this often without a wake-up; default 500ms
 	// Coalesce is how long a worker waits before claiming again after a batch that was not
 	// full, so that a steady stream of events goes out in batches rather than one claim and
 	// one transaction for every few events; default 50ms. After a full batch it claims at once.
@@ -86,13 +99,12 @@ func (c *Config) defaults() {
 	outbox.SetDefault(&c.PerEndpoint, 100)
 	outbox.SetDefault(&c.PerEndpointParallel, 4)
 	outbox.SetDefault(&c.Timeout, 10*time.Second)
-	outbox.SetDefault(&c.Lease, 2*time.Minute)
+	outbox.SetDefault(&c.PerNewsletter, max(c.Workers/2, 1))
+	outbox.SetDefault(&c.Lease, outbox.DefaultLease)
+	outbox.SetDefault(&c.Turn, time.Minute)
 	outbox.SetDefault(&c.PollInterval, 500*time.Millisecond)
 	outbox.SetDefault(&c.Coalesce, 50*time.Millisecond)
 	outbox.SetDefault(&c.MaxAnswerBytes, 64<<10)
-	if c.Lease < 3*c.Timeout {
-		c.Lease = 3 * c.Timeout
-	}
 	if len(c.Backoff) == 0 {
 		c.Backoff = model.WebhookBackoff
 	}
@@ -238,7 +250,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if free <= 0 {
 			return false // a batch ending kicks the loop
 		}
-		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.Lease)
+		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
 		w.claims.Record(ctx, err)
 		// Every free worker got an endpoint: more may be due, for the next one to free.
 		crowded := len(batches) == free
@@ -263,7 +275,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // RunOnce claims one round of endpoints, delivers their batches in parallel and waits for them;
 // it reports how many deliveries it attempted or released.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
-	batches, err := w.queue.Claim(ctx, w.cfg.Workers, w.cfg.PerEndpoint, w.cfg.Lease)
+	batches, err := w.queue.Claim(ctx, w.cfg.Workers, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
 	if err != nil {
 		return 0, err
 	}
@@ -285,9 +297,19 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 // deliverBatch delivers one endpoint's batch, up to PerEndpointParallel at a time, and records
 // the outcomes. After a failed attempt no more are started and the rest of the batch is handed
 // back for a few seconds, so a receiver that is down costs one attempt at a time; so is
-// whatever the lease cannot cover, and, on shutdown, whatever was not started.
+// whatever is not started within Turn, and, on shutdown, whatever was not started. A heartbeat
+// renews the endpoint's lease until the outcomes are recorded.
 func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
-	deadline := time.Now().Add(w.cfg.Lease - 2*w.cfg.Timeout)
+	deadline := time.Now().Add(w.cfg.Turn)
+	hb := outbox.StartHeartbeat(ctx, w.cfg.Lease, func(ctx context.Context, ids []uuid.UUID) error {
+		return w.queue.Extend(ctx, ids, w.cfg.Lease)
+	}, func(ctx context.Context, _ int, err error) {
+		// Not lost: the next beat tries again; when the lease ends another worker may
+		// deliver what this one is delivering, at worst twice.
+		w.log.WarnContext(ctx, "renewing the lease of a webhook endpoint failed",
+			slog.String("endpoint_id", b.EndpointID.String()), slog.String("error", err.Error()))
+	}, b.EndpointID)
+	defer hb.Stop()
 	results := make([]model.DeliveryResult, len(b.Deliveries))
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -328,6 +350,7 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 		delay = outbox.Jitter(w.cfg.Backoff[0])
 	}
 	results = release(results[:started], b.Deliveries[started:], delay)
+	hb.Drop(b.EndpointID) // Finish ends the lease
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	disabled, err := w.queue.Finish(fctx, b.EndpointID, results, gone)

@@ -29,9 +29,12 @@ type memQueue struct {
 	gone     bool
 	failing  int // claims to fail before the next succeeds
 	claims   int // claims asked for
+	extended int // lease renewals
+	// endedAt is when Finish ended the lease; lastExtend when it was last renewed.
+	endedAt, lastExtend time.Time
 }
 
-func (q *memQueue) Claim(context.Context, int, int, time.Duration) ([]model.DeliveryBatch, error) {
+func (q *memQueue) Claim(context.Context, int, int, int, time.Duration) ([]model.DeliveryBatch, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.claims++
@@ -44,9 +47,18 @@ func (q *memQueue) Claim(context.Context, int, int, time.Duration) ([]model.Deli
 	return b, nil
 }
 
+func (q *memQueue) Extend(context.Context, []uuid.UUID, time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.extended++
+	q.lastExtend = time.Now()
+	return nil
+}
+
 func (q *memQueue) Finish(_ context.Context, _ uuid.UUID, r []model.DeliveryResult, gone bool) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.endedAt = time.Now()
 	q.finished = append(q.finished, r)
 	q.gone = q.gone || gone
 	return gone, nil
@@ -284,4 +296,35 @@ func BenchmarkDeliverBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/event")
+}
+
+// TestWorkerRenewsEndpointLeaseWhileDelivering: a receiver slower than the lease keeps its
+// endpoint leased by the worker's heartbeat, renewed every third of the lease, and never after
+// the batch's outcome is recorded (a renewal would hide the endpoint after Finish).
+func TestWorkerRenewsEndpointLeaseWhileDelivering(t *testing.T) {
+	const lease = 90 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * lease)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	q := &memQueue{batches: []model.DeliveryBatch{{EndpointID: uuid.New(), URL: srv.URL, Secret: model.NewWebhookSecret(),
+		Deliveries: []model.Delivery{{EventID: uuid.New(), Type: model.EventCreated, Payload: []byte(`{}`)}}}}}
+	w := NewWorker(q, Config{Lease: lease, Timeout: time.Minute, Guard: Guard{AllowPrivate: true},
+		Logger: slog.New(slog.DiscardHandler)})
+	if n, err := w.RunOnce(context.Background()); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	time.Sleep(2 * lease) // a renewal after Finish would come now
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.extended < 3 {
+		t.Errorf("lease renewed %d times while the receiver took 5 leases, want at least 3", q.extended)
+	}
+	if len(q.finished) != 1 || q.finished[0][0].Outcome != model.DeliveryDelivered {
+		t.Fatalf("finished %v, want one delivered", q.finished)
+	}
+	if q.lastExtend.After(q.endedAt) {
+		t.Errorf("lease renewed at %v, after Finish ended it at %v", q.lastExtend, q.endedAt)
+	}
 }

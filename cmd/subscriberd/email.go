@@ -47,6 +47,9 @@ func startWorker(ctx context.Context, db *repo.DB, m *mailer, metrics *telemetry
 	if err := metrics.RegisterOutboxGauges(outbox.Stats); err != nil {
 		log.Error("outbox gauges not exported", "error", err)
 	}
+	if err := metrics.RegisterOutboxHeldGauge(outbox.HeldPastHeartbeat); err != nil {
+		log.Error("outbox gauges not exported", "error", err)
+	}
 	w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
 		Wake:     outbox.Listen(ctx),
 		Recorder: metrics,

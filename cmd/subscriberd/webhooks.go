@@ -35,6 +35,9 @@ func startWebhookWorker(ctx context.Context, db *repo.DB, s webhookSettings, met
 	if err := metrics.RegisterWebhookGauges(queue.Stats); err != nil {
 		log.Error("webhook gauges not exported", "error", err)
 	}
+	if err := metrics.RegisterWebhookHeldGauge(queue.HeldPastHeartbeat); err != nil {
+		log.Error("webhook gauges not exported", "error", err)
+	}
 	if s.workers == 0 {
 		log.Info("WEBHOOK_WORKERS=0: this instance delivers no webhooks; another instance on the database must")
 		done := make(chan struct{})

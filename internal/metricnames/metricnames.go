@@ -52,6 +52,8 @@ func TouchAll(m *telemetry.Metrics) {
 	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
 	m.WebhookDelivery(context.Background(), telemetry.WebhookDelivered, time.Millisecond)
 	_ = m.RegisterWebhookGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
+	_ = m.RegisterOutboxHeldGauge(func(context.Context) (time.Duration, error) { return 0, nil })
+	_ = m.RegisterWebhookHeldGauge(func(context.Context) (time.Duration, error) { return 0, nil })
 	_ = m.RegisterDB(sql.OpenDB(nopConnector{}))
 }
 

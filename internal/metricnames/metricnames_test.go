@@ -34,6 +34,7 @@ func TestNames(t *testing.T) {
 		"process_resident_memory_bytes", "go_build_info", "subscriberd_build_info",
 		"webhook_deliveries_total", "webhook_delivery_duration_seconds_bucket", "webhook_queue_depth",
 		"webhook_queue_oldest_due_age_seconds", "webhook_queue_collect_errors_total",
+		"email_outbox_held_past_heartbeat_seconds", "webhook_queue_held_past_heartbeat_seconds",
 	} {
 		if _, ok := slices.BinarySearch(names, want); !ok {
 			t.Errorf("Names lacks %s", want)
