@@ -98,6 +98,9 @@ type Config struct {
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
 	CursorKey []byte
+	// KeyUsage, when set, records when each key was last used (docs/api-contract.md §16.2),
+	// written by RunKeyUsage or FlushKeyUsage, never by the request.
+	KeyUsage KeyUsageStore
 }
 
 var installErrorOnce sync.Once
@@ -108,6 +111,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics Metrics
 	keys    *keyCache
+	usage   *keyUsage
 	limiter Limiter
 	// dbOutage logs the database's outages: a line when requests start failing with
 	// model.ErrUnavailable, a summary every 30 s while they do, a line when one succeeds.
@@ -138,19 +142,20 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
-	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
-	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
+	// The order of docs/api-contract.md §5: client lockout, key, plan, the key's scope
+	// (§16.2), key lockout and rate limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
 	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()
+	s.documentScope()
 	// Paths in the document are absolute (/api/v1/...): the server is the origin that serves
 	// it, whatever name it is reached by, which keeps the docs page's requests same-origin.
 	s.api.OpenAPI().Servers = []*huma.Server{{URL: "/",

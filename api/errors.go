@@ -20,6 +20,7 @@ const (
 	CodeValidation         = "validation_error"
 	CodeUnauthorized       = "unauthorized"
 	CodeAPIAccessDisabled  = "api_access_disabled"
+	CodeInsufficientScope  = "insufficient_scope"
 	CodeNotFound           = "not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodePayloadTooLarge    = "payload_too_large"
@@ -78,7 +79,7 @@ type Error struct {
 	headers http.Header
 
 	Success bool   `json:"success" doc:"Always false." example:"false"`
-	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
+	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, insufficient_scope, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
 	Message string `json:"message" doc:"Human-readable description."`
 	// Errors is FieldErrors on 422 and RetryAfter on 429, absent otherwise. Those two
 	// responses are documented with their own schemas (ValidationError, RateLimitError), so

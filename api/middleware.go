@@ -298,6 +298,9 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		s.writeErr(ctx, newError(http.StatusForbidden, MsgAccessDisabled))
 		return
 	}
+	if s.cfg.KeyUsage != nil {
+		s.usage.used(p.KeyID, time.Now())
+	}
 	next(huma.WithValue(ctx, principalKey, p))
 }
 

@@ -119,6 +119,7 @@ type Metrics struct {
 	lockouts          *prometheus.CounterVec
 	idempotency       *prometheus.CounterVec   // see idempotency.go
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
+	scopeRefusals     *prometheus.CounterVec   // see scope.go
 	gateWaiting       prometheus.Gauge
 
 	requestSeries sync.Map // seriesKey → *requestSeries
@@ -220,6 +221,7 @@ func NewMetrics(version string) *Metrics {
 	)
 	m.registerIdempotency()
 	m.registerBulkGate()
+	m.registerScope()
 	return m
 }
 
