@@ -103,32 +103,34 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 // edge's bounds (every operation) and the list's parameters; 400, 409 and 422 for the writes,
 // which take Idempotency-Key.
 var documented = map[string][]int{
-	"create-subscriber":       {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"bulk-create-subscribers": {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"list-subscribers":        {200, 400, 401, 403, 429, 500, 503},
-	"get-subscriber":          {200, 400, 401, 403, 404, 429, 500, 503},
-	"update-subscriber":       {200, 400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503},
-	"unsubscribe-subscriber":  {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
-	"list-subscriber-events":  {200, 400, 401, 403, 404, 429, 500, 503},
-	"create-webhook":          {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"list-webhooks":           {200, 400, 401, 403, 429, 500, 503},
-	"get-webhook":             {200, 400, 401, 403, 404, 429, 500, 503},
-	"delete-webhook":          {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
+	"create-subscriber":          {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
+	"bulk-create-subscribers":    {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
+	"list-subscribers":           {200, 400, 401, 403, 429, 500, 503},
+	"get-subscriber":             {200, 400, 401, 403, 404, 429, 500, 503},
+	"update-subscriber":          {200, 400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503},
+	"upsert-subscriber-by-email": {200, 201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
+	"unsubscribe-subscriber":     {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
+	"list-subscriber-events":     {200, 400, 401, 403, 404, 429, 500, 503},
+	"create-webhook":             {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
+	"list-webhooks":              {200, 400, 401, 403, 429, 500, 503},
+	"get-webhook":                {200, 400, 401, 403, 404, 429, 500, 503},
+	"delete-webhook":             {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
 }
 
 // operations maps "METHOD path" in the document to its operation id.
 var operations = map[string]string{
-	"POST /api/v1/subscribers":            "create-subscriber",
-	"POST /api/v1/subscribers/bulk":       "bulk-create-subscribers",
-	"GET /api/v1/subscribers":             "list-subscribers",
-	"GET /api/v1/subscribers/{id}":        "get-subscriber",
-	"PUT /api/v1/subscribers/{id}":        "update-subscriber",
-	"DELETE /api/v1/subscribers/{id}":     "unsubscribe-subscriber",
-	"GET /api/v1/subscribers/{id}/events": "list-subscriber-events",
-	"POST /api/v1/webhooks":               "create-webhook",
-	"GET /api/v1/webhooks":                "list-webhooks",
-	"GET /api/v1/webhooks/{id}":           "get-webhook",
-	"DELETE /api/v1/webhooks/{id}":        "delete-webhook",
+	"POST /api/v1/subscribers":                 "create-subscriber",
+	"POST /api/v1/subscribers/bulk":            "bulk-create-subscribers",
+	"GET /api/v1/subscribers":                  "list-subscribers",
+	"GET /api/v1/subscribers/{id}":             "get-subscriber",
+	"PUT /api/v1/subscribers/{id}":             "update-subscriber",
+	"PUT /api/v1/subscribers/by-email/{email}": "upsert-subscriber-by-email",
+	"DELETE /api/v1/subscribers/{id}":          "unsubscribe-subscriber",
+	"GET /api/v1/subscribers/{id}/events":      "list-subscriber-events",
+	"POST /api/v1/webhooks":                    "create-webhook",
+	"GET /api/v1/webhooks":                     "list-webhooks",
+	"GET /api/v1/webhooks/{id}":                "get-webhook",
+	"DELETE /api/v1/webhooks/{id}":             "delete-webhook",
 }
 
 func TestOpenAPIResponses(t *testing.T) {
@@ -229,6 +231,8 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		{"list-subscribers", "GET", subs, "", []scenario{{name: "bad query", path: subs + "?page=x"}}},
 		{"get-subscriber", "GET", item, "", []scenario{{name: "unknown", path: subs + "/" + unknowID}}},
 		{"update-subscriber", "PUT", item, `{"name":"N"}`, append(slices.Clone(withBody), scenario{name: "unknown", path: subs + "/" + unknowID})},
+		{"upsert-subscriber-by-email", "PUT", subs + "/by-email/added1@example.com", `{"name":"N"}`,
+			append(slices.Clone(withBody), scenario{name: "new address", path: subs + "/by-email/n@example.com"})},
 		{"unsubscribe-subscriber", "DELETE", item, "", append([]scenario{{name: "not a UUID", path: subs + "/x"}}, idem...)},
 	}
 	for _, op := range ops {

@@ -262,6 +262,7 @@ func (s *Server) register() {
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
+	s.registerUpsert(withBody)
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
 
@@ -322,11 +323,17 @@ func (s *Server) create(ctx context.Context, p model.Principal, in *createInput)
 	if verr != nil {
 		return nil, verr
 	}
+	return s.createNew(ctx, p, ns, "create")
+}
+
+// createNew is the create path, shared by create and the upsert (upsert.go): operation names
+// it in the metrics.
+func (s *Server) createNew(ctx context.Context, p model.Principal, ns model.NewSubscriber, operation string) (*createdOutput, error) {
 	sub, err := s.cfg.Store.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.SubscribersCreated("create", string(sub.Status), 1)
+	s.metrics.SubscribersCreated(operation, string(sub.Status), 1)
 	return &createdOutput{
 		Location: BasePath + "/subscribers/" + sub.ID.String(),
 		Body:     SubscriberEnvelope{Success: true, Data: toSubscriber(sub)},

@@ -147,7 +147,7 @@ func NewMetrics(version string) *Metrics {
 		}),
 		subscribersCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "subscribers_created_total",
-			Help: "Subscribers created, by initial status and operation (create, bulk).",
+			Help: "Subscribers created, by initial status and operation (create, bulk, upsert).",
 		}, []string{"status", "operation"}),
 		emailSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "email_sends_total",
@@ -296,7 +296,7 @@ func observe(ctx context.Context, o prometheus.Observer, d time.Duration) {
 	o.Observe(d.Seconds())
 }
 
-// SubscribersCreated counts n subscribers created with status by operation ("create", "bulk").
+// SubscribersCreated counts n subscribers created with status by operation ("create", "bulk", "upsert").
 func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 	m.subscribersCreated.WithLabelValues(status, operation).Add(float64(n))
 }
