@@ -4,15 +4,38 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// upsertPath is the path of the upsert by email (docs/api-contract.md §16.1).
-const upsertPath = BasePath + "/subscribers/by-email/{email}"
+// upsertPath is the path of the upsert by email (docs/api-contract.md §16.1); upsertPrefix
+// is what comes before the address.
+const (
+	upsertPrefix = BasePath + "/subscribers/by-email/"
+	upsertPath   = upsertPrefix + "{email}"
+)
+
+// routeUpsert serves a PUT whose path starts with upsertPrefix: whatever follows it, decoded,
+// is the address, for the handler to judge (422 keyed email), even where the mux would not
+// route it: empty, with "/" (percent-encoded or not), ".", ".." or "//", which it would clean
+// away or redirect. The route and its span name stay the operation's.
+func routeUpsert(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	probe := *r
+	probe.URL = &url.URL{Path: upsertPrefix + "x"}
+	h, pattern := mux.Handler(&probe)
+	if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
+		_, info.route, _ = strings.Cut(pattern, " ")
+		setRoute(w, info.route)
+	}
+	r.Pattern = pattern
+	r.SetPathValue("email", strings.TrimPrefix(r.URL.Path, upsertPrefix))
+	h.ServeHTTP(w, r)
+}
 
 // SubscriberUpsert is an upsert body: name and status, both optional; the address is the path's.
 type SubscriberUpsert map[string]any
