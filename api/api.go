@@ -77,6 +77,8 @@ type Config struct {
 	// addresses that are not public.
 	Webhooks     WebhookStore
 	WebhookGuard URLChecker
+	// Suppressions stores the suppression list (docs/api-contract.md §13).
+	Suppressions SuppressionStore
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration

@@ -26,6 +26,7 @@ const (
 	CodePayloadTooLarge    = "payload_too_large"
 	CodeUnsupportedMedia   = "unsupported_media_type"
 	CodeEmailTaken         = "email_already_subscribed"
+	CodeEmailSuppressed    = "email_suppressed"
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
@@ -45,17 +46,19 @@ const (
 	MsgAccessDisabled  = "API access is not enabled."
 	MsgNotFound        = "Subscriber not found."
 	MsgWebhookNotFound = "Webhook not found."
-	MsgRouteNotFound   = "The requested resource was not found."
-	MsgMethod          = "The method is not allowed for this resource."
-	MsgTooLarge        = "The request body must not be larger than 1 MiB."
-	MsgMediaType       = "The request body must be sent as application/json."
-	MsgInvalidData     = "The given data was invalid."
-	MsgRateLimited     = "Too many requests. Please try again later."
-	MsgClientLocked    = "Too many failed authentication attempts from this address. Please try again later."
-	MsgKeyLocked       = "Too many rejected requests with this API key. Please try again later."
-	MsgInternal        = "An unexpected error occurred."
-	MsgUnavailable     = "The service is temporarily unavailable. Please try again later."
-	unavailableRetryIn = 5 // seconds, sent as Retry-After with 503
+	// MsgSuppressionNotFound is docs/api-contract.md §13's 404.
+	MsgSuppressionNotFound = "Suppression not found."
+	MsgRouteNotFound       = "The requested resource was not found."
+	MsgMethod              = "The method is not allowed for this resource."
+	MsgTooLarge            = "The request body must not be larger than 1 MiB."
+	MsgMediaType           = "The request body must be sent as application/json."
+	MsgInvalidData         = "The given data was invalid."
+	MsgRateLimited         = "Too many requests. Please try again later."
+	MsgClientLocked        = "Too many failed authentication attempts from this address. Please try again later."
+	MsgKeyLocked           = "Too many rejected requests with this API key. Please try again later."
+	MsgInternal            = "An unexpected error occurred."
+	MsgUnavailable         = "The service is temporarily unavailable. Please try again later."
+	unavailableRetryIn     = 5 // seconds, sent as Retry-After with 503
 )
 
 // codeByStatus is the code an error of a status gets unless its builder names another.
@@ -90,7 +93,7 @@ type Error struct {
 // ValidationError documents the 422 body: the envelope with the messages of each failing field.
 type ValidationError struct {
 	Success bool        `json:"success" doc:"Always false." example:"false"`
-	Code    string      `json:"code" enum:"validation_error,email_already_subscribed" doc:"Machine-readable error code."`
+	Code    string      `json:"code" enum:"validation_error,email_already_subscribed,email_suppressed" doc:"Machine-readable error code."`
 	Message string      `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
 	Errors  FieldErrors `json:"errors"`
 }
@@ -191,6 +194,19 @@ func validationError(v *model.ValidationError) *Error {
 	return e
 }
 
+// suppressedError is the 422 email_suppressed of docs/api-contract.md §13: for one address its
+// message is the field's; a bulk's is the general one.
+func suppressedError(se *model.SuppressedError) *Error {
+	msg := MsgInvalidData
+	if !se.Bulk && len(se.Reasons) == 1 {
+		msg = model.SuppressedMessage(se.Reasons[0])
+	}
+	e := newError(http.StatusUnprocessableEntity, msg)
+	e.Code = CodeEmailSuppressed
+	e.Errors = se.Fields()
+	return e
+}
+
 func unauthorized() *Error {
 	e := newError(http.StatusUnauthorized, MsgInvalidKey)
 	e.headers = http.Header{"Www-Authenticate": {"Bearer"}}
@@ -222,6 +238,7 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		verr   *model.ValidationError
 		qerr   *model.QueryError
 		taken  *model.EmailTakenError
+		supp   *model.SuppressedError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -230,6 +247,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return validationError(verr)
 	case errors.As(err, &qerr):
 		return newError(http.StatusBadRequest, qerr.Message)
+	case errors.As(err, &supp):
+		return suppressedError(supp)
 	case errors.As(err, &taken):
 		return validationError(model.BulkEmailTaken(taken.Indexes))
 	case errors.Is(err, model.ErrEmailTaken):
@@ -241,6 +260,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusNotFound, MsgNotFound)
 	case errors.Is(err, model.ErrWebhookNotFound):
 		return newError(http.StatusNotFound, MsgWebhookNotFound)
+	case errors.Is(err, model.ErrSuppressionNotFound):
+		return newError(http.StatusNotFound, MsgSuppressionNotFound)
 	case clientGone(ctx):
 		// Whatever failed (a statement cancelled with the request, a transaction rolled back
 		// under it, a body cut short), it failed because the client went away: not a 5xx.

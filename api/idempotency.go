@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -104,7 +105,10 @@ func (s *Server) documentIdempotency() {
 				resp.Headers["Retry-After"] = &huma.Param{Description: "Seconds to wait before retrying: 1.",
 					Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(1.0)}}
 			}
-			if resp := op.Responses[strconv.Itoa(op.DefaultStatus)]; resp != nil {
+			for code, resp := range op.Responses {
+				if !strings.HasPrefix(code, "2") {
+					continue
+				}
 				if resp.Headers == nil {
 					resp.Headers = map[string]*huma.Param{}
 				}

@@ -265,6 +265,7 @@ func (s *Server) register() {
 	s.registerUpsert(withBody)
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
+	s.registerSuppressions(common, withBody)
 
 	// Huma documents 422 for every operation with parameters; the ones without a body never
 	// send it (a bad parameter is 400 or 404), so the document says only what is sent. An

@@ -45,7 +45,7 @@ func newMailEnv(t *testing.T, opts ...func(*envOptions)) *mailEnv {
 	t.Helper()
 	e := newEnv(t, opts...)
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
-		Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true}})
+		Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true}, Suppressions: repo.NewSuppressions(e.db)})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

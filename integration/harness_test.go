@@ -111,6 +111,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		TrustedProxies: o.trusted,
 		Events:         repo.NewEvents(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    e.idem,
 		CursorKey:      cursorKey,

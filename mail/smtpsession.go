@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -75,7 +76,13 @@ func (s *SMTP) SendGated(ctx context.Context, m *Message, gate func(accept func(
 		return classifyReply("MAIL FROM", err)
 	}
 	if err := sc.Rcpt("<" + rcpt + ">"); err != nil {
-		return classifyReply("RCPT TO "+rcpt, err)
+		err = classifyReply("RCPT TO "+rcpt, err)
+		var p *PermanentError
+		var te *textproto.Error
+		if errors.As(err, &p) && errors.As(err, &te) {
+			p.Recipient, p.Reply = true, strconv.Itoa(te.Code)+" "+te.Msg
+		}
+		return err
 	}
 	w, err := sc.Data()
 	if err != nil {

@@ -28,6 +28,21 @@ type Transport interface {
 type PermanentError struct {
 	Code int // the SMTP reply code, 5xx
 	Err  error
+	// Recipient is set when the server refused the recipient (a 5xx reply to RCPT TO): a hard
+	// bounce, which suppresses the address (docs/api-contract.md §13). A refusal of the
+	// sender or of the message says nothing about the address.
+	Recipient bool
+	// Reply is the server's reply, code and text, as it gave it.
+	Reply string
+}
+
+// HardBounce returns the server's reply when err is a permanent refusal of the recipient.
+func HardBounce(err error) (reply string, ok bool) {
+	var p *PermanentError
+	if errors.As(err, &p) && p.Recipient {
+		return p.Reply, true
+	}
+	return "", false
 }
 
 // Error describes the refusal.

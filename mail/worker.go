@@ -59,7 +59,24 @@ const (
 	OutcomeRetry     = "retry"
 	OutcomeFailed    = "failed"
 	OutcomeCancelled = "cancelled"
+	// OutcomeSuppressed is an email dropped at the last check before sending: its address is
+	// on the suppression list (docs/api-contract.md §13).
+	OutcomeSuppressed = "suppressed"
 )
+
+// Bouncer is implemented by an [Outbox] that records hard bounces (docs/api-contract.md §13):
+// in one transaction the email fails, its address is suppressed with reason hard_bounce and
+// its subscriber unsubscribed. It reports whether the suppression is new. Without it a hard
+// bounce only fails the email.
+type Bouncer interface {
+	Bounce(ctx context.Context, e model.OutboxEmail, reply string) (bool, error)
+}
+
+// suppressionRecorder is a Recorder that also counts new suppressions by reason
+// (suppressions_total; telemetry.Metrics is one).
+type suppressionRecorder interface {
+	SuppressionsCreated(reason string, n int)
+}
 
 // Recorder receives the worker's metrics: one call per attempt with its outcome
 // ([OutcomeSent], [OutcomeLogged], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and duration.
@@ -328,6 +345,9 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	}
 	token, hash := NewToken()
 	if err := w.outbox.IssueToken(ctx, job, hash, TokenTTL); err != nil {
+		if errors.Is(err, model.ErrEmailSuppressed) {
+			return w.suppressed(ctx, job, log), nil
+		}
 		if errors.Is(err, model.ErrEmailObsolete) {
 			return w.cancelled(ctx, job, log), nil
 		}
@@ -364,6 +384,8 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		}
 		log.InfoContext(ctx, "email sent", slog.String("message_id", msg.ID))
 		return OutcomeSent, nil
+	case errors.Is(commitErr, model.ErrEmailSuppressed):
+		return w.suppressed(ctx, job, log), nil
 	case errors.Is(commitErr, model.ErrEmailObsolete):
 		return w.cancelled(ctx, job, log), nil
 	case commitErr != nil:
@@ -377,6 +399,19 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 	}
 
 	reason := outbox.Truncate(err.Error(), 1000)
+	if reply, ok := HardBounce(err); ok {
+		if b, ok := w.outbox.(Bouncer); ok {
+			created, berr := b.Bounce(ctx, job, reply)
+			if berr == nil {
+				if r, ok := w.cfg.Recorder.(suppressionRecorder); ok && created {
+					r.SuppressionsCreated(string(model.ReasonHardBounce), 1)
+				}
+				log.ErrorContext(ctx, "email failed for good: the server refused the recipient; address suppressed (hard_bounce)", errAttr(err))
+				return OutcomeFailed, err
+			}
+			log.WarnContext(ctx, "recording hard bounce failed", errAttr(berr))
+		}
+	}
 	if IsPermanent(err) || attempt >= w.cfg.MaxAttempts {
 		if ferr := w.outbox.Fail(ctx, job.ID, reason); ferr != nil {
 			log.WarnContext(ctx, "recording failure failed", errAttr(ferr))
@@ -438,6 +473,16 @@ func (w *Worker) send(ctx context.Context, job model.OutboxEmail, msg *Message, 
 		return *commitErr
 	}
 	return err
+}
+
+// suppressed drops an email whose address the last check found suppressed
+// (docs/api-contract.md §13).
+func (w *Worker) suppressed(ctx context.Context, job model.OutboxEmail, log *slog.Logger) string {
+	if err := w.outbox.Cancel(ctx, job.ID, "address suppressed"); err != nil {
+		log.WarnContext(ctx, "cancelling email failed", errAttr(err))
+	}
+	log.InfoContext(ctx, "email dropped: the address is suppressed")
+	return OutcomeSuppressed
 }
 
 // cancelled gives up on an email found no longer wanted.

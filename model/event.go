@@ -39,6 +39,11 @@ const (
 	SourceAPI              = "api"
 	SourceEmail            = "email"
 	SourceConfirmationLink = "confirmation_link"
+	// SourceSuppression is a subscriber unsubscribed because its address was suppressed
+	// (docs/api-contract.md §13); Reason is the suppression's, APIKey the key that made it.
+	SourceSuppression = "suppression"
+	// SourceDeclineLink is a subscriber who said "I did not sign up" (§12.2).
+	SourceDeclineLink = "decline_link"
 )
 
 // MaxUserAgentLength is how much of a confirming browser's User-Agent an event keeps, in
@@ -52,6 +57,7 @@ type EventSource struct {
 	APIKey    string // SourceAPI: the key's display prefix
 	IP        string // SourceConfirmationLink
 	UserAgent string // SourceConfirmationLink, at most MaxUserAgentLength characters
+	Reason    string // SourceSuppression
 }
 
 // APISource is the source of a change made through the API with the key of prefix.
@@ -116,7 +122,13 @@ func NewEvent(t EventType, sub Subscriber, previous map[string]string, src Event
 		source = struct {
 			Kind string `json:"kind"`
 		}{src.Kind}
-	case SourceConfirmationLink:
+	case SourceSuppression:
+		source = struct {
+			Kind   string `json:"kind"`
+			Reason string `json:"reason"`
+			APIKey string `json:"api_key,omitempty"`
+		}{src.Kind, src.Reason, src.APIKey}
+	case SourceConfirmationLink, SourceDeclineLink:
 		source = struct {
 			Kind      string `json:"kind"`
 			IP        string `json:"ip"`

@@ -212,8 +212,8 @@ WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 // stillWanted locks e's subscriber and fails with model.ErrEmailObsolete unless the subscriber
 // and e are both still pending.
 func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail) error {
-	var status, state string
-	err := tx.NewRaw("SELECT status FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status)
+	var status, state, email string
+	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status, &email)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 	}
@@ -230,7 +230,48 @@ func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail
 	if status != string(model.StatusPending) || state != StatePending {
 		return fmt.Errorf("subscriber %s, email %s: %w", status, state, model.ErrEmailObsolete)
 	}
+	// The last check (docs/api-contract.md §13): nothing is sent to a suppressed address,
+	// whatever raced with the suppression. A suppression that unsubscribes this subscriber
+	// waits for the row lock held here, so it commits after this send or is seen above.
+	found, err := findByHashes(ctx, tx, e.NewsletterID, [][]byte{model.EmailHash(email)})
+	if err != nil {
+		return err
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w: %w", model.ErrEmailObsolete, model.ErrEmailSuppressed)
+	}
 	return nil
+}
+
+// Bounce records a hard bounce of e (docs/api-contract.md §13): the SMTP server refused its
+// recipient for good with reply. In one transaction the email fails, the address is suppressed
+// with reason hard_bounce, and the subscriber, if still active or pending with that address,
+// becomes unsubscribed with its event. It reports whether the suppression is new.
+func (o *Outbox) Bounce(ctx context.Context, e model.OutboxEmail, reply string) (bool, error) {
+	var created, delivering bool
+	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+		created, delivering = false, false
+		now := o.now()
+		if _, err := tx.NewRaw(`UPDATE email_outbox
+SET state = 'failed', attempts = attempts + 1, last_error = ?0, updated_at = ?1
+WHERE id = ?2 AND state = 'pending'`, "hard bounce: "+reply, now, e.ID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		_, isNew, err := Suppress(ctx, tx, e.NewsletterID, model.NewSuppression{Email: e.Email,
+			Reason: model.ReasonHardBounce, Source: model.SMTPSuppressionSource(reply)}, now)
+		if err != nil {
+			return err
+		}
+		created = isNew
+		delivering, err = unsubscribeSuppressed(ctx, tx, e.NewsletterID, e.Email,
+			model.EventSource{Kind: model.SourceSuppression, Reason: string(model.ReasonHardBounce)}, now)
+		return err
+	})
+	if err != nil {
+		return false, translate(err)
+	}
+	deliveriesQueued(o.db, delivering)
+	return created, nil
 }
 
 // Extend renews the lease of claimed emails the worker still holds (its heartbeat): their

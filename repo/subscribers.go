@@ -98,6 +98,10 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	var delivering bool
 	pending := in.Status == model.StatusPending
 	insert := func(ctx context.Context, db bun.IDB) error {
+		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
+		if err := CheckNotSuppressed(ctx, db, nl, row.Email); err != nil {
+			return err
+		}
 		if !pending && !isSQLite(db) {
 			stored, err := s.insertWithEventPG(ctx, db, &row,
 				model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt))
@@ -125,7 +129,8 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 		}
 		return nil
 	}
-	if err := s.atomically(ctx, pending, insert); err != nil {
+	// Always a transaction: the suppression check's lock must hold until the insert commits.
+	if err := s.atomically(ctx, true, insert); err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	if pending {
@@ -169,7 +174,7 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	// not be undone on their own, so the insert that names conflicts goes first there.
 	_, joined := joinTx(ctx, s.db)
 	pending, delivering, err := s.insertMany(ctx, rows, joined)
-	if errors.Is(err, model.ErrEmailTaken) && !joined {
+	if errors.Is(err, model.ErrEmailTaken) && !errors.Is(err, model.ErrEmailSuppressed) && !joined {
 		pending, delivering, err = s.insertMany(ctx, rows, true)
 	}
 	if err != nil {
@@ -219,6 +224,18 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 	src := model.SourceFrom(ctx)
 	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
 		pending = nil
+		// docs/api-contract.md §13: suppressed addresses, before the uniqueness rule.
+		emails := make([]string, len(rows))
+		for i := range rows {
+			emails[i] = rows[i].Email
+		}
+		if err := CheckNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
+			var se *model.SuppressedError
+			if errors.As(err, &se) {
+				se.Bulk = true
+			}
+			return err
+		}
 		if !nameConflicts {
 			res, err := tx.NewInsert().Model(&sorted).On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 			if err != nil {
@@ -561,6 +578,10 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			case !found:
 				return fmt.Errorf("%w", model.ErrNotFound)
 			case taken:
+				// docs/api-contract.md §13: a suppressed address before the uniqueness rule.
+				if err := CheckNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
+					return err
+				}
 				return fmt.Errorf("%w", model.ErrEmailTaken)
 			}
 		}
@@ -572,6 +593,18 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			return translate(err)
 		}
 		before := row.toModel()
+		// docs/api-contract.md §13: subscribing a suppressed address (a new email, or the
+		// status active or pending) changes nothing.
+		newEmail := p.Email != nil && model.EmailKey(*p.Email) != model.EmailKey(before.Email)
+		if newEmail || (p.Status != nil && *p.Status != model.StatusUnsubscribed) {
+			addr := before.Email
+			if p.Email != nil {
+				addr = *p.Email
+			}
+			if err := CheckNotSuppressed(ctx, tx, nl, addr); err != nil {
+				return err
+			}
+		}
 		retire, queue := p.ConfirmationEffect(before)
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)

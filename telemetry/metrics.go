@@ -72,7 +72,7 @@ const (
 const labelOther = "other"
 
 var (
-	emailOutcomes   = []string{EmailSent, EmailLogged, EmailRetry, EmailFailed, EmailCancelled}
+	emailOutcomes   = []string{EmailSent, EmailLogged, EmailRetry, EmailFailed, EmailCancelled, EmailSuppressed}
 	webhookOutcomes = []string{WebhookDelivered, WebhookRetry, WebhookFailed}
 	decisionScopes  = []string{ScopeKey, ScopeBulk, ScopeClientLockout, ScopeKeyLockout, ScopeConfirm}
 	decisionResults = []string{DecisionAllowed, DecisionLimited, DecisionLocked}
@@ -121,6 +121,7 @@ type Metrics struct {
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
 	scopeRefusals     *prometheus.CounterVec   // see scope.go
 	gateWaiting       prometheus.Gauge
+	consent           consentMetrics // see consent.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -151,7 +152,7 @@ func NewMetrics(version string) *Metrics {
 		}, []string{"status", "operation"}),
 		emailSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "email_sends_total",
-			Help: "Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled).",
+			Help: "Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled, suppressed).",
 		}, []string{"outcome"}),
 		emailSendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                        "email_send_duration_seconds",
@@ -222,6 +223,7 @@ func NewMetrics(version string) *Metrics {
 	m.registerIdempotency()
 	m.registerBulkGate()
 	m.registerScope()
+	m.registerConsent()
 	return m
 }
 

@@ -23,10 +23,12 @@ import (
 func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
 	m := NewMetrics("test")
 	for name, want := range map[string]int{
-		"email_sends_total":          5,
-		"rate_limit_decisions_total": 15,
-		"auth_failures_total":        4,
-		"lockouts_total":             2,
+		"email_sends_total":             6,
+		"rate_limit_decisions_total":    15,
+		"suppressions_total":            5,
+		"confirmation_page_posts_total": 10,
+		"auth_failures_total":           4,
+		"lockouts_total":                2,
 	} {
 		if got, err := testutil.GatherAndCount(m.Registry(), name); err != nil || got != want {
 			t.Errorf("%s: got %d series (err %v), want %d", name, got, err, want)
@@ -55,6 +57,9 @@ func TestRecordingMethods(t *testing.T) {
 	m.BackendUp(true)
 	m.BackendUp(false)
 	m.SubscribersCreated("bulk", "pending", 3)
+	m.SuppressionsCreated("declined", 2)
+	m.SuppressionsCreated("bob@example.com", 1) // unbounded value: becomes "other"
+	m.PagePost(PageConfirm, PageRefused)
 
 	expected := `
 # HELP auth_failures_total Requests refused by authentication, by reason (missing, invalid, revoked, plan_disabled).
@@ -63,7 +68,7 @@ auth_failures_total{reason="invalid"} 2
 auth_failures_total{reason="missing"} 0
 auth_failures_total{reason="plan_disabled"} 1
 auth_failures_total{reason="revoked"} 0
-# HELP email_sends_total Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled).
+# HELP email_sends_total Confirmation email send attempts, by outcome (sent, logged, retry, failed, cancelled, suppressed).
 # TYPE email_sends_total counter
 email_sends_total{outcome="cancelled"} 0
 email_sends_total{outcome="failed"} 0
@@ -71,6 +76,7 @@ email_sends_total{outcome="logged"} 0
 email_sends_total{outcome="other"} 1
 email_sends_total{outcome="retry"} 1
 email_sends_total{outcome="sent"} 1
+email_sends_total{outcome="suppressed"} 0
 # HELP lockouts_total Temporary lockouts imposed, by scope (client, key).
 # TYPE lockouts_total counter
 lockouts_total{scope="client"} 1
@@ -86,6 +92,19 @@ subscribers_created_total{operation="bulk",status="pending"} 3
 		"auth_failures_total", "email_sends_total", "lockouts_total", "rate_limit_redis_up",
 		"subscribers_created_total"); err != nil {
 		t.Error(err)
+	}
+	for _, c := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{m.consent.suppressions.WithLabelValues("declined"), 2},
+		{m.consent.suppressions.WithLabelValues("other"), 1},
+		{m.consent.suppressions.WithLabelValues("manual"), 0},
+		{m.consent.pagePosts.WithLabelValues(PageConfirm, PageRefused), 1},
+	} {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("consent counter = %v, want %v", got, c.want)
+		}
 	}
 	for _, c := range []struct {
 		scope, outcome string

@@ -145,6 +145,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		TrustedProxies: lim.trusted,
 		Events:         repo.NewEvents(db),
 		Webhooks:       repo.NewWebhooks(db),
+		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
