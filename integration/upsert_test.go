@@ -276,3 +276,40 @@ func (e *env) sendWith(method, path string, body any, headers ...string) (int, [
 	raw, err := io.ReadAll(res.Body)
 	return res.StatusCode, raw, err
 }
+
+// TestUpsertSuppressedAddress: a suppressed address → 422 email_suppressed, whether the upsert
+// would create it or set its status active or pending; nothing changes (docs/api-contract.md
+// §13, §16.1). With no field that subscribes, the upsert of an existing suppressed
+// subscriber updates it as PUT would.
+func TestUpsertSuppressedAddress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	msg := []string{"This address is suppressed (manual) and cannot be subscribed."}
+	e.do("POST", "/suppressions", map[string]any{"email": "gone@example.com"}).want(t, http.StatusCreated, "")
+	for _, body := range []map[string]any{{}, {"name": "Gone"}, {"status": "pending"}} {
+		r := e.do("PUT", upsertPath("GONE@example.com"), body).want(t, http.StatusUnprocessableEntity, api.CodeEmailSuppressed)
+		if diff := cmp.Diff(map[string][]string{"email": msg}, r.fieldErrors(t)); diff != "" {
+			t.Errorf("new address, body %v: errors (-want +got):\n%s", body, diff)
+		}
+	}
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 0 {
+		t.Errorf("subscribers = %d, want 0", n)
+	}
+
+	// An existing subscriber, unsubscribed by its suppression.
+	id := e.do("POST", "/subscribers", map[string]any{"email": "later@example.com"}).want(t, http.StatusCreated, "").data(t)["id"].(string)
+	e.do("POST", "/suppressions", map[string]any{"email": "later@example.com"}).want(t, http.StatusCreated, "")
+	for _, st := range []string{"active", "pending"} {
+		r := e.do("PUT", upsertPath("later@example.com"), map[string]any{"status": st}).want(t, http.StatusUnprocessableEntity, api.CodeEmailSuppressed)
+		if diff := cmp.Diff(map[string][]string{"email": msg}, r.fieldErrors(t)); diff != "" {
+			t.Errorf("status %s: errors (-want +got):\n%s", st, diff)
+		}
+	}
+	d := e.do("PUT", upsertPath("later@example.com"), map[string]any{"name": "Later"}).want(t, http.StatusOK, "").data(t)
+	if d["id"] != id || d["status"] != "unsubscribed" || d["name"] != "Later" {
+		t.Errorf("rename of a suppressed subscriber = %v, want it renamed and still unsubscribed", d)
+	}
+	if n := e.count("SELECT count(*) FROM email_outbox WHERE state = 'pending'"); n != 0 {
+		t.Errorf("confirmation emails queued = %d, want 0", n)
+	}
+}
