@@ -49,7 +49,8 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, keyHash []byte) (model.Principal, error)
 }
 
-// Metrics records what the edge observes.
+// Metrics records what the edge observes. Every method is part of the interface, so that an
+// implementation that misses or renames one fails to compile instead of going silent.
 type Metrics interface {
 	RequestStarted()
 	RequestDone()
@@ -57,6 +58,17 @@ type Metrics interface {
 	SubscribersCreated(operation, status string, n int)
 	// AuthFailure counts a refused authentication by reason: missing, invalid, plan_disabled.
 	AuthFailure(reason string)
+	// IdempotencyOutcome counts an idempotent request answered without running
+	// (IdempotencyReplayed, IdempotencyInUse, IdempotencyReused).
+	IdempotencyOutcome(outcome string)
+	// BulkGateWaiting counts a request starting (+1) or ending (-1) a wait at the bulk gate.
+	BulkGateWaiting(delta int)
+	// BulkGateWait records how long a request stood at the bulk gate, and how that ended
+	// (GateAdmitted, GateAbandoned, GateTimedOut).
+	BulkGateWait(outcome string, d time.Duration)
+	// ScopeRefused counts a request refused because its key may only read, by the key's
+	// display prefix, never the key (docs/api-contract.md §16.2).
+	ScopeRefused(keyPrefix string)
 }
 
 // Config holds the API's dependencies.
@@ -208,3 +220,7 @@ func (noMetrics) RequestDone()                                                  
 func (noMetrics) ObserveRequest(context.Context, string, string, int, time.Duration) {}
 func (noMetrics) SubscribersCreated(string, string, int)                             {}
 func (noMetrics) AuthFailure(string)                                                 {}
+func (noMetrics) IdempotencyOutcome(string)                                          {}
+func (noMetrics) BulkGateWaiting(int)                                                {}
+func (noMetrics) BulkGateWait(string, time.Duration)                                 {}
+func (noMetrics) ScopeRefused(string)                                                {}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -310,6 +311,7 @@ type fakeMetrics struct {
 	observed     []observation
 	created      map[string]int // "operation/status" → n
 	authFailures map[string]int
+	idempotency  map[string]int // outcome → count
 }
 
 type observation struct {
@@ -362,6 +364,27 @@ func (m *fakeMetrics) AuthFailure(reason string) {
 	}
 	m.authFailures[reason]++
 }
+
+func (m *fakeMetrics) IdempotencyOutcome(outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.idempotency == nil {
+		m.idempotency = map[string]int{}
+	}
+	m.idempotency[outcome]++
+}
+
+// Idempotency returns the idempotency outcomes counted so far.
+func (m *fakeMetrics) Idempotency() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.idempotency)
+}
+
+// The bulk gate's metrics are checked with gateMetrics (gate_test.go).
+func (m *fakeMetrics) BulkGateWaiting(int)                {}
+func (m *fakeMetrics) BulkGateWait(string, time.Duration) {}
+func (m *fakeMetrics) ScopeRefused(string)                {}
 
 // fakeIdempotency is an in-memory api.IdempotencyStore: a request in progress is a set entry,
 // a stored response a map entry (no transactions: the fakes' changes are not rolled back).

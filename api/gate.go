@@ -47,15 +47,6 @@ const DefaultBulkWait = 10 * time.Second
 // PostgreSQL pool's default size (16 connections, repo.Options).
 const DefaultBulkConcurrency = 8
 
-// bulkGateMetrics is implemented by Metrics that record the bulk gate's waits; others are not
-// asked.
-type bulkGateMetrics interface {
-	// BulkGateWaiting counts a request starting (+1) or ending (-1) a wait at the gate.
-	BulkGateWaiting(delta int)
-	// BulkGateWait records how long a request stood at the gate, and how that ended.
-	BulkGateWait(outcome string, d time.Duration)
-}
-
 // newGate returns the slots of a gate of n, or nil (no gate) when n is negative.
 func newGate(n int) chan struct{} {
 	switch {
@@ -77,7 +68,7 @@ func (s *Server) gate(ctx huma.Context, next func(huma.Context)) {
 	select {
 	case s.bulkSlots <- struct{}{}:
 		// A free slot: no wait, nothing to record but a zero wait.
-		s.gateMetrics(GateAdmitted, 0)
+		s.metrics.BulkGateWait(GateAdmitted, 0)
 	default:
 		if !s.waitAtGate(ctx) {
 			return
@@ -90,11 +81,8 @@ func (s *Server) gate(ctx huma.Context, next func(huma.Context)) {
 // waitAtGate waits for a bulk slot or for the request's end, records the wait on the span and
 // in the metrics, answers when the request ended, and reports whether it took a slot.
 func (s *Server) waitAtGate(ctx huma.Context) bool {
-	m, _ := s.metrics.(bulkGateMetrics)
-	if m != nil {
-		m.BulkGateWaiting(1)
-		defer m.BulkGateWaiting(-1)
-	}
+	s.metrics.BulkGateWaiting(1)
+	defer s.metrics.BulkGateWaiting(-1)
 	start := time.Now()
 	outcome := GateAdmitted
 	timeout := time.NewTimer(s.bulkWait)
@@ -111,7 +99,7 @@ func (s *Server) waitAtGate(ctx huma.Context) bool {
 		span.AddEvent("bulk_gate", trace.WithAttributes(attribute.String("app.bulk_gate.outcome", outcome),
 			attribute.Float64("app.bulk_gate.wait_seconds", d.Seconds())))
 	}
-	s.gateMetrics(outcome, d)
+	s.metrics.BulkGateWait(outcome, d)
 	if outcome == GateAdmitted {
 		return true
 	}
@@ -125,10 +113,4 @@ func (s *Server) waitAtGate(ctx huma.Context) bool {
 		s.writeErr(ctx, unavailable())
 	}
 	return false
-}
-
-func (s *Server) gateMetrics(outcome string, d time.Duration) {
-	if m, ok := s.metrics.(bulkGateMetrics); ok {
-		m.BulkGateWait(outcome, d)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -330,6 +331,9 @@ func TestBulkGateAnswersReplaysAtOnce(t *testing.T) {
 	rec = answer("reused key", bulkBody(1), "Idempotency-Key: done")
 	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), `"code":"`+api.CodeIdempotencyKeyReused+`"`) {
 		t.Errorf("reused key: status %d, body %s; want 422 %s", rec.Code, rec.Body, api.CodeIdempotencyKeyReused)
+	}
+	if got, want := g.metrics.Idempotency(), map[string]int{api.IdempotencyReplayed: 1, api.IdempotencyReused: 1}; !maps.Equal(got, want) {
+		t.Errorf("idempotency outcomes counted: %v, want %v", got, want)
 	}
 	// A body of no declared length, read past the limit as it is hashed.
 	rec = answer("too large", io.MultiReader(strings.NewReader(strings.Repeat(" ", api.MaxBodyBytes)), strings.NewReader(sent)),

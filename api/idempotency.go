@@ -59,12 +59,6 @@ type IdempotencyStore interface {
 		fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error)
 }
 
-// idempotencyMetrics is implemented by Metrics that count idempotency outcomes (in_use,
-// reused, replayed); others are not asked.
-type idempotencyMetrics interface {
-	IdempotencyOutcome(outcome string)
-}
-
 // metaIdempotent marks an operation that accepts Idempotency-Key.
 const metaIdempotent = "idempotent"
 
@@ -251,8 +245,8 @@ func (s *Server) idemOutcome(ctx huma.Context, outcome string) {
 			span.SetAttributes(attribute.Bool("app.idempotency.replayed", true))
 		}
 	}
-	if m, ok := s.metrics.(idempotencyMetrics); ok && outcome != IdempotencyRan {
-		m.IdempotencyOutcome(outcome)
+	if outcome != IdempotencyRan {
+		s.metrics.IdempotencyOutcome(outcome)
 	}
 }
 

@@ -292,6 +292,10 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 		}
 		return out
 	}
+	eventTypes := make([]any, len(model.EventTypes))
+	for i, et := range model.EventTypes {
+		eventTypes[i] = string(et)
+	}
 	inputFields := make([]any, len(model.InputFields))
 	for i, f := range model.InputFields {
 		inputFields[i] = f
@@ -321,6 +325,13 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "items", "$ref"}, "#/components/schemas/SubscriberInput"},
 		{[]string{"paths", "/api/v1/subscribers", "post", "requestBody", "content", "application/json", "schema", "$ref"}, "#/components/schemas/SubscriberInput"},
 		{[]string{"paths", "/api/v1/subscribers/{id}", "put", "requestBody", "content", "application/json", "schema", "$ref"}, "#/components/schemas/SubscriberUpdate"},
+		{s("WebhookInput", "properties", "url", "maxLength"), float64(model.MaxWebhookURLLen)},
+		{s("WebhookInput", "properties", "url", "type"), "string"},
+		{s("WebhookInput", "properties", "events", "items", "enum"), eventTypes},
+		{s("WebhookInput", "properties", "events", "uniqueItems"), true},
+		{s("WebhookInput", "required"), []any{"url"}},
+		{s("WebhookInput", "additionalProperties"), false},
+		{[]string{"paths", "/api/v1/webhooks", "post", "requestBody", "content", "application/json", "schema", "$ref"}, "#/components/schemas/WebhookInput"},
 	}
 	for _, c := range checks {
 		if diff := cmp.Diff(c.want, at(t, doc, c.path...)); diff != "" {

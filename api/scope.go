@@ -11,12 +11,6 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// scopeMetrics is implemented by Metrics that count requests refused for their key's scope,
-// by the key's display prefix (never the key); others are not asked.
-type scopeMetrics interface {
-	ScopeRefused(keyPrefix string)
-}
-
 // scope refuses a write made with a read key (docs/api-contract.md §16.2): 403
 // insufficient_scope, after authentication and the plan check and before the key lockout and
 // rate limits count the request. Like every 403 it never counts toward the key lockout.
@@ -34,9 +28,7 @@ func (s *Server) scope(ctx huma.Context, next func(huma.Context)) {
 		span.AddEvent("scope", trace.WithAttributes(attribute.String("app.auth.outcome", "insufficient_scope"),
 			attribute.String("app.api_key.id", p.KeyID.String())))
 	}
-	if m, ok := s.metrics.(scopeMetrics); ok {
-		m.ScopeRefused(p.KeyPrefix)
-	}
+	s.metrics.ScopeRefused(p.KeyPrefix)
 	e := newError(http.StatusForbidden, model.MsgInsufficientScope)
 	e.Code = CodeInsufficientScope
 	s.writeErr(ctx, e)

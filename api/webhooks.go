@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -49,35 +51,80 @@ func toWebhook(m model.Webhook) Webhook {
 	return Webhook{ID: m.ID.String(), URL: m.URL, Events: events, Status: m.Status, CreatedAt: model.FormatTime(m.CreatedAt)}
 }
 
-// WebhookInput is a create body, decoded as any JSON object so that model reports every problem
-// in the contract's words; Schema publishes the rules.
-type WebhookInput map[string]any
+// WebhookInput is a create body (docs/api-contract.md §10.3). Its fields and tags are the
+// published schema, TransformSchema adds the limits model enforces, from model's own values,
+// and model.ParseWebhook applies the rules with the contract's messages.
+type WebhookInput struct {
+	URL    *string  `json:"url" format:"uri" nullable:"false" doc:"An absolute http or https URL without user or password, on a public address."`
+	Events []string `json:"events,omitempty" uniqueItems:"true" doc:"The event types to deliver; absent means every type."`
 
-// Schema implements huma.SchemaProvider.
-func (WebhookInput) Schema(r huma.Registry) *huma.Schema {
-	if _, ok := r.Map()["WebhookInput"]; !ok {
-		types := make([]any, len(model.EventTypes))
-		for i, t := range model.EventTypes {
-			types[i] = string(t)
-		}
-		r.Map()["WebhookInput"] = &huma.Schema{
-			Type:                 huma.TypeObject,
-			AdditionalProperties: false,
-			Required:             []string{"url"},
-			Properties: map[string]*huma.Schema{
-				"url": {Type: huma.TypeString, Format: "uri", MaxLength: ptr(model.MaxWebhookURLLen),
-					Description: "An absolute http or https URL without user or password, on a public address."},
-				"events": {Type: huma.TypeArray, UniqueItems: true, Items: &huma.Schema{Type: huma.TypeString, Enum: types},
-					Description: "The event types to deliver; absent means every type."},
-			},
-		}
-	}
-	return &huma.Schema{Ref: "#/components/schemas/WebhookInput"}
+	// What UnmarshalJSON could not put in the fields, for model to report in the contract's
+	// words rather than as a decoding error.
+	urlNotString, eventsNotArray bool
+	unknown                      []string
 }
 
-// UnmarshalJSON keeps numbers as json.Number (see SubscriberInput).
+// TransformSchema implements huma.SchemaTransformer: the URL's length limit and the event
+// types are model's.
+func (WebhookInput) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	s.Properties["url"].MaxLength = ptr(model.MaxWebhookURLLen)
+	types := make([]any, len(model.EventTypes))
+	for i, t := range model.EventTypes {
+		types[i] = string(t)
+	}
+	s.Properties["events"].Items.Enum = types
+	return s
+}
+
+// UnmarshalJSON decodes a create body, which preflight has checked is one JSON object, without
+// failing: a value of the wrong JSON type and a property the schema does not have are kept for
+// model.ParseWebhook to report. null is taken as absent, and an event that is not a string as
+// "" (an unknown type).
 func (in *WebhookInput) UnmarshalJSON(b []byte) error {
-	return decodeNumbers(b, (*map[string]any)(in))
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	*in = WebhookInput{}
+	for k, raw := range obj {
+		switch k {
+		case "url":
+			if isNull(raw) {
+				continue
+			}
+			var u string
+			if json.Unmarshal(raw, &u) != nil {
+				in.urlNotString = true
+				continue
+			}
+			in.URL = &u
+		case "events":
+			if isNull(raw) {
+				continue
+			}
+			var items []json.RawMessage
+			if json.Unmarshal(raw, &items) != nil {
+				in.eventsNotArray = true
+				continue
+			}
+			in.Events = make([]string, len(items))
+			for i, item := range items {
+				json.Unmarshal(item, &in.Events[i]) //nolint:errcheck // not a string: "", an unknown type
+			}
+		default:
+			in.unknown = append(in.unknown, k)
+		}
+	}
+	return nil
+}
+
+// isNull reports whether raw is the JSON null.
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// toWebhookBody returns the body as model.ParseWebhook takes it.
+func (in *WebhookInput) toWebhookBody() model.WebhookBody {
+	return model.WebhookBody{URL: in.URL, Events: in.Events, URLNotString: in.urlNotString,
+		EventsNotArray: in.eventsNotArray, Unknown: in.unknown}
 }
 
 type (
@@ -143,7 +190,7 @@ func (s *Server) registerWebhooks(common, withBody []int) {
 }
 
 func (s *Server) createWebhook(ctx context.Context, p model.Principal, in *createWebhookInput) (*createdWebhookOutput, error) {
-	nw, verr := model.ParseWebhook(in.Body)
+	nw, verr := model.ParseWebhook(in.Body.toWebhookBody())
 	if nw.URL != "" && s.cfg.WebhookGuard != nil {
 		if err := s.cfg.WebhookGuard.CheckURL(ctx, nw.URL); err != nil {
 			verr = verr.Add("url", model.MsgWebhookPublicURL)

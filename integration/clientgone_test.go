@@ -28,6 +28,10 @@ func (c *statusCodes) RequestStarted()                        {}
 func (c *statusCodes) RequestDone()                           {}
 func (c *statusCodes) SubscribersCreated(string, string, int) {}
 func (c *statusCodes) AuthFailure(string)                     {}
+func (c *statusCodes) IdempotencyOutcome(string)              {}
+func (c *statusCodes) BulkGateWaiting(int)                    {}
+func (c *statusCodes) BulkGateWait(string, time.Duration)     {}
+func (c *statusCodes) ScopeRefused(string)                    {}
 func (c *statusCodes) ObserveRequest(_ context.Context, _, _ string, code int, _ time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

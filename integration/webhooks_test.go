@@ -181,6 +181,27 @@ func TestWebhookEndpointsCRUD(t *testing.T) {
 	e.do("GET", "/webhooks/"+id, nil).want(t, http.StatusNotFound, "not_found")
 }
 
+// TestWebhookEventsNullOrEmpty: events null is events absent (every type); an empty list is
+// an endpoint of no type, not every type.
+func TestWebhookEventsNullOrEmpty(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct {
+		name   string
+		events any
+		want   string
+	}{
+		{"null", nil, fmt.Sprint(model.EventTypes)},
+		{"empty", []any{}, "[]"},
+	} {
+		d := e.do("POST", "/webhooks", map[string]any{"url": "https://hooks.example.com/" + c.name, "events": c.events}).
+			want(t, http.StatusCreated, "").data(t)
+		if got := fmt.Sprint(d["events"]); got != c.want {
+			t.Errorf("events %s: created with %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
 // TestWebhookValidation: every rule of §10.3 answers its 422 and stores nothing.
 func TestWebhookValidation(t *testing.T) {
 	t.Parallel()
@@ -206,6 +227,12 @@ func TestWebhookValidation(t *testing.T) {
 		{"repeated event", map[string]any{"url": "https://example.com", "events": []any{"subscriber.created", "subscriber.created"}},
 			map[string][]string{"events.1": {"The events.1 field has a duplicate value."}}},
 		{"other property", map[string]any{"url": "https://example.com", "secret": "x"}, map[string][]string{"secret": {"The secret field is prohibited."}}},
+		{"url an object", map[string]any{"url": map[string]any{"href": "https://example.com"}}, map[string][]string{"url": {"The url field must be a string."}}},
+		{"events an object", map[string]any{"url": "https://example.com", "events": map[string]any{"0": "subscriber.created"}},
+			map[string][]string{"events": {"The events field must be an array."}}},
+		{"every problem at once", map[string]any{"url": []any{"https://example.com"}, "events": true, "id": "x", "secret": nil},
+			map[string][]string{"events": {"The events field must be an array."}, "id": {"The id field is prohibited."},
+				"secret": {"The secret field is prohibited."}, "url": {"The url field must be a string."}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := e.do("POST", "/webhooks", c.body).want(t, http.StatusUnprocessableEntity, "validation_error")

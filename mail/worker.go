@@ -79,9 +79,11 @@ type suppressionRecorder interface {
 }
 
 // Recorder receives the worker's metrics: one call per attempt with its outcome
-// ([OutcomeSent], [OutcomeLogged], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and duration.
+// ([OutcomeSent], [OutcomeLogged], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and
+// duration. ctx holds the attempt's send span, so that the duration can carry its trace as an
+// exemplar (telemetry.Metrics does).
 type Recorder interface {
-	EmailSend(outcome string, d time.Duration)
+	EmailSend(ctx context.Context, outcome string, d time.Duration)
 }
 
 // WorkerConfig tunes a [Worker]. Zero values take the defaults named on each field.
@@ -131,15 +133,9 @@ func (c *WorkerConfig) defaults() {
 // minute.
 const DefaultLease = time.Minute
 
-// contextRecorder is a Recorder that also takes the send span's context, so that the
-// duration it records can carry the trace as its exemplar (telemetry.Metrics does).
-type contextRecorder interface {
-	EmailSendContext(ctx context.Context, outcome string, d time.Duration)
-}
-
 type nopRecorder struct{}
 
-func (nopRecorder) EmailSend(string, time.Duration) {}
+func (nopRecorder) EmailSend(context.Context, string, time.Duration) {}
 
 // Worker delivers the outbox's confirmation emails until its context ends.
 type Worker struct {
@@ -320,11 +316,7 @@ func (w *Worker) deliver(parent context.Context, job model.OutboxEmail, hb *hear
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
-	if r, ok := w.cfg.Recorder.(contextRecorder); ok {
-		r.EmailSendContext(ctx, outcome, time.Since(start)) // ctx holds the send span
-	} else {
-		w.cfg.Recorder.EmailSend(outcome, time.Since(start))
-	}
+	w.cfg.Recorder.EmailSend(ctx, outcome, time.Since(start)) // ctx holds the send span
 }
 
 // AttrSMTPReplyCode is the send span's attribute with the SMTP server's reply code to a

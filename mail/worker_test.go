@@ -201,7 +201,7 @@ type fakeRecorder struct {
 	outcomes []string
 }
 
-func (r *fakeRecorder) EmailSend(outcome string, d time.Duration) {
+func (r *fakeRecorder) EmailSend(_ context.Context, outcome string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if d < 0 {
@@ -418,8 +418,8 @@ type spanRecorder struct {
 	spans []trace.SpanContext
 }
 
-func (r *spanRecorder) EmailSendContext(ctx context.Context, outcome string, d time.Duration) {
-	r.EmailSend(outcome, d)
+func (r *spanRecorder) EmailSend(ctx context.Context, outcome string, d time.Duration) {
+	r.fakeRecorder.EmailSend(ctx, outcome, d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.spans = append(r.spans, trace.SpanContextFromContext(ctx))

@@ -165,8 +165,8 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 		rows[i] = s.newRow(nl, in[i], now)
 	}
 	// Most bulks collide with nothing. "ON CONFLICT DO NOTHING RETURNING email_key", which names
-	// the colliding rows, cost PostgreSQL 15-20 % more per 100 rows than an insert without
-	// RETURNING (pgbench, 16 clients). So an insert that only counts what it stored goes first;
+	// the colliding rows, costs PostgreSQL clearly more per 100 rows than an insert without
+	// RETURNING. So an insert that only counts what it stored goes first;
 	// only when it stored fewer rows than given (and rolls back) does the insert that names the
 	// taken emails run. Neither raises a unique violation, so a client's duplicate never makes
 	// the database server log the statement, addresses and all.
@@ -354,16 +354,15 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 
 // listDirectMaxOffset is the largest offset at which a page is read straight from the list
 // index. Beyond it, the page's ids come from an index-only walk and only those rows are read,
-// which is cheaper to execute but costlier to plan: with the bench's 100k subscribers on
-// PostgreSQL 15, the two met near an offset of 2,500 (pgbench, 16 clients).
+// which is cheaper to execute but costlier to plan: on the bench's data the two cost the same
+// a little beyond this offset.
 const listDirectMaxOffset = 2000
 
 // listPostgres is the statement of a list page that is not deep (see listDeepPostgres),
 // prepared (see statement), and its arguments: the counter sum as one row whose id is NULL (it
 // sorts first), and the page, in one statement and so in one snapshot. A UNION ALL plans in
-// about half the time a join of the two did (pgbench, simple protocol, 16 clients, 100k
-// subscribers: 3,100 → 6,200 statements/s). Separate statements with and without the status
-// filter save the planner an "IS NULL OR" that cost 17 %. Each statement has its own
+// about half the time a join of the two did. Separate statements with and without the status
+// filter save the planner an "IS NULL OR". Each statement has its own
 // arguments, since every parameter must appear in its text. Their spans are named "SELECT", as
 // bun named the raw statements.
 func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {

@@ -304,14 +304,9 @@ func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 }
 
 // EmailSend records one email delivery attempt with its outcome (EmailSent, EmailLogged, EmailRetry, EmailFailed,
-// EmailCancelled; anything else counts as "other") and how long it took.
-func (m *Metrics) EmailSend(outcome string, d time.Duration) {
-	m.EmailSendContext(context.Background(), outcome, d)
-}
-
-// EmailSendContext is EmailSend with the send span's context, whose trace id becomes the
-// exemplar of the duration histogram.
-func (m *Metrics) EmailSendContext(ctx context.Context, outcome string, d time.Duration) {
+// EmailCancelled; anything else counts as "other") and how long it took. The trace id of the
+// send span in ctx, when sampled, becomes the exemplar of the duration histogram.
+func (m *Metrics) EmailSend(ctx context.Context, outcome string, d time.Duration) {
 	outcome = bounded(outcome, emailOutcomes)
 	m.emailSends.WithLabelValues(outcome).Inc()
 	observe(ctx, m.emailSendDuration.WithLabelValues(outcome), d)

@@ -44,9 +44,9 @@ func TestCountersStartAtZeroWithFixedLabels(t *testing.T) {
 
 func TestRecordingMethods(t *testing.T) {
 	m := NewMetrics("test")
-	m.EmailSend(EmailSent, 40*time.Millisecond)
-	m.EmailSend(EmailRetry, 3*time.Second)
-	m.EmailSend("smtp said 550 for bob@example.com", time.Second) // unbounded value: becomes "other"
+	m.EmailSend(context.Background(), EmailSent, 40*time.Millisecond)
+	m.EmailSend(context.Background(), EmailRetry, 3*time.Second)
+	m.EmailSend(context.Background(), "smtp said 550 for bob@example.com", time.Second) // unbounded value: becomes "other"
 	m.Decision(ScopeKey, DecisionAllowed)
 	m.Decision(ScopeBulk, DecisionLimited)
 	m.Decision(ScopeClientLockout, DecisionLocked)
@@ -237,7 +237,7 @@ func TestExemplarCarriesTraceID(t *testing.T) {
 
 	m := NewMetrics("test")
 	m.ObserveRequest(ctx, "POST", "/api/v1/subscribers", 201, 20*time.Millisecond)
-	m.EmailSendContext(ctx, EmailSent, 300*time.Millisecond)
+	m.EmailSend(ctx, EmailSent, 300*time.Millisecond)
 	m.ObserveRequest(context.Background(), "GET", "/api/v1/subscribers", 200, 20*time.Millisecond)
 
 	om := scrapeText(t, m, openMetrics)

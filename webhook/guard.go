@@ -9,12 +9,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/subscriberd/subscriberd/model"
 )
 
 // ErrPrivateAddress is a webhook URL, or an address dialled for one, that is not public
-// (model.PublicAddr, docs/api-contract.md §10.3).
+// (publicAddr, docs/api-contract.md §10.3).
 var ErrPrivateAddress = errors.New("webhook address is not public")
 
 // Guard applies the SSRF rule of docs/api-contract.md §10.3. With AllowPrivate
@@ -44,7 +42,7 @@ func (g Guard) CheckURL(ctx context.Context, raw string) error {
 		return ErrPrivateAddress
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if !model.PublicAddr(a) {
+		if !publicAddr(a) {
 			return ErrPrivateAddress
 		}
 		return nil
@@ -63,7 +61,7 @@ func (g Guard) CheckURL(ctx context.Context, raw string) error {
 		return nil
 	}
 	for _, a := range addrs {
-		if !model.PublicAddr(a) {
+		if !publicAddr(a) {
 			return ErrPrivateAddress
 		}
 	}
@@ -95,8 +93,61 @@ func (g Guard) control(_, address string, _ syscall.RawConn) error {
 		return ErrPrivateAddress
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil || !model.PublicAddr(a) {
+	if err != nil || !publicAddr(a) {
 		return ErrPrivateAddress
 	}
 	return nil
 }
+
+// publicAddr reports whether a is an address a webhook may be delivered to: not loopback,
+// private (RFC 1918, RFC 4193), link-local, unspecified or multicast, nor in notPublic.
+// IPv4-mapped IPv6 addresses, those of the NAT64 well-known prefix and 6to4 addresses are
+// judged as the IPv4 address they carry (64:ff9b::7f00:1 reaches 127.0.0.1 through a
+// translator, 2002:7f00:1:: through a relay).
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	switch b := a.As16(); {
+	case nat64.Contains(a):
+		a = netip.AddrFrom4([4]byte(b[12:]))
+	case sixToFour.Contains(a):
+		a = netip.AddrFrom4([4]byte(b[2:6]))
+	}
+	for _, p := range notPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return a.IsValid() && !a.IsLoopback() && !a.IsPrivate() && !a.IsLinkLocalUnicast() &&
+		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() && !a.IsMulticast() &&
+		!a.IsUnspecified()
+}
+
+var (
+	// nat64 is the NAT64 well-known prefix (RFC 6052); the IPv4 address is the last 4 bytes.
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	// sixToFour is 6to4 (RFC 3056); the IPv4 address is bytes 2 to 5.
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// notPublic are the networks beyond netip's predicates that no public receiver is on: the
+	// IANA special-purpose registries' entries that are not globally reachable, or are
+	// deprecated forms that reach an embedded IPv4 address we cannot judge.
+	notPublic = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),       // "this network" (RFC 1122)
+		netip.MustParsePrefix("100.64.0.0/10"),   // shared address space: carriers' and clouds' internal networks (RFC 6598)
+		netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments (RFC 6890)
+		netip.MustParsePrefix("192.0.2.0/24"),    // documentation (RFC 5737)
+		netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast, deprecated (RFC 7526)
+		netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking (RFC 2544)
+		netip.MustParsePrefix("198.51.100.0/24"), // documentation
+		netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+		netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the broadcast address 255.255.255.255
+		netip.MustParsePrefix("::/96"),           // IPv4-compatible addresses, deprecated (RFC 4291): ::127.0.0.1
+		netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated addresses (RFC 2765): ::ffff:0:7f00:1
+		netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use IPv4/IPv6 translation (RFC 8215)
+		netip.MustParsePrefix("100::/64"),        // discard-only (RFC 6666)
+		netip.MustParsePrefix("2001::/32"),       // Teredo (RFC 4380): its IPv4 address is obfuscated
+		netip.MustParsePrefix("2001:2::/48"),     // benchmarking (RFC 5180)
+		netip.MustParsePrefix("2001:db8::/32"),   // documentation (RFC 3849)
+		netip.MustParsePrefix("3fff::/20"),       // documentation (RFC 9637)
+		netip.MustParsePrefix("fec0::/10"),       // site-local, deprecated (RFC 3879)
+	}
+)

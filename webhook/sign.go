@@ -1,29 +1,19 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
-	"strconv"
-	"strings"
+	"time"
 
-	"github.com/subscriberd/subscriberd/model"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
-// Sign returns the webhook-signature header value of a delivery (Standard Webhooks 1.0):
-// "v1," and the base64 HMAC-SHA256 of "<id>.<timestamp>.<body>", keyed with the bytes the
-// secret ("whsec_" + base64) encodes.
+// Sign returns the webhook-signature header value of a delivery (docs/api-contract.md §10.4),
+// as the Standard Webhooks reference library computes it: "v1," and the base64 HMAC-SHA256 of
+// "<id>.<timestamp>.<body>", keyed with the bytes the secret ("whsec_" + base64) encodes.
 func Sign(secret, id string, timestamp int64, body []byte) (string, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, model.WebhookSecretPrefix))
+	wh, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
 		return "", errors.New("webhook secret is not base64") // never the secret itself
 	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write(strconv.AppendInt(nil, timestamp, 10))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
+	return wh.Sign(id, time.Unix(timestamp, 0), body)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,36 +13,52 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// TestSignVerifiesWithReferenceLibrary: our signature is the one the Standard Webhooks
-// reference library computes and accepts.
-func TestSignVerifiesWithReferenceLibrary(t *testing.T) {
-	secret := model.NewWebhookSecret()
-	body := []byte(`{"id":"01900000-0000-7000-8000-000000000001","type":"subscriber.created"}`)
-	id, ts := "01900000-0000-7000-8000-000000000001", time.Now().Unix()
-	sig, err := Sign(secret, id, ts, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := ref.Sign(id, time.Unix(ts, 0), body)
+// TestSign pins the wire format of docs/api-contract.md §10.4 with the Standard Webhooks
+// specification's own example (checked independently with openssl dgst -hmac), and checks that
+// the reference library's verifier accepts our headers and refuses a changed body.
+func TestSign(t *testing.T) {
+	const (
+		secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		id     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+		ts     = 1614265330
+		body   = `{"test": 2432232314}`
+		want   = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	)
+	sig, err := Sign(secret, id, ts, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sig != want {
-		t.Errorf("Sign = %q, reference %q", sig, want)
+		t.Errorf("Sign = %q, want %q", sig, want)
+	}
+
+	// A fresh secret and timestamp, verified as a receiver would.
+	secret2 := model.NewWebhookSecret()
+	id2, now := "01900000-0000-7000-8000-000000000001", time.Now().Unix()
+	payload := []byte(`{"id":"01900000-0000-7000-8000-000000000001","type":"subscriber.created"}`)
+	sig, err = Sign(secret2, id2, now, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := standardwebhooks.NewWebhook(secret2)
+	if err != nil {
+		t.Fatal(err)
 	}
 	h := http.Header{}
-	h.Set("webhook-id", id)
-	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	h.Set("webhook-signature", sig)
-	if err := ref.Verify(body, h); err != nil {
+	h.Set(standardwebhooks.HeaderWebhookID, id2)
+	h.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(now, 10))
+	h.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	if err := ref.Verify(payload, h); err != nil {
 		t.Errorf("reference library refuses our signature: %v", err)
 	}
-	if err := ref.Verify(append(body, ' '), h); err == nil {
+	if err := ref.Verify(append(payload, ' '), h); err == nil {
 		t.Error("reference library accepts a changed body")
+	}
+
+	// A secret that is not base64 is refused without being repeated.
+	bad := "whsec_not*base64"
+	if _, err := Sign(bad, id, ts, []byte(body)); err == nil || strings.Contains(err.Error(), "not*base64") {
+		t.Errorf("Sign(bad secret) = %v, want an error without the secret", err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -412,9 +413,9 @@ func (w *Worker) post(ctx context.Context, b model.DeliveryBatch, d model.Delive
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", UserAgent)
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", sig)
+	req.Header.Set(standardwebhooks.HeaderWebhookID, id)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	res, err := w.client.Do(req)
 	if err != nil {
 		return model.DeliveryResult{Error: describe(err)}

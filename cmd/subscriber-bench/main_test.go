@@ -484,9 +484,15 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 	}
 	var md bytes.Buffer
 	markdown(&md, now)
+	// Run ids and commits belong in commit messages, not in the document users read.
+	for _, unwanted := range []string{"abc1234", "`old`", "`new`"} {
+		if strings.Contains(md.String(), unwanted) {
+			t.Errorf("markdown names a run or commit, %q:\n%s", unwanted, md.String())
+		}
+	}
 	for _, want := range []string{"`make bench`", "| get | 900.0 |", "| select_by_id | 2000.0 |", "0.45", "met",
 		// before and after: each run's ratio to its own baseline, CPU per request (µs), RSS
-		"run `old` of service abc1234 (-, `scripts/bench.sh --no-telemetry`, `--compare-with old.json`)",
+		"the run of - (`scripts/bench.sh --no-telemetry`, `--compare-with old.json`)",
 		"Only one of the two ran the telemetry comparison", "| get | 1000.0 | 900.0 | 0.25 | 0.45 | 200.0 → 100.0 | 300.0 → - | - → - |",
 		"reads, 256 clients 86.0 → 62.0 MiB",
 		// the baseline ran at half its rate: the machine, not the service

@@ -48,7 +48,9 @@ func writeMarkdown(path string, rep *Report) error {
 
 func markdown(w io.Writer, rep *Report) {
 	m := rep.Meta
-	fmt.Fprintf(w, "# Benchmarks\n\nRun `%s` on %s (service %s).\n\n", m.RunID, m.StartedAt, orDash(m.Label))
+	// The run id and the service's commit go into the commit message that adds the report
+	// (they are in the JSON report too), not into the document users read.
+	fmt.Fprintf(w, "# Benchmarks\n\nMeasured on %s.\n\n", m.StartedAt)
 	fmt.Fprintf(w, "- Machine: %s\n- %s; %s\n", m.Machine, m.GoVersion, firstWords(m.PostgresVersion, 2))
 	if m.Command != "" {
 		fmt.Fprintf(w, "- Command: `%s`\n", m.Command)
@@ -213,7 +215,7 @@ sends its SQL itself.
 
 **Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before its
 CPU per request was worked on (` + "`make bench BENCH_ARGS=--no-telemetry`" + ` in a clean clone of the
-commit the table names). ` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
+commit before that work). ` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
 Its absolute figures compare only on the machine it ran on; the ratios are each run's own,
 against its own baseline.
 ` + whereCPUGoes
@@ -295,8 +297,8 @@ alternative is pgx's binary format, outside this stack.
 - **What bounds a write's ratio.** In the targets table, *without the service* comes out below
   0.8 for the create and the update: what PostgreSQL spends on them, with what the load
   generator spends sending them, already costs more than the baseline's whole request. A create
-  writes the row, its event and any webhook deliveries in one statement (with pgbench alone, that
-  statement runs at about 0.7 of the plain insert's rate); an update also reads the row first. The
+  writes the row, its event and any webhook deliveries in one statement, which costs the database
+  more than the baseline's plain insert; an update also reads the row first. The
   event is written in the change's transaction, as the contract requires ([§10.1](api-contract.md#101-events)),
   so a ratio of 0.8 would take less work in the database, not a cheaper service.
 - **Webhooks.** Queueing an event's delivery is one more row per endpoint, written by the
@@ -318,9 +320,9 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 	if ref == nil || len(ref.Ratios) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nBefore and after: run `%s` of service %s (%s, `%s`, `--compare-with %s`) against this run. "+
+	fmt.Fprintf(w, "\nBefore and after: the run of %s (`%s`, `--compare-with %s`) against this run. "+
 		"Ratios are each run's own, to its baseline; CPU per request in µs, before → after.",
-		ref.RunID, orDash(ref.Label), orDash(ref.StartedAt), orDash(ref.Command), ref.Path)
+		orDash(ref.StartedAt), orDash(ref.Command), ref.Path)
 	if strings.Contains(ref.Command, "--no-telemetry") != strings.Contains(rep.Meta.Command, "--no-telemetry") {
 		fmt.Fprint(w, " Only one of the two ran the telemetry comparison, which keeps three more instances of the service, idle, "+
 			"on the same database: where their workers cost the database something, compare the ratios rather than the throughput.")
