@@ -137,6 +137,11 @@ func TestRotatedKeyExpires(t *testing.T) {
 	if before.ExpiresAt == nil {
 		t.Fatal("the old key has no expiry after rotation")
 	}
+	// Rotating it again within its grace makes another successor and never extends its life.
+	if _, _, again, err := e.accounts.RotateKey(ctx, old.ID, time.Hour); err != nil || again.ExpiresAt == nil ||
+		!again.ExpiresAt.Equal(*before.ExpiresAt) {
+		t.Errorf("second rotation: %v, old key expires at %v; want %v kept", err, again.ExpiresAt, before.ExpiresAt)
+	}
 	newAuth := "Authorization: Bearer " + secret
 	e.do("GET", "/subscribers", nil, newAuth).want(t, http.StatusOK, "")
 	e.do("POST", "/subscribers", map[string]any{"email": "x@example.com"}, newAuth).want(t, http.StatusForbidden, api.CodeInsufficientScope)

@@ -184,37 +184,45 @@ func insertKey(ctx context.Context, db bun.IDB, newsletterID uuid.UUID, label st
 // revoked or expired key, model.ErrKeyRevoked.
 func (a *Accounts) RotateKey(ctx context.Context, id uuid.UUID, grace time.Duration) (next model.APIKey, secret string, old model.APIKey, err error) {
 	err = a.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		now := a.now()
-		var row apiKeyRow
-		sel := tx.NewSelect().Model(&row).Where("id = ?", id)
-		if !a.sqlite { // SQLite's immediate transaction already holds the write lock
-			sel = sel.For("UPDATE")
-		}
-		if err := sel.Scan(ctx); errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrKeyNotFound)
-		} else if err != nil {
-			return translate(err)
-		}
-		if row.RevokedAt != nil || row.ExpiresAt != nil && model.Expired(*row.ExpiresAt, now) {
-			return fmt.Errorf("%w", model.ErrKeyRevoked)
-		}
-		expires := now.Add(grace)
-		if row.ExpiresAt != nil && row.ExpiresAt.Before(expires) {
-			expires = *row.ExpiresAt // rotated already: a second successor shortens nothing's life
-		}
-		row.ExpiresAt = &expires
-		if _, err := tx.NewUpdate().Model(&row).WherePK().Column("expires_at").Exec(ctx); err != nil {
-			return translate(err)
-		}
 		var err error
-		next, secret, err = insertKey(ctx, tx, row.NewsletterID, row.Label, model.Scope(row.Scope), now)
-		old = row.toModel()
+		next, secret, old, err = rotateKey(ctx, tx, id, grace, a.now())
 		return err
 	})
 	if err != nil {
 		return model.APIKey{}, "", model.APIKey{}, err
 	}
 	return next, secret, old, nil
+}
+
+// rotateKey is RotateKey's unit of work on db, a transaction: one statement sets the old
+// key's expiry while it is live (and locks it until the successor is stored), then the
+// successor is inserted.
+func rotateKey(ctx context.Context, db bun.IDB, id uuid.UUID, grace time.Duration, now time.Time) (model.APIKey, string, model.APIKey, error) {
+	expires := now.Add(grace)
+	var row apiKeyRow
+	// A key rotated already keeps its earlier expiry: a second successor shortens nothing's life.
+	err := db.NewUpdate().Model(&row).
+		Set("expires_at = CASE WHEN expires_at IS NOT NULL AND expires_at < ? THEN expires_at ELSE ? END", expires, expires).
+		Where("id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)", id, now).
+		Returning("*").Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		exists, err := db.NewSelect().Model((*apiKeyRow)(nil)).Where("id = ?", id).Exists(ctx)
+		switch {
+		case err != nil:
+			return model.APIKey{}, "", model.APIKey{}, translate(err)
+		case exists:
+			return model.APIKey{}, "", model.APIKey{}, fmt.Errorf("%w", model.ErrKeyRevoked)
+		}
+		return model.APIKey{}, "", model.APIKey{}, fmt.Errorf("%w", model.ErrKeyNotFound)
+	}
+	if err != nil {
+		return model.APIKey{}, "", model.APIKey{}, translate(err)
+	}
+	next, secret, err := insertKey(ctx, db, row.NewsletterID, row.Label, model.Scope(row.Scope), now)
+	if err != nil {
+		return model.APIKey{}, "", model.APIKey{}, err
+	}
+	return next, secret, row.toModel(), nil
 }
 
 // TouchKeys records when keys were last used: each key's last_used_at becomes its time in
