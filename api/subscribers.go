@@ -324,13 +324,13 @@ func (s *Server) create(ctx context.Context, p model.Principal, in *createInput)
 	if verr != nil {
 		return nil, verr
 	}
-	return s.createNew(ctx, p, ns, "create")
+	return s.createNew(ctx, p, s.cfg.Store, ns, "create")
 }
 
-// createNew is the create path, shared by create and the upsert (upsert.go): operation names
-// it in the metrics.
-func (s *Server) createNew(ctx context.Context, p model.Principal, ns model.NewSubscriber, operation string) (*createdOutput, error) {
-	sub, err := s.cfg.Store.Create(withSource(ctx, p), p.NewsletterID, ns)
+// createNew is the create path on store, shared by create and the upsert (upsert.go):
+// operation names it in the metrics.
+func (s *Server) createNew(ctx context.Context, p model.Principal, store Store, ns model.NewSubscriber, operation string) (*createdOutput, error) {
+	sub, err := store.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}

@@ -127,16 +127,21 @@ func (s *Server) upsert(ctx context.Context, p model.Principal, in *upsertInput)
 	if verr != nil {
 		return nil, verr
 	}
+	return s.upsertOn(ctx, p, s.cfg.Store, ns, patch)
+}
+
+// upsertOn is the upsert of ns (or patch, when its address exists) on store.
+func (s *Server) upsertOn(ctx context.Context, p model.Principal, store Store, ns model.NewSubscriber, patch model.SubscriberPatch) (*upsertOutput, error) {
 	var err error
 	for range upsertTries {
 		var existing []model.Subscriber
-		existing, _, err = s.cfg.Store.List(ctx, p.NewsletterID, model.ListQuery{Page: 1, Limit: 1, Email: ns.Email})
+		existing, _, err = store.List(ctx, p.NewsletterID, model.ListQuery{Page: 1, Limit: 1, Email: ns.Email})
 		if err != nil {
 			return nil, err
 		}
 		if len(existing) == 0 {
 			var out *createdOutput
-			out, err = s.createNew(ctx, p, ns, "upsert")
+			out, err = s.createNew(ctx, p, store, ns, "upsert")
 			if errors.Is(err, model.ErrEmailTaken) {
 				continue // created meanwhile by another request: update it
 			}
@@ -146,7 +151,7 @@ func (s *Server) upsert(ctx context.Context, p model.Principal, in *upsertInput)
 			return &upsertOutput{Status: http.StatusCreated, Location: out.Location, Body: out.Body}, nil
 		}
 		var sub model.Subscriber
-		sub, err = s.cfg.Store.Update(withSource(ctx, p), p.NewsletterID, existing[0].ID, patch)
+		sub, err = store.Update(withSource(ctx, p), p.NewsletterID, existing[0].ID, patch)
 		if errors.Is(err, model.ErrNotFound) {
 			continue // gone meanwhile: create it
 		}
