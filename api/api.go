@@ -43,6 +43,16 @@ type Store interface {
 	Unsubscribe(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
 }
 
+// Stores are the stores a handler uses: the pool's (Config's), or, for a request with an
+// Idempotency-Key, those bound to its unit of work (IdempotencyStore.Run), so that its reads and
+// writes run on that unit's connection and commit with its stored response.
+type Stores struct {
+	Subscribers  Store
+	Events       EventStore
+	Webhooks     WebhookStore
+	Suppressions SuppressionStore
+}
+
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
 // one model.ErrKeyRevoked with the key's id.
 type Authenticator interface {
@@ -122,6 +132,7 @@ var installErrorOnce sync.Once
 // Server is the public HTTP handler of the API.
 type Server struct {
 	cfg     Config
+	stores  Stores // Config's
 	log     *slog.Logger
 	metrics Metrics
 	keys    *keyCache
@@ -156,7 +167,7 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())

@@ -102,7 +102,7 @@ func historyBinding(nl, id uuid.UUID) string {
 	return cursor.Binding("events", nl.String(), id.String())
 }
 
-func (s *Server) history(ctx context.Context, p model.Principal, in *historyInput) (*historyOutput, error) {
+func (s *Server) history(ctx context.Context, p model.Principal, st Stores, in *historyInput) (*historyOutput, error) {
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (s *Server) history(ctx context.Context, p model.Principal, in *historyInpu
 		}
 		page.After = pos.ID
 	}
-	events, more, err := s.cfg.Events.History(ctx, p.NewsletterID, id, page)
+	events, more, err := st.Events.History(ctx, p.NewsletterID, id, page)
 	if err != nil {
 		return nil, err
 	}

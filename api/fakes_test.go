@@ -392,6 +392,7 @@ type fakeIdempotency struct {
 	mu      sync.Mutex
 	stored  map[string]model.StoredResponse
 	running map[string]bool
+	stores  api.Stores // handed to every request, as a unit of work hands out its own
 }
 
 func newFakeIdempotency() *fakeIdempotency {
@@ -406,7 +407,7 @@ func (f *fakeIdempotency) Lookup(_ context.Context, nl uuid.UUID, key string) (m
 }
 
 func (f *fakeIdempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
-	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
+	fn func(st api.Stores) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
 	k := nl.String() + " " + key
 	f.mu.Lock()
 	if f.running[k] {
@@ -424,7 +425,7 @@ func (f *fakeIdempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp 
 		delete(f.running, k)
 		f.mu.Unlock()
 	}()
-	resp, err := fn(ctx)
+	resp, err := fn(f.stores)
 	if err != nil {
 		return model.IdempotencyResult{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,10 +27,11 @@ import (
 //
 // That is all: idempotent declares the Idempotency-Key header and the 400, 409 and 422
 // responses in the document and marks the operation; the idempotency middleware (after
-// authentication and limits, before the body is read by preflight) then answers replays,
-// 409 and 422, and runs the handler inside IdempotencyStore.Run's transaction. The handler's
-// store calls join that transaction when they open theirs with repo's runInTx, so the change
-// and the stored response commit together. The handler itself needs no change.
+// authentication and limits, before the body is read by preflight) then answers replays and
+// 422. Once Huma has decoded and validated the request, handle runs the handler inside
+// IdempotencyStore.Run's unit of work, with the Stores that unit hands out, so the change and
+// the stored response commit together; a key whose request still runs answers 409. The handler
+// itself needs no change: it uses the Stores it is given.
 
 // HeaderIdempotencyKey and HeaderReplayed are the request and replay headers of §8.
 const (
@@ -52,11 +54,40 @@ const (
 	IdempotencyReused   = "reused"   // 422: the key was stored for another request
 )
 
-// IdempotencyStore keeps idempotent responses; *repo.Idempotency is the implementation.
+// IdempotencyStore keeps idempotent responses: Run runs fn in one unit of work with the stores
+// bound to it and stores fn's response there (cmd/subscriberd adapts *repo.Idempotency).
 type IdempotencyStore interface {
 	Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error)
 	Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
-		fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error)
+		fn func(st Stores) (*model.StoredResponse, error)) (model.IdempotencyResult, error)
+}
+
+// UnitOfWork is a store of idempotent responses whose Run hands fn its own unit of work, a T
+// (*repo.Idempotency, with repo.Tx).
+type UnitOfWork[T any] interface {
+	Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error)
+	Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+		fn func(tx T) (*model.StoredResponse, error)) (model.IdempotencyResult, error)
+}
+
+// IdempotencyOf is the IdempotencyStore of u, whose unit of work gives a request the Stores
+// stores returns for it.
+func IdempotencyOf[T any](u UnitOfWork[T], stores func(tx T) Stores) IdempotencyStore {
+	return unitStore[T]{u: u, stores: stores}
+}
+
+type unitStore[T any] struct {
+	u      UnitOfWork[T]
+	stores func(T) Stores
+}
+
+func (s unitStore[T]) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+	return s.u.Lookup(ctx, nl, key)
+}
+
+func (s unitStore[T]) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+	fn func(st Stores) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
+	return s.u.Run(ctx, nl, key, fp, func(tx T) (*model.StoredResponse, error) { return fn(s.stores(tx)) })
 }
 
 // metaIdempotent marks an operation that accepts Idempotency-Key.
@@ -137,34 +168,100 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		s.answerStored(ctx, stored, fp)
 		return
 	}
-	var rec *bufferedResponse
-	res, err := s.cfg.Idempotency.Run(ctx.Context(), nl, key, fp, func(txCtx context.Context) (*model.StoredResponse, error) {
-		rec = &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
-		r2 := r.WithContext(txCtx)
-		r2.Body = newBufferedBody(body)
-		next(humago.NewContext(ctx.Operation(), r2, rec))
-		if rec.status < 200 || rec.status > 299 {
-			return nil, nil // not stored: a failed request changed nothing
-		}
-		return &model.StoredResponse{Fingerprint: fp, Status: rec.status, Location: rec.header.Get("Location"),
-			Body: rec.body.Bytes()}, nil
-	})
+	status := ctx.Operation().DefaultStatus
+	if status == 0 {
+		status = http.StatusOK
+	}
+	req := &keyedRequest{nl: nl, key: key, fp: fp, status: status}
+	rec := &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
+	r2 := r.WithContext(context.WithValue(ctx.Context(), keyedRequestKey{}, req))
+	r2.Body = newBufferedBody(body)
+	next(humago.NewContext(ctx.Operation(), r2, rec))
 	switch {
-	case errors.Is(err, model.ErrIdempotencyInUse):
+	case req.inUse:
 		s.idemOutcome(ctx, IdempotencyInUse)
 		e := newError(http.StatusConflict, model.MsgIdempotencyKeyInUse)
 		e.Code = CodeIdempotencyKeyInUse
 		e.headers = http.Header{"Retry-After": {"1"}}
 		s.writeErr(ctx, e)
-	case err != nil:
-		// The change, if any, rolled back: whatever the handler answered is not true.
-		s.writeErr(ctx, err)
-	case res.Stored != nil:
-		s.answerStored(ctx, *res.Stored, fp)
+	case req.stored != nil:
+		s.answerStored(ctx, *req.stored, fp)
 	default:
+		// Ran, or refused before it could (a body Huma found invalid): the answer held in rec.
 		s.idemOutcome(ctx, IdempotencyRan)
 		rec.flush(ctx)
 	}
+}
+
+// keyedRequest is what the idempotency middleware tells handle about a request with an
+// Idempotency-Key, and what handle tells it back: that another request with the key is still
+// running, or the stored response of one that finished first.
+type keyedRequest struct {
+	nl     uuid.UUID
+	key    string
+	fp     []byte
+	status int // the operation's success status, stored with the response
+
+	inUse  bool
+	stored *model.StoredResponse
+}
+
+type keyedRequestKey struct{}
+
+// errAnswered ends a handler whose answer the idempotency middleware gives instead.
+var errAnswered = errors.New("answered by the idempotency middleware")
+
+// runKeyed runs fn, the handler, in the unit of work of req's key (IdempotencyStore.Run) with
+// the stores bound to it, and stores its output, encoded as Huma sends it, as the response.
+func runKeyed[O any](s *Server, ctx context.Context, req *keyedRequest, fn func(Stores) (*O, error)) (*O, error) {
+	var out *O
+	res, err := s.cfg.Idempotency.Run(ctx, req.nl, req.key, req.fp, func(st Stores) (*model.StoredResponse, error) {
+		o, err := fn(st)
+		if err != nil {
+			return nil, err
+		}
+		out = o
+		location, body, status := outputParts(o)
+		var buf bytes.Buffer
+		if err := s.api.Marshal(&buf, "application/json", body); err != nil {
+			return nil, err
+		}
+		if status == 0 {
+			status = req.status
+		}
+		return &model.StoredResponse{Fingerprint: req.fp, Status: status, Location: location, Body: buf.Bytes()}, nil
+	})
+	switch {
+	case errors.Is(err, model.ErrIdempotencyInUse):
+		req.inUse = true
+		return nil, errAnswered
+	case err != nil:
+		return nil, err
+	case res.Stored != nil:
+		req.stored = res.Stored
+		return nil, errAnswered
+	}
+	return out, nil
+}
+
+// outputParts are the Location header, the body and the status of an operation's output, a
+// pointer to a struct with a Body field and, for a create, a Location field tagged
+// header:"Location"; an operation whose success status varies (the upsert's 201 or 200) sets
+// it in a Status field, else status is 0.
+func outputParts(out any) (location string, body any, status int) {
+	v := reflect.ValueOf(out).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		switch f := t.Field(i); {
+		case f.Name == "Body":
+			body = v.Field(i).Interface()
+		case f.Name == "Status" && f.Type.Kind() == reflect.Int:
+			status = int(v.Field(i).Int())
+		case f.Tag.Get("header") == "Location":
+			location = v.Field(i).String()
+		}
+	}
+	return location, body, status
 }
 
 // keyed returns the request and its Idempotency-Key when the middleware applies to it (when

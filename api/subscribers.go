@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -308,9 +309,20 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 }
 
 // handle applies mapError to every handler's error: the one place errors become HTTP.
-func handle[I, O any](s *Server, fn func(context.Context, model.Principal, *I) (*O, error)) func(context.Context, *I) (*O, error) {
+func handle[I, O any](s *Server, fn func(context.Context, model.Principal, Stores, *I) (*O, error)) func(context.Context, *I) (*O, error) {
 	return func(ctx context.Context, in *I) (*O, error) {
-		out, err := fn(ctx, principalFrom(ctx), in)
+		p := principalFrom(ctx)
+		var out *O
+		var err error
+		if req, ok := ctx.Value(keyedRequestKey{}).(*keyedRequest); ok {
+			// An Idempotency-Key (docs/api-contract.md §8): one unit of work, after validation.
+			out, err = runKeyed(s, ctx, req, func(st Stores) (*O, error) { return fn(ctx, p, st, in) })
+		} else {
+			out, err = fn(ctx, p, s.stores, in)
+		}
+		if errors.Is(err, errAnswered) {
+			return nil, newError(http.StatusConflict, "") // the middleware answers instead
+		}
 		if err != nil {
 			return nil, s.mapError(ctx, err)
 		}
@@ -319,12 +331,12 @@ func handle[I, O any](s *Server, fn func(context.Context, model.Principal, *I) (
 	}
 }
 
-func (s *Server) create(ctx context.Context, p model.Principal, in *createInput) (*createdOutput, error) {
+func (s *Server) create(ctx context.Context, p model.Principal, st Stores, in *createInput) (*createdOutput, error) {
 	ns, verr := model.ParseCreate(in.Body)
 	if verr != nil {
 		return nil, verr
 	}
-	return s.createNew(ctx, p, s.cfg.Store, ns, "create")
+	return s.createNew(ctx, p, st.Subscribers, ns, "create")
 }
 
 // createNew is the create path on store, shared by create and the upsert (upsert.go):
@@ -341,12 +353,12 @@ func (s *Server) createNew(ctx context.Context, p model.Principal, store Store, 
 	}, nil
 }
 
-func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInput) (*bulkOutput, error) {
+func (s *Server) bulkCreate(ctx context.Context, p model.Principal, st Stores, in *bulkInput) (*bulkOutput, error) {
 	items, verr := model.ParseBulk(in.Body)
 	if verr != nil {
-		return nil, s.withTakenEmails(ctx, p.NewsletterID, items, verr)
+		return nil, s.withTakenEmails(ctx, st, p.NewsletterID, items, verr)
 	}
-	subs, err := s.cfg.Store.CreateMany(withSource(ctx, p), p.NewsletterID, items)
+	subs, err := st.Subscribers.CreateMany(withSource(ctx, p), p.NewsletterID, items)
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +378,7 @@ func (s *Server) bulkCreate(ctx context.Context, p model.Principal, in *bulkInpu
 // email the newsletter already has, so that every failing field is reported at once (§3), as
 // when the rules pass and the insert finds them. The lookup costs a read on a failing request
 // only; when it fails, verr goes as it is.
-func (s *Server) withTakenEmails(ctx context.Context, nl uuid.UUID, items []model.NewSubscriber, verr *model.ValidationError) *model.ValidationError {
+func (s *Server) withTakenEmails(ctx context.Context, st Stores, nl uuid.UUID, items []model.NewSubscriber, verr *model.ValidationError) *model.ValidationError {
 	var emails []string
 	for _, it := range items {
 		if it.Email != "" {
@@ -376,7 +388,7 @@ func (s *Server) withTakenEmails(ctx context.Context, nl uuid.UUID, items []mode
 	if len(emails) == 0 {
 		return verr
 	}
-	taken, err := s.cfg.Store.TakenEmails(ctx, nl, emails)
+	taken, err := st.Subscribers.TakenEmails(ctx, nl, emails)
 	if err != nil {
 		s.log.DebugContext(ctx, "looking up the taken emails of an invalid bulk failed", "error", err)
 		return verr
@@ -396,7 +408,7 @@ const (
 	MsgCursorInvalid = "The cursor is invalid."
 )
 
-func (s *Server) list(ctx context.Context, p model.Principal, in *listInput) (*listOutput, error) {
+func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *listInput) (*listOutput, error) {
 	q, err := model.ParseListQuery(string(in.Page), string(in.Limit), string(in.Status))
 	if err != nil {
 		return nil, err
@@ -417,7 +429,7 @@ func (s *Server) list(ctx context.Context, p model.Principal, in *listInput) (*l
 		}
 		q.After = &model.Position{CreatedAt: pos.Time, ID: pos.ID}
 	}
-	subs, total, err := s.cfg.Store.List(ctx, p.NewsletterID, q)
+	subs, total, err := st.Subscribers.List(ctx, p.NewsletterID, q)
 	if err != nil {
 		return nil, err
 	}
@@ -447,19 +459,19 @@ func listBinding(nl uuid.UUID, q model.ListQuery) string {
 	return cursor.Binding("subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email))
 }
 
-func (s *Server) get(ctx context.Context, p model.Principal, in *idInput) (*subscriberOutput, error) {
+func (s *Server) get(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.cfg.Store.Get(ctx, p.NewsletterID, id)
+	sub, err := st.Subscribers.Get(ctx, p.NewsletterID, id)
 	if err != nil {
 		return nil, err
 	}
 	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
 }
 
-func (s *Server) update(ctx context.Context, p model.Principal, in *updateInput) (*subscriberOutput, error) {
+func (s *Server) update(ctx context.Context, p model.Principal, st Stores, in *updateInput) (*subscriberOutput, error) {
 	id, idErr := parseID(in.ID)
 	patch, verr := model.ParsePatch(in.Body)
 	if idErr != nil { // an unknown id is 404 whatever the body says
@@ -468,19 +480,19 @@ func (s *Server) update(ctx context.Context, p model.Principal, in *updateInput)
 	if verr != nil {
 		return nil, verr
 	}
-	sub, err := s.cfg.Store.Update(withSource(ctx, p), p.NewsletterID, id, patch)
+	sub, err := st.Subscribers.Update(withSource(ctx, p), p.NewsletterID, id, patch)
 	if err != nil {
 		return nil, err
 	}
 	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
 }
 
-func (s *Server) unsubscribe(ctx context.Context, p model.Principal, in *idInput) (*subscriberOutput, error) {
+func (s *Server) unsubscribe(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.cfg.Store.Unsubscribe(withSource(ctx, p), p.NewsletterID, id)
+	sub, err := st.Subscribers.Unsubscribe(withSource(ctx, p), p.NewsletterID, id)
 	if err != nil {
 		return nil, err
 	}

@@ -227,13 +227,13 @@ func (s *Server) countSuppressions(sups []model.Suppression, created []bool) {
 	}
 }
 
-func (s *Server) createSuppression(ctx context.Context, p model.Principal, in *createSuppressionInput) (*createdSuppressionOutput, error) {
+func (s *Server) createSuppression(ctx context.Context, p model.Principal, st Stores, in *createSuppressionInput) (*createdSuppressionOutput, error) {
 	ns, verr := model.ParseSuppression(in.Body)
 	if verr != nil {
 		return nil, verr
 	}
 	ns.Source = suppressionSource(p)
-	sup, created, err := s.cfg.Suppressions.Create(withSource(ctx, p), p.NewsletterID, ns)
+	sup, created, err := st.Suppressions.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func (s *Server) createSuppression(ctx context.Context, p model.Principal, in *c
 	return out, nil
 }
 
-func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, in *bulkSuppressionInput) (*bulkSuppressionOutput, error) {
+func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, st Stores, in *bulkSuppressionInput) (*bulkSuppressionOutput, error) {
 	items, verr := model.ParseSuppressionBulk(in.Body)
 	if verr != nil {
 		return nil, verr
@@ -253,7 +253,7 @@ func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, in *bulkSu
 	for i := range items {
 		items[i].Source = suppressionSource(p)
 	}
-	sups, created, err := s.cfg.Suppressions.CreateMany(withSource(ctx, p), p.NewsletterID, items)
+	sups, created, err := st.Suppressions.CreateMany(withSource(ctx, p), p.NewsletterID, items)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func (s *Server) bulkSuppress(ctx context.Context, p model.Principal, in *bulkSu
 	return out, nil
 }
 
-func (s *Server) listSuppressions(ctx context.Context, p model.Principal, in *listSuppressionsInput) (*suppressionListOutput, error) {
+func (s *Server) listSuppressions(ctx context.Context, p model.Principal, st Stores, in *listSuppressionsInput) (*suppressionListOutput, error) {
 	q, err := model.ParseSuppressionQuery(string(in.Limit), string(in.Reason))
 	if err != nil {
 		return nil, err
@@ -283,7 +283,7 @@ func (s *Server) listSuppressions(ctx context.Context, p model.Principal, in *li
 		}
 		q.After = &model.Position{CreatedAt: pos.Time, ID: pos.ID}
 	}
-	sups, more, err := s.cfg.Suppressions.List(ctx, p.NewsletterID, q)
+	sups, more, err := st.Suppressions.List(ctx, p.NewsletterID, q)
 	if err != nil {
 		return nil, err
 	}
@@ -301,12 +301,12 @@ func (s *Server) listSuppressions(ctx context.Context, p model.Principal, in *li
 		Pagination: CursorPagination{Limit: q.Limit, NextCursor: next}}}, nil
 }
 
-func (s *Server) getSuppression(ctx context.Context, p model.Principal, in *suppressionIDInput) (*suppressionOutput, error) {
-	return s.suppressionOp(ctx, p, in, s.cfg.Suppressions.Get)
+func (s *Server) getSuppression(ctx context.Context, p model.Principal, st Stores, in *suppressionIDInput) (*suppressionOutput, error) {
+	return s.suppressionOp(ctx, p, in, st.Suppressions.Get)
 }
 
-func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, in *suppressionIDInput) (*suppressionOutput, error) {
-	return s.suppressionOp(ctx, p, in, s.cfg.Suppressions.Delete)
+func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, st Stores, in *suppressionIDInput) (*suppressionOutput, error) {
+	return s.suppressionOp(ctx, p, in, st.Suppressions.Delete)
 }
 
 func (s *Server) suppressionOp(ctx context.Context, p model.Principal, in *suppressionIDInput,

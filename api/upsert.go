@@ -122,12 +122,12 @@ func (s *Server) registerUpsert(withBody []int) {
 // address is taken, updates it through the update path: its events, emails, webhooks and
 // metrics are theirs. A create that loses a race to another request's (email taken) or an
 // update whose subscriber went away meanwhile looks the address up again.
-func (s *Server) upsert(ctx context.Context, p model.Principal, in *upsertInput) (*upsertOutput, error) {
+func (s *Server) upsert(ctx context.Context, p model.Principal, st Stores, in *upsertInput) (*upsertOutput, error) {
 	ns, patch, verr := model.ParseUpsert(string(in.Email), in.Body)
 	if verr != nil {
 		return nil, verr
 	}
-	return s.upsertOn(ctx, p, s.cfg.Store, ns, patch)
+	return s.upsertOn(ctx, p, st.Subscribers, ns, patch)
 }
 
 // upsertOn is the upsert of ns (or patch, when its address exists) on store.

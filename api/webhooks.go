@@ -189,7 +189,7 @@ func (s *Server) registerWebhooks(common, withBody []int) {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)))), handle(s, s.deleteWebhook))
 }
 
-func (s *Server) createWebhook(ctx context.Context, p model.Principal, in *createWebhookInput) (*createdWebhookOutput, error) {
+func (s *Server) createWebhook(ctx context.Context, p model.Principal, st Stores, in *createWebhookInput) (*createdWebhookOutput, error) {
 	nw, verr := model.ParseWebhook(in.Body.toWebhookBody())
 	if nw.URL != "" && s.cfg.WebhookGuard != nil {
 		if err := s.cfg.WebhookGuard.CheckURL(ctx, nw.URL); err != nil {
@@ -199,7 +199,7 @@ func (s *Server) createWebhook(ctx context.Context, p model.Principal, in *creat
 	if verr != nil {
 		return nil, verr
 	}
-	wh, err := s.cfg.Webhooks.Create(ctx, p.NewsletterID, nw)
+	wh, err := st.Webhooks.Create(ctx, p.NewsletterID, nw)
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +209,8 @@ func (s *Server) createWebhook(ctx context.Context, p model.Principal, in *creat
 	return out, nil
 }
 
-func (s *Server) listWebhooks(ctx context.Context, p model.Principal, _ *struct{}) (*webhookListOutput, error) {
-	list, err := s.cfg.Webhooks.List(ctx, p.NewsletterID)
+func (s *Server) listWebhooks(ctx context.Context, p model.Principal, st Stores, _ *struct{}) (*webhookListOutput, error) {
+	list, err := st.Webhooks.List(ctx, p.NewsletterID)
 	if err != nil {
 		return nil, err
 	}
@@ -223,12 +223,12 @@ func (s *Server) listWebhooks(ctx context.Context, p model.Principal, _ *struct{
 	return out, nil
 }
 
-func (s *Server) getWebhook(ctx context.Context, p model.Principal, in *webhookIDInput) (*webhookOutput, error) {
-	return s.webhookOp(ctx, p, in, s.cfg.Webhooks.Get)
+func (s *Server) getWebhook(ctx context.Context, p model.Principal, st Stores, in *webhookIDInput) (*webhookOutput, error) {
+	return s.webhookOp(ctx, p, in, st.Webhooks.Get)
 }
 
-func (s *Server) deleteWebhook(ctx context.Context, p model.Principal, in *webhookIDInput) (*webhookOutput, error) {
-	return s.webhookOp(ctx, p, in, s.cfg.Webhooks.Delete)
+func (s *Server) deleteWebhook(ctx context.Context, p model.Principal, st Stores, in *webhookIDInput) (*webhookOutput, error) {
+	return s.webhookOp(ctx, p, in, st.Webhooks.Delete)
 }
 
 func (s *Server) webhookOp(ctx context.Context, p model.Principal, in *webhookIDInput,

@@ -55,7 +55,7 @@ const noOutageOnSQLite = "an outage is simulated by cutting the TCP connection t
 type env struct {
 	t        *testing.T
 	dsn      string
-	db       *bun.DB
+	db       *repo.DB
 	accounts *repo.Accounts
 	idem     *repo.Idempotency
 	srv      *httptest.Server
@@ -113,7 +113,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
-		Idempotency:    e.idem,
+		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
 		CursorKey:      cursorKey,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
@@ -256,4 +256,10 @@ func (e *env) count(query string, args ...any) int {
 		e.t.Fatal(err)
 	}
 	return n
+}
+
+// requestStores are the stores an idempotent request uses, as cmd/subscriberd gives them: those
+// of its unit of work.
+func requestStores(tx repo.Tx) api.Stores {
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(), Suppressions: tx.Suppressions()}
 }

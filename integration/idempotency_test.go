@@ -42,7 +42,7 @@ func (e *env) secondInstance(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.New(api.Config{Store: repo.NewSubscribers(db), Auth: repo.NewAccounts(db),
-		Idempotency: repo.NewIdempotency(db, 24*time.Hour), CursorKey: key}))
+		Idempotency: api.IdempotencyOf(repo.NewIdempotency(db, 24*time.Hour), requestStores), CursorKey: key}))
 	t.Cleanup(srv.Close)
 	return srv.URL + api.BasePath
 }
@@ -475,10 +475,10 @@ func idempotencyEvent(s sdktrace.ReadOnlySpan) string {
 func TestIdempotencyRunLosesTheRace(t *testing.T) {
 	e := newEnv(t)
 	first := e.do("POST", "/subscribers", map[string]any{"email": "a@example.com"}, idem("k")).want(t, http.StatusCreated, "")
-	subs := repo.NewSubscribers(e.db)
+	ctx := context.Background()
 	for _, email := range []string{"b@example.com", "a@example.com"} { // a change that succeeds, one that fails
-		res, err := e.idem.Run(context.Background(), e.nl, "k", []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
-			if _, err := subs.Create(ctx, e.nl, model.NewSubscriber{Email: email, Status: model.StatusActive}); err != nil {
+		res, err := e.idem.Run(ctx, e.nl, "k", []byte("fp"), func(tx repo.Tx) (*model.StoredResponse, error) {
+			if _, err := tx.Subscribers().Create(ctx, e.nl, model.NewSubscriber{Email: email, Status: model.StatusActive}); err != nil {
 				return nil, nil // the handler answered a 4xx
 			}
 			return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: []byte("late")}, nil

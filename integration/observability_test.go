@@ -113,7 +113,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 		Metrics:     o.metrics,
 		KeyCacheTTL: cfg.keyCacheTTL,
 		Limiter:     limiter,
-		Idempotency: e.idem,
+		Idempotency: api.IdempotencyOf(e.idem, requestStores),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))
 	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))

@@ -103,7 +103,7 @@ func benchTelemetry(b *testing.B, backend, mode string) {
 			b.Fatal(err)
 		}
 		m := telemetry.NewMetrics("bench")
-		if err := m.RegisterDB(db.DB); err != nil {
+		if err := m.RegisterDB(db.DB.DB); err != nil {
 			b.Fatal(err)
 		}
 		cfg.Metrics, cfg.Logger = m, log

@@ -1,29 +1,34 @@
 // Package repo is subscriberd's persistence through bun, on PostgreSQL (production) or an
 // embedded SQLite file (zero-setup): row types, queries, transactions, and the translation of
-// driver errors into model errors. Everything that differs between the two engines stays in
-// this package (see sqlite.go); callers see the same behaviour on both.
+// driver errors into model errors. Everything that differs between the two engines stays
+// behind one seam, the engine interface, with one file per engine (pg.go, sqlite.go); callers
+// see the same behaviour on both, and no other file asks which engine runs.
+//
+// A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit
+// of work it came from: DB.InTx hands out stores through Tx), a write of several statements
+// runs in s.inTx (its unit's transaction, or a new one with retries), queued work wakes its
+// workers through s.queued, and whatever differs between the engines is a method of s.db.eng.
+// A new store gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
 package repo
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/migrate"
 
-	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -41,61 +46,88 @@ type Options struct {
 // write timeout and the shutdown grace.
 const DefaultStatementTimeout = 25 * time.Second
 
+// DB is the database: the pool (bun's, embedded, for statements of callers' own), its engine
+// (PostgreSQL or SQLite, the only place that knows which) and what the engine keeps per pool:
+// the prepared statements on PostgreSQL, the workers' wakers on SQLite. Every store takes one;
+// nothing about a database is kept outside it.
+type DB struct {
+	*bun.DB
+	eng  engine
+	hook *queryHook // the spans of its statements, bun's and prepared ones alike
+}
+
 // Open returns a pool for dsn: a PostgreSQL URL (postgres://, postgresql://) or an SQLite one
 // (sqlite:///abs/path.db, sqlite://relative/path.db; see SQLitePath). It does not connect yet.
-func Open(dsn string, opts Options) (db *bun.DB, err error) {
+func Open(dsn string, opts Options) (*DB, error) {
 	if IsSQLite(dsn) {
 		return openSQLite(dsn, opts)
 	}
 	return openPostgres(dsn, opts)
 }
 
-func openPostgres(dsn string, opts Options) (db *bun.DB, err error) {
-	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("invalid PostgreSQL URL: %v", r)
+// InTx runs fn in one transaction, a unit of work: every store fn takes from tx runs its
+// statements on that transaction's connection, reads included, and commits with the rest or
+// not at all. When the transaction meets a deadlock, a serialization failure or a busy SQLite
+// database, the whole of fn runs again (see retry), so fn must start from its own inputs and
+// answer nothing to a client from inside. Workers waiting on a queue fn wrote to are woken
+// after the commit.
+func (db *DB) InTx(ctx context.Context, fn func(tx Tx) error) error {
+	return retry(ctx, func(ctx context.Context) error {
+		u := &unit{}
+		err := db.RunInTx(ctx, nil, func(ctx context.Context, btx bun.Tx) error {
+			return fn(Tx{db: db, tx: btx, unit: u})
+		})
+		if err == nil {
+			u.wake(db)
 		}
-	}()
-	if _, err := url.Parse(dsn); err != nil {
-		return nil, fmt.Errorf("invalid PostgreSQL URL: %w", err)
+		return err
+	})
+}
+
+// Tx is one unit of work (DB.InTx): it hands out the stores bound to its transaction.
+type Tx struct {
+	db   *DB
+	tx   bun.Tx
+	unit *unit
+}
+
+func (t Tx) store() store { return store{db: t.db, idb: t.tx, unit: t.unit, now: utcNow} }
+
+// Subscribers returns the subscriber store bound to the transaction.
+func (t Tx) Subscribers() *Subscribers { return &Subscribers{store: t.store()} }
+
+// Events returns the event log bound to the transaction.
+func (t Tx) Events() *Events { return &Events{store: t.store()} }
+
+// Webhooks returns the webhook endpoint store bound to the transaction.
+func (t Tx) Webhooks() *Webhooks { return &Webhooks{store: t.store()} }
+
+// Confirmations returns the confirmation token store bound to the transaction.
+func (t Tx) Confirmations() *Confirmations { return &Confirmations{store: t.store()} }
+
+// Accounts returns the newsletter and key store bound to the transaction.
+func (t Tx) Accounts() *Accounts { return &Accounts{store: t.store()} }
+
+// Suppressions returns the suppression store bound to the transaction.
+func (t Tx) Suppressions() *Suppressions { return &Suppressions{store: t.store()} }
+
+// IDB is the transaction itself, for statements of the caller's own.
+func (t Tx) IDB() bun.IDB { return t.tx }
+
+// unit is what a unit of work does after its commit: wake the workers of the queues it wrote
+// to.
+type unit struct{ queues []string }
+
+func (u *unit) queued(queue string) {
+	if !slices.Contains(u.queues, queue) {
+		u.queues = append(u.queues, queue)
 	}
-	n := opts.MaxConns
-	if n <= 0 {
-		n = 16
+}
+
+func (u *unit) wake(db *DB) {
+	for _, q := range u.queues {
+		db.eng.wake(q)
 	}
-	stmt := opts.StatementTimeout
-	if stmt <= 0 {
-		stmt = DefaultStatementTimeout
-	}
-	// The server gives up on a statement (and rolls it back) before the client stops waiting
-	// for it: a client-side timeout alone answered 503 while the statement went on and
-	// committed, so a retry met its own write. 57014 (query canceled) maps to 503.
-	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
-		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
-		pgdriver.WithReadTimeout(stmt+5*time.Second),
-		// The prepared statements (prepared.go) run their generic plan from the first call:
-		// the list statements' generic plans are as good as their custom ones, but under
-		// the default "auto" PostgreSQL never picks them (with the LIMIT unknown their
-		// estimate never beats a custom plan's) and plans those statements on every call.
-		// Statements sent over the simple protocol are planned per call whatever this says.
-		pgdriver.WithConnParams(map[string]any{
-			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
-			"plan_cache_mode":   "force_generic_plan",
-		}),
-		pgdriver.WithApplicationName("subscriberd"),
-		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
-		// server.address with the port) to our span of every query, growing it; the query
-		// hook sets the stable ones itself.
-		pgdriver.WithTracing(false)))
-	sqldb.SetMaxOpenConns(n)
-	sqldb.SetMaxIdleConns(n)
-	sqldb.SetConnMaxLifetime(30 * time.Minute)
-	sqldb.SetConnMaxIdleTime(5 * time.Minute)
-	hook := newQueryHook(dsn, "postgresql")
-	db = bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(hook)
-	registerPreparer(db, hook)
-	return db, nil
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -147,7 +179,7 @@ func DatabaseExists(ctx context.Context, dsn string) (bool, error) {
 // maintenanceDB opens the "postgres" database of the server of dsn and returns the name of the
 // database dsn names; name is "" (and nothing is opened) when dsn names the maintenance
 // database itself or none.
-func maintenanceDB(dsn string) (name string, maint *bun.DB, err error) {
+func maintenanceDB(dsn string) (name string, maint *DB, err error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return "", nil, fmt.Errorf("invalid PostgreSQL URL: %w", err)
@@ -165,7 +197,7 @@ func maintenanceDB(dsn string) (name string, maint *bun.DB, err error) {
 	return name, maint, nil
 }
 
-func pgDatabaseExists(ctx context.Context, maint *bun.DB, name string) (bool, error) {
+func pgDatabaseExists(ctx context.Context, maint *DB, name string) (bool, error) {
 	var exists bool
 	if err := maint.NewRaw("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = ?)", name).Scan(ctx, &exists); err != nil {
 		return false, translate(err)
@@ -173,25 +205,17 @@ func pgDatabaseExists(ctx context.Context, maint *bun.DB, name string) (bool, er
 	return exists, nil
 }
 
-func migrator(db *bun.DB) (*migrate.Migrator, error) {
-	ms, err := migrationSet(db)
+func migrator(db *DB) (*migrate.Migrator, error) {
+	ms, err := db.eng.migrations()
 	if err != nil {
 		return nil, err
 	}
-	return migrate.NewMigrator(db, ms, migrate.WithMarkAppliedOnSuccess(true)), nil
-}
-
-// migrationSet is the migrations of db's store.
-func migrationSet(db *bun.DB) (*migrate.Migrations, error) {
-	if isSQLite(db) {
-		return migrations.SQLite()
-	}
-	return migrations.Postgres()
+	return migrate.NewMigrator(db.DB, ms, migrate.WithMarkAppliedOnSuccess(true)), nil
 }
 
 // Migrate applies every pending migration, holding bun's migration lock so that several
 // instances starting at once apply each migration once. It returns the names applied.
-func Migrate(ctx context.Context, db *bun.DB) ([]string, error) {
+func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	m, err := migrator(db)
 	if err != nil {
 		return nil, err
@@ -233,7 +257,7 @@ func lockMigrations(ctx context.Context, m *migrate.Migrator) error {
 }
 
 // PendingMigrations reports how many migrations are not applied yet.
-func PendingMigrations(ctx context.Context, db *bun.DB) (int, error) {
+func PendingMigrations(ctx context.Context, db *DB) (int, error) {
 	m, err := migrator(db)
 	if err != nil {
 		return 0, err
@@ -242,12 +266,8 @@ func PendingMigrations(ctx context.Context, db *bun.DB) (int, error) {
 	if err != nil {
 		// A database nobody migrated has no table of applied migrations: all are pending.
 		var exists bool
-		q := "SELECT to_regclass('bun_migrations') IS NOT NULL"
-		if isSQLite(db) {
-			q = "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'bun_migrations'"
-		}
-		if xerr := db.NewRaw(q).Scan(ctx, &exists); xerr == nil && !exists {
-			set, serr := migrationSet(db)
+		if xerr := db.NewRaw(db.eng.migrationsTableExists()).Scan(ctx, &exists); xerr == nil && !exists {
+			set, serr := db.eng.migrations()
 			if serr != nil {
 				return 0, serr
 			}
@@ -303,16 +323,105 @@ func sqlState(err error) string {
 	return ""
 }
 
-// store is what every store type holds: the pool, whether it is the embedded SQLite store
-// (which picks the SQL where the dialects differ), the pool's prepared statements on
-// PostgreSQL (prepared.go), and the service's clock, in UTC.
+// store is what every store type holds: the database, where its statements run (the pool, or
+// the transaction of the unit of work it is bound to, see Tx), that unit of work (nil when
+// bound to the pool), and the service's clock, in UTC.
 type store struct {
-	db     *bun.DB
-	sqlite bool
-	pg     *preparedStatements // nil on SQLite
-	now    func() time.Time
+	db   *DB
+	idb  bun.IDB
+	unit *unit
+	now  func() time.Time
 }
 
-func newStore(db *bun.DB) store {
-	return store{db: db, sqlite: isSQLite(db), pg: preparerOf(db), now: func() time.Time { return time.Now().UTC() }}
+func newStore(db *DB) store { return store{db: db, idb: db.DB, now: utcNow} }
+
+func utcNow() time.Time { return time.Now().UTC() }
+
+// inTx runs fn, a unit of work of the store's own, in a transaction: the one the store is bound
+// to (whose InTx retries the whole of it), or a new one on the pool, run again on a deadlock,
+// a serialization failure or a busy SQLite database (see retry). Nothing may be answered to a
+// client from inside fn.
+func (s *store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.IDB) error) error {
+	if s.unit != nil {
+		return fn(ctx, s.idb)
+	}
+	return retry(ctx, func(ctx context.Context) error {
+		return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
+	})
+}
+
+// queued wakes the workers of queue (on SQLite; see engine.wake) after a commit that queued
+// into it: at once for a store on the pool, after the unit of work's commit for one bound to it.
+func (s *store) queued(queue string) {
+	if s.unit != nil {
+		s.unit.queued(queue)
+		return
+	}
+	s.db.eng.wake(queue)
+}
+
+// engine is the seam between the stores and the database engine: everything that differs
+// between PostgreSQL (pg.go) and SQLite (sqlite.go), and nothing else. The stores call it and
+// never ask which engine runs.
+type engine interface {
+	// migrations are the engine's schema migrations; migrationsTableExists is a statement
+	// that reads whether bun's table of applied migrations exists.
+	migrations() (*migrate.Migrations, error)
+	migrationsTableExists() string
+
+	// queryRow runs st with args on db (the pool or a transaction of it) and scans its one
+	// row into dest (sql.ErrNoRows when there is none); queryRows scans every row into dest,
+	// a pointer to a slice. Errors are the driver's, for the caller to translate.
+	queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
+	queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
+
+	// listPage reads one page of a newsletter's subscribers and the total matching q in one
+	// statement (Subscribers.List): the first row carries the total, rows without an id are
+	// not subscribers.
+	listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error)
+
+	// insertWithEvent stores row unless its email is taken, with its created event and the
+	// event's deliveries, in one statement, and reports whether it stored it. ok is false when
+	// the engine has no such statement: the caller then writes them in a transaction.
+	insertWithEvent(ctx context.Context, db bun.IDB, s *store, row *subscriberRow, ev model.Event) (stored, ok bool, err error)
+	// rename applies a patch that sets at most the name without a transaction, when the
+	// engine can (see Subscribers.rename); done is false when it did not.
+	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)
+	// insertEvents appends rows to the event log and queues their webhook deliveries, in
+	// the caller's transaction, and reports whether it queued any delivery (when the engine
+	// knows: its workers need waking).
+	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error)
+
+	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
+	// Deliveries.Claim) without waiting on another worker's claim.
+	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
+	claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error)
+
+	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
+	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does
+	// not wait for the key-share locks of rows referencing it being inserted).
+	forUpdate() string
+	forNoKeyUpdate() string
+	// lockRows is q locking the rows it reads as forUpdate does.
+	lockRows(q *bun.SelectQuery) *bun.SelectQuery
+	// lockEmailKey makes two transactions that give the same new email key to a subscriber
+	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
+	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
+	// lockIdempotencyKey takes, in the transaction of Idempotency.Run, the right to run the
+	// request of (nl, key): it returns the stored response of a request with the key that
+	// finished first, or model.ErrIdempotencyInUse while one still runs.
+	lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error)
+
+	// listen returns a channel signalled (coalesced) after each commit of this process that
+	// queued into queue, until ctx ends, or nil when the workers poll; wake signals it.
+	listen(ctx context.Context, queue string) <-chan struct{}
+	wake(queue string)
+}
+
+// deliveriesQueued wakes the webhook workers after a commit that queued deliveries, when it
+// did (see store.queued).
+func (s *store) deliveriesQueued(queued bool) {
+	if queued {
+		s.queued(webhookQueue)
+	}
 }

@@ -27,12 +27,10 @@ type eventRow struct {
 	CreatedAt    time.Time `bun:"created_at"`
 }
 
-// queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
-// created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
-// events column is a JSON array of type names).
-const queueDeliveriesSQL = queueDeliveriesFrom + eventMatchPostgres
-
-// queueDeliveriesFrom is queueDeliveriesSQL up to the store's test of an endpoint's events.
+// queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
+// created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
+// engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
+// (pg.go) and eventMatchSQLite (sqlite.go).
 const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
     (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
 SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
@@ -40,40 +38,17 @@ FROM ev JOIN webhook_endpoints AS w
     ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
     AND `
 
-const (
-	eventMatchPostgres = `strpos(w.events, '"' || ev.type || '"') > 0`
-	eventMatchSQLite   = `instr(w.events, '"' || ev.type || '"') > 0`
-)
-
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
-// that deliveries link to the request that caused them. On PostgreSQL both are one statement.
-// It reports whether any delivery was queued (known only on SQLite, where the caller wakes the
-// workers after commit; on PostgreSQL they poll).
-func recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+// that deliveries link to the request that caused them. It reports whether any delivery was
+// queued, where the engine knows (the caller then wakes the workers after its commit; where
+// it does not, they poll).
+func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
 	if len(evs) == 0 {
 		return false, nil
 	}
-	rows := eventRows(ctx, evs)
-	if !isSQLite(db) {
-		ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
-		_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
-		return false, translate(err)
-	}
-	if _, err := db.NewInsert().Model(&rows).Exec(ctx); err != nil {
-		return false, translate(err)
-	}
-	ids := make([]uuid.UUID, len(evs))
-	for i, e := range evs {
-		ids[i] = e.ID
-	}
-	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
-		queueDeliveriesFrom+eventMatchSQLite, bun.List(ids)).Exec(ctx)
-	if err != nil {
-		return false, translate(err)
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs))
+	return queued, translate(err)
 }
 
 // eventRows are the rows of evs, carrying ctx's trace context so that their deliveries link to
@@ -90,45 +65,13 @@ func eventRows(ctx context.Context, evs []model.Event) []eventRow {
 	return rows
 }
 
-// insertWithEventPG stores row unless its email is taken, with its created event and the
-// event's deliveries, in one PostgreSQL statement: the data-modifying parts of a statement take
-// effect together or not at all, so a create needs one round trip instead of a transaction's
-// four. It reports whether row was stored; when it was not, nothing was.
-func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
-	r := eventRows(ctx, []model.Event{ev})[0]
-	var n int
-	err := s.queryRow(ctx, db, insertWithEventStmt, &n,
-		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
-		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
-	if err != nil {
-		return false, translate(err)
-	}
-	return n > 0, nil
-}
-
-// insertWithEventStmt is insertWithEventPG's statement, prepared (see statement): $1 to $9 the
-// subscriber's columns, then the event's id, type, payload, traceparent and time (its
-// newsletter is the subscriber's). Its span is named for its main change, "INSERT
-// subscribers". The event's values are cast: in an INSERT … SELECT a parameter takes no type
-// from the target column.
-var insertWithEventStmt = newStatement("INSERT", "subscribers", `WITH s AS (
-    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-    ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
-ev AS (
-    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT $10::uuid, $2::uuid, s.id, $11::text, $12::text, $13::text, $14::timestamptz FROM s
-    RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`)
-SELECT count(*) FROM s`)
-
 // Events reads subscribers' histories.
 type Events struct {
 	store
 }
 
 // NewEvents returns the event log on db.
-func NewEvents(db *bun.DB) *Events {
+func NewEvents(db *DB) *Events {
 	return &Events{store: newStore(db)}
 }
 
@@ -137,7 +80,7 @@ func NewEvents(db *bun.DB) *Events {
 // newsletter's, is model.ErrNotFound.
 func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPage) ([]model.Event, bool, error) {
 	var exists bool
-	if err := e.db.NewRaw("SELECT EXISTS (SELECT 1 FROM subscribers WHERE newsletter_id = ? AND id = ?)", nl, id).
+	if err := e.idb.NewRaw("SELECT EXISTS (SELECT 1 FROM subscribers WHERE newsletter_id = ? AND id = ?)", nl, id).
 		Scan(ctx, &exists); err != nil {
 		return nil, false, translate(err)
 	}
@@ -145,7 +88,7 @@ func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPag
 		return nil, false, fmt.Errorf("%w", model.ErrNotFound)
 	}
 	var rows []eventRow
-	q := e.db.NewSelect().Model(&rows).Column("id", "type", "payload", "created_at").
+	q := e.idb.NewSelect().Model(&rows).Column("id", "type", "payload", "created_at").
 		Where("subscriber_id = ?", id).OrderExpr("id").Limit(p.Limit + 1)
 	if p.After != uuid.Nil {
 		q = q.Where("id > ?", p.After)

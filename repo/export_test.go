@@ -1,18 +1,21 @@
 package repo
 
 import (
-	"github.com/uptrace/bun"
+	"context"
+
 	"go.opentelemetry.io/otel/trace"
 )
 
-// RunInTx exposes runInTx to the external tests of the package.
-var RunInTx = runInTx
-
 // TraceQueries makes the spans of db's statements, bun's and prepared ones alike, with tp, for
 // the external tests of the package. Call it before the pool runs anything.
-func TraceQueries(db *bun.DB, tp trace.TracerProvider) {
-	preparerOf(db).hook.tracer = tp.Tracer("github.com/subscriberd/subscriberd/repo")
+func TraceQueries(db *DB, tp trace.TracerProvider) {
+	db.hook.tracer = tp.Tracer("github.com/subscriberd/subscriberd/repo")
 }
 
 // GetSubscriberText is the text of Subscribers.Get's prepared statement.
-var GetSubscriberText = getSubscriberPG.text
+var GetSubscriberText = getSubscriber.text
+
+// QueryRows runs text, a statement with $1… placeholders, through the engine's queryRows.
+func QueryRows(ctx context.Context, db *DB, text string, dest any, args ...any) error {
+	return db.eng.queryRows(ctx, db.DB, newStatement("SELECT", "", text), dest, args...)
+}

@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,11 +18,9 @@ import (
 // Idempotency keeps the stored responses of idempotent writes (docs/api-contract.md §8).
 //
 // How a write becomes idempotent: the API calls Run with the request's key and fingerprint
-// and a function that performs the request. Run opens one transaction, takes the key's lock,
-// and hands the function a context that carries the transaction; every repo method that
-// opens its unit of work with runInTx (or Subscribers.atomically) joins it, so the change and
-// the response record commit together or not at all. A new store method needs nothing more
-// than to use runInTx for its writes.
+// and a function that performs the request with the stores of the Tx it is given. Run opens
+// that unit of work, takes the key's lock, and stores the function's response in it, so the
+// change and the response record commit together or not at all.
 type Idempotency struct {
 	store
 	ttl time.Duration
@@ -31,7 +28,7 @@ type Idempotency struct {
 
 // NewIdempotency returns the store of idempotent responses on db; a response is replayed for
 // ttl after it was stored.
-func NewIdempotency(db *bun.DB, ttl time.Duration) *Idempotency {
+func NewIdempotency(db *DB, ttl time.Duration) *Idempotency {
 	return &Idempotency{store: newStore(db), ttl: ttl}
 }
 
@@ -52,25 +49,19 @@ func (r *idempotencyRow) toModel() model.StoredResponse {
 	return model.StoredResponse{Fingerprint: r.Fingerprint, Status: r.Status, Location: r.Location, Body: r.Body}
 }
 
-// lookupIdempotencyPG is lookup's statement on PostgreSQL, prepared (see statement).
-var lookupIdempotencyPG = newStatement("SELECT", "idempotency_keys",
+// lookupIdempotency is lookup's statement, prepared on PostgreSQL (see statement).
+var lookupIdempotency = newStatement("SELECT", "idempotency_keys",
 	`SELECT fingerprint, status, location, body FROM idempotency_keys WHERE newsletter_id = $1 AND key = $2 AND expires_at > $3`)
 
 // Lookup returns the unexpired response stored under key in the newsletter, if any. It takes
 // no lock: a replay costs one indexed read.
 func (s *Idempotency) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
-	return s.lookup(ctx, s.db, nl, key)
+	return s.lookup(ctx, s.idb, nl, key)
 }
 
 func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
 	var row idempotencyRow
-	var err error
-	if s.sqlite { // the builder names the span "SELECT idempotency_keys", as on PostgreSQL
-		err = db.NewSelect().Model(&row).Column("fingerprint", "status", "location", "body").
-			Where("newsletter_id = ? AND key = ? AND expires_at > ?", nl, key, s.now()).Scan(ctx)
-	} else {
-		err = s.queryRow(ctx, db, lookupIdempotencyPG, &row, nl, key, s.now())
-	}
+	err := s.db.eng.queryRow(ctx, db, lookupIdempotency, &row, nl, key, s.now())
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.StoredResponse{}, false, nil
 	}
@@ -80,65 +71,47 @@ func (s *Idempotency) lookup(ctx context.Context, db bun.IDB, nl uuid.UUID, key 
 	return row.toModel(), true, nil
 }
 
-// Run performs an idempotent request: in one transaction it takes the lock of (nl, key) and
-// calls fn with a context that carries the transaction. When fn returns a response (a 2xx) it
-// is stored under the key before the commit; when fn returns nil the transaction rolls back
-// and nothing is stored (a failed request changed nothing). An error from fn rolls back and
-// is returned.
+// Run performs an idempotent request: in one unit of work (DB.InTx) it takes the right to run
+// the request of (nl, key) and calls fn with the unit's Tx, whose stores fn uses. When fn
+// returns a response (a 2xx) it is stored under the key before the commit; when fn returns
+// nil the transaction rolls back and nothing is stored (a failed request changed nothing). An
+// error from fn rolls back and is returned; a deadlock or a busy SQLite database runs fn again
+// (fn answers nothing to the client from inside).
 //
 // The result says what happened: Ran (fn ran; its response, if any, is committed), or Stored
 // (another request with the key finished first: replay or compare its response; whatever fn
 // did was rolled back). When another request with the key is still running, Run returns
 // model.ErrIdempotencyInUse without calling fn.
 //
-// The lock is PostgreSQL's transaction-scoped advisory lock, which a crash or a dropped
-// connection releases at once: no marker is ever left behind. The caller has looked the key
-// up (Lookup) just before; a request that finished between that look and the lock is caught
-// by the record's insert, which refuses to replace a live record and so rolls this one's
-// change back. On SQLite the immediate write transaction serialises every writer, so a
-// second request waits for the first and then finds its record at once.
+// The caller has looked the key up (Lookup) just before; a request that finished between that
+// look and the lock (engine.lockIdempotencyKey) is caught by the record's insert, which refuses
+// to replace a live record and so rolls this one's change back.
 func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
-	fn func(ctx context.Context) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
+	fn func(tx Tx) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
 	var res model.IdempotencyResult
-	var lost bool // a request with the key finished first; look its record up
-	// A deadlock or a busy SQLite database runs the whole request again (see retry): fn
-	// answers nothing to the client from inside.
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	var lost bool // a request with the key may have finished first; look its record up
+	err := s.db.InTx(ctx, func(tx Tx) error {
 		res, lost = model.IdempotencyResult{}, false
-		if s.sqlite {
-			stored, found, err := s.lookup(ctx, tx, nl, key)
-			if err != nil {
-				return err
-			}
-			if found {
-				res.Stored = &stored
-				return errRollback
-			}
-		} else {
-			var locked bool
-			if err := s.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {
-				return translate(err)
-			}
-			if !locked {
-				return fmt.Errorf("%w", model.ErrIdempotencyInUse)
-			}
+		stored, err := s.db.eng.lockIdempotencyKey(ctx, s, tx.tx, nl, key)
+		if err != nil {
+			return translate(err)
 		}
-		var conflict error
-		resp, err := fn(withTx(ctx, s.db, tx, &conflict))
+		if stored != nil {
+			res.Stored = stored
+			return errRollback
+		}
+		resp, err := fn(tx)
 		res.Ran = true
-		if conflict != nil { // whatever the handler answered, the request runs again
-			return conflict
-		}
 		if err != nil || resp == nil {
-			lost = !s.sqlite // the failure may come from the change of a request that finished first
+			lost = true // the failure may come from the change of a request that finished first
 			if err == nil {
 				err = errRollback
 			}
 			return err
 		}
 		now := s.now()
-		var stored int
-		err = s.queryRow(ctx, tx, storeResponseStmt, &stored, nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl))
+		var n int
+		err = s.db.eng.queryRow(ctx, tx.tx, storeResponseStmt, &n, nl, key, fp, resp.Status, resp.Location, resp.Body, now, now.Add(s.ttl))
 		if errors.Is(err, sql.ErrNoRows) { // a live record: another request with the key finished first
 			lost = true
 			return errRollback
@@ -146,7 +119,7 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 		return translate(err)
 	})
 	if lost {
-		if stored, found, lerr := s.lookup(ctx, s.db, nl, key); lerr == nil && found {
+		if stored, found, lerr := s.lookup(ctx, s.idb, nl, key); lerr == nil && found {
 			return model.IdempotencyResult{Stored: &stored}, nil
 		}
 	}
@@ -191,7 +164,7 @@ func advisoryKey(nl uuid.UUID, key string) int64 {
 // short statement, so purging never holds up writes for long; call it until it returns less
 // than limit.
 func (s *Idempotency) Purge(ctx context.Context, limit int) (int, error) {
-	res, err := s.db.NewRaw(`DELETE FROM idempotency_keys WHERE (newsletter_id, key) IN (
+	res, err := s.idb.NewRaw(`DELETE FROM idempotency_keys WHERE (newsletter_id, key) IN (
     SELECT newsletter_id, key FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`, s.now(), limit).Exec(ctx)
 	if err != nil {
 		return 0, translate(err)
@@ -226,47 +199,10 @@ func (s *Idempotency) PurgeLoop(ctx context.Context, interval time.Duration, log
 	}
 }
 
-// txKey is the context key of the transaction of an idempotent request.
-type txKey struct{}
-
-type joinedTx struct {
-	db *bun.DB
-	tx bun.Tx
-	// conflict is the first retryable error (a deadlock, a busy SQLite database) a joined unit
-	// of work met: the handler answers it as an error, and Run runs the request again instead.
-	conflict *error
-}
-
-func withTx(ctx context.Context, db *bun.DB, tx bun.Tx, conflict *error) context.Context {
-	return context.WithValue(ctx, txKey{}, joinedTx{db: db, tx: tx, conflict: conflict})
-}
-
-// joinTx returns the transaction on db that ctx carries (see Idempotency.Run), if any.
-func joinTx(ctx context.Context, db *bun.DB) (bun.Tx, bool) {
-	j, ok := ctx.Value(txKey{}).(joinedTx)
-	if !ok || j.db != db {
-		return bun.Tx{}, false
-	}
-	return j.tx, true
-}
-
-// runJoined runs fn in the transaction ctx carries for db, noting a retryable error for Run.
-func runJoined(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) (bool, error) {
-	j, ok := ctx.Value(txKey{}).(joinedTx)
-	if !ok || j.db != db {
-		return false, nil
-	}
-	err := fn(ctx, j.tx)
-	if retryable(err) && *j.conflict == nil {
-		*j.conflict = err
-	}
-	return true, err
-}
-
 // Secret returns the secret called name that every instance on this database shares, making
 // it (32 random bytes) when it does not exist yet. The first instance to ask makes it; the
 // others, and later starts, read the same value.
-func Secret(ctx context.Context, db *bun.DB, name string) ([]byte, error) {
+func Secret(ctx context.Context, db *DB, name string) ([]byte, error) {
 	value := make([]byte, 32)
 	rand.Read(value) //nolint:errcheck // never fails
 	if _, err := db.NewRaw("INSERT INTO service_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",

@@ -58,13 +58,13 @@ func (r *apiKeyRow) toModel() model.APIKey {
 type Accounts struct{ store }
 
 // NewAccounts returns the newsletter and key store on db.
-func NewAccounts(db *bun.DB) *Accounts { return &Accounts{store: newStore(db)} }
+func NewAccounts(db *DB) *Accounts { return &Accounts{store: newStore(db)} }
 
 // CreateNewsletter stores a new newsletter.
 func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess bool) (model.Newsletter, error) {
 	now := time.Now().UTC()
 	row := newsletterRow{ID: uuid.Must(uuid.NewV7()), Name: name, APIAccess: apiAccess, CreatedAt: now, UpdatedAt: now}
-	if _, err := a.db.NewInsert().Model(&row).Exec(ctx); err != nil {
+	if _, err := a.idb.NewInsert().Model(&row).Exec(ctx); err != nil {
 		return model.Newsletter{}, translate(err)
 	}
 	return row.toModel(), nil
@@ -73,7 +73,7 @@ func (a *Accounts) CreateNewsletter(ctx context.Context, name string, apiAccess 
 // FirstNewsletter returns the oldest newsletter, and false when there is none.
 func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool, error) {
 	var row newsletterRow
-	err := a.db.NewSelect().Model(&row).OrderExpr("created_at, id").Limit(1).Scan(ctx)
+	err := a.idb.NewSelect().Model(&row).OrderExpr("created_at, id").Limit(1).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Newsletter{}, false, nil
 	}
@@ -87,7 +87,7 @@ func (a *Accounts) FirstNewsletter(ctx context.Context) (model.Newsletter, bool,
 // access and, when name is not nil, renames it.
 func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess *bool, name *string) (model.Newsletter, error) {
 	var row newsletterRow
-	q := a.db.NewUpdate().Model(&row).Set("updated_at = ?", time.Now().UTC())
+	q := a.idb.NewUpdate().Model(&row).Set("updated_at = ?", time.Now().UTC())
 	if apiAccess != nil {
 		q = q.Set("api_access = ?", *apiAccess)
 	}
@@ -107,7 +107,7 @@ func (a *Accounts) UpdateNewsletter(ctx context.Context, id uuid.UUID, apiAccess
 // Newsletters returns every newsletter, oldest first.
 func (a *Accounts) Newsletters(ctx context.Context) ([]model.Newsletter, error) {
 	var rows []newsletterRow
-	if err := a.db.NewSelect().Model(&rows).OrderExpr("created_at, id").Scan(ctx); err != nil {
+	if err := a.idb.NewSelect().Model(&rows).OrderExpr("created_at, id").Scan(ctx); err != nil {
 		return nil, translate(err)
 	}
 	out := make([]model.Newsletter, len(rows))
@@ -124,7 +124,7 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 		return nil, err
 	}
 	var rows []apiKeyRow
-	err := a.db.NewSelect().Model(&rows).Where("newsletter_id = ?", newsletterID).OrderExpr("created_at, id").Scan(ctx)
+	err := a.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", newsletterID).OrderExpr("created_at, id").Scan(ctx)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -138,7 +138,7 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 // Newsletter returns one newsletter.
 func (a *Accounts) Newsletter(ctx context.Context, id uuid.UUID) (model.Newsletter, error) {
 	var row newsletterRow
-	err := a.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
+	err := a.idb.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Newsletter{}, fmt.Errorf("%w", model.ErrNewsletterNotFound)
 	}
@@ -159,7 +159,7 @@ func (a *Accounts) CreateScopedKey(ctx context.Context, newsletterID uuid.UUID, 
 	if _, err := a.Newsletter(ctx, newsletterID); err != nil {
 		return model.APIKey{}, "", err
 	}
-	return insertKey(ctx, a.db, newsletterID, label, scope, a.now())
+	return insertKey(ctx, a.idb, newsletterID, label, scope, a.now())
 }
 
 // insertKey stores a new key and returns it with the only copy of its secret.
@@ -183,7 +183,7 @@ func insertKey(ctx context.Context, db bun.IDB, newsletterID uuid.UUID, label st
 // of its secret, and the old key as it now is. An unknown id gives model.ErrKeyNotFound; a
 // revoked or expired key, model.ErrKeyRevoked.
 func (a *Accounts) RotateKey(ctx context.Context, id uuid.UUID, grace time.Duration) (next model.APIKey, secret string, old model.APIKey, err error) {
-	err = a.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = a.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		var err error
 		next, secret, old, err = rotateKey(ctx, tx, id, grace, a.now())
 		return err
@@ -231,7 +231,7 @@ func rotateKey(ctx context.Context, db bun.IDB, id uuid.UUID, grace time.Duratio
 func (a *Accounts) TouchKeys(ctx context.Context, used map[uuid.UUID]time.Time) error {
 	for id, at := range used {
 		at = at.UTC().Truncate(time.Minute)
-		if _, err := a.db.NewUpdate().Model((*apiKeyRow)(nil)).Set("last_used_at = ?", at).
+		if _, err := a.idb.NewUpdate().Model((*apiKeyRow)(nil)).Set("last_used_at = ?", at).
 			Where("id = ? AND (last_used_at IS NULL OR last_used_at < ?)", id, at).Exec(ctx); err != nil {
 			return translate(err)
 		}
@@ -242,7 +242,7 @@ func (a *Accounts) TouchKeys(ctx context.Context, used map[uuid.UUID]time.Time) 
 // RevokeKey revokes a key; revoking it again changes nothing. An unknown id gives
 // model.ErrKeyNotFound.
 func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
-	res, err := a.db.NewUpdate().Model((*apiKeyRow)(nil)).
+	res, err := a.idb.NewUpdate().Model((*apiKeyRow)(nil)).
 		Set("revoked_at = coalesce(revoked_at, ?)", time.Now().UTC()).Where("id = ?", id).Exec(ctx)
 	if err != nil {
 		return translate(err)
@@ -273,7 +273,7 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 		ExpiresAt    *time.Time `bun:"expires_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
-	err := a.queryRow(ctx, a.db, authenticateStmt, &row, hash)
+	err := a.db.eng.queryRow(ctx, a.idb, authenticateStmt, &row, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}

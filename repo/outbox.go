@@ -28,7 +28,7 @@ type Outbox struct {
 }
 
 // NewOutbox returns the outbox on db.
-func NewOutbox(db *bun.DB) *Outbox {
+func NewOutbox(db *DB) *Outbox {
 	return &Outbox{store: newStore(db)}
 }
 
@@ -53,29 +53,7 @@ type claimedRow struct {
 // are skipped, not waited for.
 func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	now := o.now()
-	var rows []claimedRow
-	var err error
-	if o.sqlite {
-		rows, err = o.claimSQLite(ctx, now, limit, lease)
-	} else {
-		err = o.db.NewRaw(`
-WITH due AS (
-    SELECT id FROM email_outbox
-    WHERE state = 'pending' AND next_attempt_at <= ?0
-    ORDER BY next_attempt_at
-    LIMIT ?1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
-    FROM due WHERE o.id = due.id
-    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at
-)
-SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
-FROM claimed AS c
-JOIN subscribers AS s ON s.id = c.subscriber_id
-JOIN newsletters AS n ON n.id = c.newsletter_id
-ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
-	}
+	rows, err := o.db.eng.claimEmails(ctx, &o.store, now, limit, lease)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -90,49 +68,13 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
 	return out, nil
 }
 
-// claimSQLite is Claim on SQLite, where no SKIP LOCKED is needed: the immediate transaction
-// holds the database's write lock, so no other claim runs between choosing the due rows and
-// moving their next attempt.
-func (o *Outbox) claimSQLite(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
-	var rows []claimedRow
-	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
-		rows = nil
-		var ids []uuid.UUID
-		if err := tx.NewRaw(`SELECT id FROM email_outbox
-WHERE state = 'pending' AND next_attempt_at <= ?
-ORDER BY next_attempt_at
-LIMIT ?`, now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?, updated_at = ? WHERE id IN (?)`,
-			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
-			return translate(err)
-		}
-		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at,
-    s.email, s.first_name, s.last_name, n.name AS newsletter_name
-FROM email_outbox AS o
-JOIN subscribers AS s ON s.id = o.subscriber_id
-JOIN newsletters AS n ON n.id = o.newsletter_id
-WHERE o.id IN (?)
-ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return translate(err)
-		}
-		return nil
-	})
-	return rows, err
-}
-
 // IssueToken stores the hash of a new confirmation token for e, valid for ttl, and retires
 // every other token of the subscriber, in one transaction that holds the subscriber's row so it
 // cannot change meanwhile. It fails with model.ErrEmailObsolete when the subscriber is no longer
 // pending or the email is no longer pending (cancelled by a later change).
 func (o *Outbox) IssueToken(ctx context.Context, e model.OutboxEmail, hash []byte, ttl time.Duration) error {
 	now := o.now()
-	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+	err := o.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		// Locks in the order every writer of a subscriber uses: subscriber, outbox, tokens.
 		if err := o.stillWanted(ctx, tx, e); err != nil {
 			return err
@@ -173,7 +115,7 @@ func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, mailed boo
 		}
 		return acceptErr
 	}
-	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+	err := o.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		if err := o.stillWanted(ctx, tx, e); err != nil {
 			return err
 		}
@@ -187,7 +129,7 @@ func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, mailed boo
 				return translate(err)
 			}
 			var err error
-			if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
+			if delivering, err = o.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
 				nil, model.EventSource{Kind: model.SourceEmail}, o.now())}); err != nil {
 				return err
 			}
@@ -204,16 +146,16 @@ WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 		return translate(err)
 	}
 	if err == nil {
-		deliveriesQueued(o.db, delivering)
+		o.deliveriesQueued(delivering)
 	}
 	return err
 }
 
 // stillWanted locks e's subscriber and fails with model.ErrEmailObsolete unless the subscriber
 // and e are both still pending.
-func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail) error {
+func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmail) error {
 	var status, state, email string
-	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+forUpdate(o.sqlite), e.SubscriberID).Scan(ctx, &status, &email)
+	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+o.db.eng.forUpdate(), e.SubscriberID).Scan(ctx, &status, &email)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 	}
@@ -249,7 +191,7 @@ func (o *Outbox) stillWanted(ctx context.Context, tx bun.Tx, e model.OutboxEmail
 // becomes unsubscribed with its event. It reports whether the suppression is new.
 func (o *Outbox) Bounce(ctx context.Context, e model.OutboxEmail, reply string) (bool, error) {
 	var created, delivering bool
-	err := runInTx(ctx, o.db, func(ctx context.Context, tx bun.Tx) error {
+	err := o.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		created, delivering = false, false
 		now := o.now()
 		if _, err := tx.NewRaw(`UPDATE email_outbox
@@ -263,14 +205,14 @@ WHERE id = ?2 AND state = 'pending'`, "hard bounce: "+reply, now, e.ID).Exec(ctx
 			return err
 		}
 		created = isNew
-		delivering, err = unsubscribeSuppressed(ctx, tx, e.NewsletterID, e.Email,
+		delivering, err = o.unsubscribeSuppressed(ctx, tx, e.NewsletterID, e.Email,
 			model.EventSource{Kind: model.SourceSuppression, Reason: string(model.ReasonHardBounce)}, now)
 		return err
 	})
 	if err != nil {
 		return false, translate(err)
 	}
-	deliveriesQueued(o.db, delivering)
+	o.deliveriesQueued(delivering)
 	return created, nil
 }
 
@@ -280,7 +222,7 @@ func (o *Outbox) Extend(ctx context.Context, ids []uuid.UUID, lease time.Duratio
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0
+	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0
 WHERE id IN (?1) AND state = 'pending'`, o.now().Add(lease), bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
@@ -293,7 +235,7 @@ func (o *Outbox) Retry(ctx context.Context, id uuid.UUID, delay time.Duration, r
 	if unanswered {
 		n = 1
 	}
-	_, err := o.db.NewRaw(`UPDATE email_outbox
+	_, err := o.idb.NewRaw(`UPDATE email_outbox
 SET attempts = attempts + 1, unanswered = unanswered + ?4, next_attempt_at = ?0, last_error = ?1, updated_at = ?2
 WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id, n).Exec(ctx)
 	return translate(err)
@@ -301,7 +243,7 @@ WHERE id = ?3 AND state = 'pending'`, now.Add(delay), reason, now, id, n).Exec(c
 
 // Fail counts a failed attempt and gives up on the email, which stays for inspection.
 func (o *Outbox) Fail(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := o.db.NewRaw(`UPDATE email_outbox
+	_, err := o.idb.NewRaw(`UPDATE email_outbox
 SET state = 'failed', attempts = attempts + 1, last_error = ?0, updated_at = ?1
 WHERE id = ?2 AND state = 'pending'`, reason, o.now(), id).Exec(ctx)
 	return translate(err)
@@ -309,7 +251,7 @@ WHERE id = ?2 AND state = 'pending'`, reason, o.now(), id).Exec(ctx)
 
 // Cancel gives up on an email nobody wants any more.
 func (o *Outbox) Cancel(ctx context.Context, id uuid.UUID, reason string) error {
-	_, err := o.db.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = ?0, updated_at = ?1
+	_, err := o.idb.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = ?0, updated_at = ?1
 WHERE id = ?2 AND state = 'pending'`, reason, o.now(), id).Exec(ctx)
 	return translate(err)
 }
@@ -320,7 +262,7 @@ func (o *Outbox) Release(ctx context.Context, ids []uuid.UUID) error {
 		return nil
 	}
 	now := o.now()
-	_, err := o.db.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?0
+	_, err := o.idb.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?0
 WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
@@ -348,7 +290,7 @@ func (s store) queueStats(ctx context.Context, query string) (pending int64, old
 		Pending int64      `bun:"pending"`
 		Oldest  *time.Time `bun:"oldest"`
 	}
-	if err := s.db.NewRaw(query, now).Scan(ctx, &st); err != nil {
+	if err := s.idb.NewRaw(query, now).Scan(ctx, &st); err != nil {
 		return 0, 0, translate(err)
 	}
 	if st.Oldest != nil {
@@ -358,8 +300,8 @@ func (s store) queueStats(ctx context.Context, query string) (pending int64, old
 }
 
 // Listen signals on the returned channel when this process queued emails (SQLite), until ctx
-// ends; on PostgreSQL it returns nil and the workers poll (see queueSignals and the
+// ends; on PostgreSQL it returns nil and the workers poll (see engine.listen and the
 // email_outbox_poll migration).
 func (o *Outbox) Listen(ctx context.Context) <-chan struct{} {
-	return queueSignals(ctx, o.db, emailQueue)
+	return o.db.eng.listen(ctx, emailQueue)
 }

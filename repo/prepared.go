@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"regexp"
-	"runtime"
 	"strconv"
 	"sync"
-	"weak"
 
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/trace"
@@ -30,9 +28,9 @@ import (
 // EXPLAIN (ANALYZE) EXECUTE on realistic volumes, and leave a statement whose generic plan is
 // bad on bun's path (as the deep list page is, see listDeepPostgres).
 //
-// A statement whose text SQLite understands too runs there with queryRow, through bun (which
-// has no prepared statements of its own), so one text serves both stores; its span there is
-// bun's, named for the text's first word alone.
+// A statement whose text SQLite understands too runs there through bun (which has no prepared
+// statements of its own; see sqliteEngine.queryRow), so one text serves both stores, and its
+// span has the same name on both.
 type statement struct {
 	op, table string // the span's name and attributes, as bun's query hook names the same statement
 	text      string
@@ -53,41 +51,14 @@ func newStatement(op, table, text string) *statement {
 // placeholder matches PostgreSQL's $1… in a statement's text.
 var placeholder = regexp.MustCompile(`\$[0-9]+`)
 
-// preparedStatements holds, for one PostgreSQL pool, its query hook (so that prepared
-// statements make the spans bun's statements make) and the statements prepared on it so far.
-// database/sql's Stmt prepares a statement on one connection and, by itself, again on each
-// other connection that runs it.
+// preparedStatements holds, for one PostgreSQL pool, the pool, its query hook (so that
+// prepared statements make the spans bun's statements make) and the statements prepared on it
+// so far. database/sql's Stmt prepares a statement on one connection and, by itself, again on
+// each other connection that runs it. The pool's DB owns it, through its engine.
 type preparedStatements struct {
-	sqldb *sql.DB
+	db    *bun.DB
 	hook  *queryHook
 	stmts sync.Map // *statement → *sql.Stmt
-}
-
-// preparers holds the preparedStatements of each PostgreSQL pool Open made, found by the
-// stores through the *bun.DB they are given. A pool's entry goes when its *bun.DB is
-// collected (tests open hundreds).
-var preparers sync.Map // weak.Pointer[bun.DB] → *preparedStatements
-
-func registerPreparer(db *bun.DB, hook *queryHook) *preparedStatements {
-	key := weak.Make(db)
-	p, loaded := preparers.LoadOrStore(key, &preparedStatements{sqldb: db.DB, hook: hook})
-	if !loaded {
-		runtime.AddCleanup(db, func(key weak.Pointer[bun.DB]) { preparers.Delete(key) }, key)
-	}
-	return p.(*preparedStatements)
-}
-
-// preparerOf returns the preparedStatements of db, a PostgreSQL pool, or nil for SQLite, which
-// keeps bun's path. A pool Open did not make gets them here, without spans: it has no query
-// hook of ours either.
-func preparerOf(db *bun.DB) *preparedStatements {
-	if isSQLite(db) {
-		return nil
-	}
-	if p, ok := preparers.Load(weak.Make(db)); ok {
-		return p.(*preparedStatements)
-	}
-	return registerPreparer(db, nil)
 }
 
 // prepared returns st prepared on the pool, preparing it on first use. A failed prepare (the
@@ -96,7 +67,7 @@ func (p *preparedStatements) prepared(ctx context.Context, st *statement) (*sql.
 	if s, ok := p.stmts.Load(st); ok {
 		return s.(*sql.Stmt), nil
 	}
-	s, err := p.sqldb.PrepareContext(ctx, st.text)
+	s, err := p.db.DB.PrepareContext(ctx, st.text)
 	if err != nil {
 		return nil, err
 	}
@@ -109,20 +80,16 @@ func (p *preparedStatements) prepared(ctx context.Context, st *statement) (*sql.
 
 // queryRow runs st with args on db (the pool, or one of its transactions) and scans its one
 // row with bun into dest, a pointer to a struct with bun tags or to one value; no row gives
-// sql.ErrNoRows. On SQLite bun runs st's text. Errors are the driver's, for the caller to
-// translate.
-func (s *store) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
-	if s.sqlite {
-		return db.NewRaw(st.bunText, args...).Scan(ctx, dest)
-	}
-	return s.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+// sql.ErrNoRows. Errors are the driver's, for the caller to translate.
+func (p *preparedStatements) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return p.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
 		if !rows.Next() {
 			if err := rows.Err(); err != nil {
 				return err
 			}
 			return sql.ErrNoRows
 		}
-		if err := s.db.ScanRow(ctx, rows, dest); err != nil {
+		if err := p.db.ScanRow(ctx, rows, dest); err != nil {
 			return err
 		}
 		return rows.Close()
@@ -131,20 +98,20 @@ func (s *store) queryRow(ctx context.Context, db bun.IDB, st *statement, dest an
 
 // queryRows is queryRow for every row st returns, scanned with bun into dest, a pointer to a
 // slice; no row leaves it empty.
-func (s *store) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
-	return s.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
-		return s.db.ScanRows(ctx, rows, dest)
+func (p *preparedStatements) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return p.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+		return p.db.ScanRows(ctx, rows, dest)
 	})
 }
 
 // runPrepared runs st in the span bun's query hook would make for it, and scan on its rows.
-func (s *store) runPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
+func (p *preparedStatements) runPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
 	scan func(context.Context, *sql.Rows) error) error {
 	var span trace.Span
-	if s.pg.hook != nil && traced(ctx) {
-		ctx, span = s.pg.hook.startSpan(ctx, st.op, st.table, st.spanText)
+	if p.hook != nil && traced(ctx) {
+		ctx, span = p.hook.startSpan(ctx, st.op, st.table, st.spanText)
 	}
-	err := s.execPrepared(ctx, db, st, args, scan)
+	err := p.execPrepared(ctx, db, st, args, scan)
 	if span != nil {
 		endSpan(span, err)
 	}
@@ -159,10 +126,10 @@ func (s *store) runPrepared(ctx context.Context, db bun.IDB, st *statement, args
 // a connection that goes back to the pool, for the next statement there to read as its own.
 // Without a deadline the read ends only with the answer, the server's statement_timeout, or
 // the driver's read timeout beyond it (Open).
-func (s *store) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
+func (p *preparedStatements) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
 	scan func(context.Context, *sql.Rows) error) error {
 	ctx = context.WithoutCancel(ctx)
-	stmt, err := s.pg.prepared(ctx, st)
+	stmt, err := p.prepared(ctx, st)
 	if err != nil {
 		return err
 	}

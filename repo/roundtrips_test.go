@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -27,7 +26,7 @@ type statementSpans struct {
 	seen int
 }
 
-func newStatementSpans(db *bun.DB) (*statementSpans, context.Context) {
+func newStatementSpans(db *repo.DB) (*statementSpans, context.Context) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	repo.TraceQueries(db, tp)
@@ -119,7 +118,7 @@ func TestStatementsPerRequest(t *testing.T) {
 			return err
 		}, 7},
 		{"create, idempotent (after lookup)", func() error {
-			return createKeyed(ctx, idem, subs, nl.ID, "create-key", []byte(`{}`))
+			return createKeyed(ctx, idem, nl.ID, "create-key", []byte(`{}`))
 		}, 7},
 		{"update, name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
@@ -245,7 +244,7 @@ func BenchmarkUpdateName(b *testing.B) {
 
 // benchSubscriber opens a fresh test PostgreSQL for a benchmark, closed when it ends, and
 // stores one subscriber in a new newsletter.
-func benchSubscriber(b *testing.B) (*bun.DB, *repo.Subscribers, model.Newsletter, model.Subscriber) {
+func benchSubscriber(b *testing.B) (*repo.DB, *repo.Subscribers, model.Newsletter, model.Subscriber) {
 	b.Helper()
 	db, err := repo.Open(pg.Fresh(b), repo.Options{})
 	if err != nil {
@@ -273,7 +272,7 @@ func BenchmarkIdempotentCreate(b *testing.B) {
 	if testdb.Store() != testdb.Postgres {
 		b.Skip("PostgreSQL only")
 	}
-	db, subs, nl, _ := benchSubscriber(b)
+	db, _, nl, _ := benchSubscriber(b)
 	idem := repo.NewIdempotency(db, time.Hour)
 	ctx := context.Background()
 	body := []byte(`{"data":{"id":"0196f0a4-0000-7000-8000-000000000000"}}`)
@@ -281,7 +280,7 @@ func BenchmarkIdempotentCreate(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		if err := createKeyed(ctx, idem, subs, nl.ID, fmt.Sprintf("key-%d", i), body); err != nil {
+		if err := createKeyed(ctx, idem, nl.ID, fmt.Sprintf("key-%d", i), body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -289,10 +288,10 @@ func BenchmarkIdempotentCreate(b *testing.B) {
 
 // createKeyed creates the active subscriber <key>@example.com under Idempotency-Key key, as a
 // keyed POST does after its key's lookup missed, storing body as its 201.
-func createKeyed(ctx context.Context, idem *repo.Idempotency, subs *repo.Subscribers, nl uuid.UUID, key string, body []byte) error {
-	_, err := idem.Run(ctx, nl, key, []byte("fp"), func(ctx context.Context) (*model.StoredResponse, error) {
+func createKeyed(ctx context.Context, idem *repo.Idempotency, nl uuid.UUID, key string, body []byte) error {
+	_, err := idem.Run(ctx, nl, key, []byte("fp"), func(tx repo.Tx) (*model.StoredResponse, error) {
 		in := model.NewSubscriber{Email: key + "@example.com", Status: model.StatusActive}
-		if _, err := subs.Create(ctx, nl, in); err != nil {
+		if _, err := tx.Subscribers().Create(ctx, nl, in); err != nil {
 			return nil, err
 		}
 		return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: body}, nil

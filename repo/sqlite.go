@@ -13,18 +13,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect"
 	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/migrate"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
 )
 
-// This file holds what the embedded SQLite store does differently from PostgreSQL. The stores
-// keep one code path each where the SQL must differ (a field set at construction chooses);
-// everything else is shared.
+// This file is the SQLite side of the engine seam (see engine): what the embedded SQLite store
+// does differently from PostgreSQL. The stores keep one code path; where the SQL must differ
+// they call the engine.
 //
 // SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
 // BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
@@ -70,7 +72,7 @@ func SQLitePath(dsn string) (string, error) {
 
 // openSQLite opens the SQLite file of dsn in WAL mode, with foreign keys enforced, a busy
 // timeout, and immediate transactions.
-func openSQLite(dsn string, opts Options) (*bun.DB, error) {
+func openSQLite(dsn string, opts Options) (*DB, error) {
 	path, err := SQLitePath(dsn)
 	if err != nil {
 		return nil, err
@@ -96,7 +98,10 @@ func openSQLite(dsn string, opts Options) (*bun.DB, error) {
 	}
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
-	return bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(newQueryHook(dsn, "sqlite")), nil
+	hook := newQueryHook(dsn, "sqlite")
+	bdb := bun.NewDB(sqldb, sqlitedialect.New()).WithQueryHook(hook)
+	return &DB{DB: bdb, eng: &sqliteEngine{wakers: map[string]*waker{emailQueue: newWaker(), webhookQueue: newWaker()}},
+		hook: hook}, nil
 }
 
 // ensureSQLiteFile creates the directory of the SQLite file of dsn and the file itself, empty
@@ -140,9 +145,6 @@ func sqliteFileExists(dsn string) (bool, error) {
 	return err == nil, err
 }
 
-// isSQLite tells whether db is the SQLite store.
-func isSQLite(db bun.IDB) bool { return db.Dialect().Name() == dialect.SQLite }
-
 func asSQLiteError(err error) (*sqlite.Error, bool) {
 	var e *sqlite.Error
 	ok := errors.As(err, &e)
@@ -164,7 +166,7 @@ func translateSQLite(err error, e *sqlite.Error) error {
 	case code&0xff == sqlite3.SQLITE_BUSY, code&0xff == sqlite3.SQLITE_LOCKED,
 		code&0xff == sqlite3.SQLITE_CANTOPEN, code&0xff == sqlite3.SQLITE_IOERR,
 		code&0xff == sqlite3.SQLITE_FULL, code&0xff == sqlite3.SQLITE_READONLY:
-		// The chain keeps the driver's error so runInTx can tell a busy database.
+		// The chain keeps the driver's error so retry can tell a busy database.
 		return fmt.Errorf("%w: %w", model.ErrUnavailable, err)
 	}
 	return err
@@ -176,33 +178,26 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// wakers wake the workers at once on SQLite: per database and queue (emails, webhook
-// deliveries), the channels of its Listen calls, signalled after a commit that queued into it.
-// An SQLite file has one writer process, so every insert happens in this process. On
-// PostgreSQL, whose writers may be other instances, the workers poll.
-var wakers sync.Map // wakerKey → *waker
-
-// wakerKey names one queue of one database.
-type wakerKey struct {
-	db    *bun.DB
-	queue string
-}
-
 // The queues with wakers.
 const (
 	emailQueue   = "email"
 	webhookQueue = "webhook"
 )
 
+// sqliteEngine is the engine of an SQLite file. It wakes the workers at once: per queue
+// (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
+// queued into it. An SQLite file has one writer process, so every insert happens in this
+// process.
+type sqliteEngine struct {
+	wakers map[string]*waker // made whole by openSQLite, read-only after
+}
+
 type waker struct {
 	mu    sync.Mutex
 	chans map[chan struct{}]struct{}
 }
 
-func wakerOf(db *bun.DB, queue string) *waker {
-	w, _ := wakers.LoadOrStore(wakerKey{db, queue}, &waker{chans: map[chan struct{}]struct{}{}})
-	return w.(*waker)
-}
+func newWaker() *waker { return &waker{chans: map[chan struct{}]struct{}{}} }
 
 // listen returns a channel signalled (coalesced) after each notify, until ctx ends.
 func (w *waker) listen(ctx context.Context) <-chan struct{} {
@@ -229,52 +224,196 @@ func (w *waker) notify() {
 	}
 }
 
-// queueSignals returns a channel signalled (coalesced) after each commit of this process that
-// queued into db's queue, until ctx ends, on SQLite; nil on PostgreSQL, whose workers poll: a
-// NOTIFY serialises the commits of the transactions that send it and wakes every instance.
-func queueSignals(ctx context.Context, db *bun.DB, queue string) <-chan struct{} {
-	if !isSQLite(db) {
-		return nil
-	}
-	return wakerOf(db, queue).listen(ctx)
+func (e *sqliteEngine) listen(ctx context.Context, queue string) <-chan struct{} {
+	return e.wakers[queue].listen(ctx)
 }
 
-// wake signals the listeners of db's queue (SQLite) after a commit that queued into it.
-func wake(db *bun.DB, queue string) {
-	if !isSQLite(db) {
-		return
-	}
-	if w, ok := wakers.Load(wakerKey{db, queue}); ok { // nobody listens on a queue without an entry
-		w.(*waker).notify()
-	}
+func (e *sqliteEngine) wake(queue string) { e.wakers[queue].notify() }
+
+func (*sqliteEngine) migrations() (*migrate.Migrations, error) { return migrations.SQLite() }
+
+func (*sqliteEngine) migrationsTableExists() string {
+	return "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'bun_migrations'"
 }
 
-// emailsQueued wakes the email workers of db after a commit that queued emails.
-func emailsQueued(db *bun.DB) { wake(db, emailQueue) }
-
-// deliveriesQueued wakes the webhook workers of db after a commit that queued deliveries, when
-// it did. On PostgreSQL the workers poll.
-func deliveriesQueued(db *bun.DB, queued bool) {
-	if queued {
-		wake(db, webhookQueue)
-	}
+// queryRow runs st's text through bun, whose query hook names its span as the prepared
+// statement's on PostgreSQL ("SELECT subscribers").
+func (*sqliteEngine) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return db.NewRaw(st.bunText, args...).Scan(withStatement(ctx, st), dest)
 }
 
-// forUpdate is the row-locking clause of a SELECT in a write transaction: " FOR UPDATE" on
-// PostgreSQL, nothing on SQLite, whose immediate transaction already holds the write lock.
-func forUpdate(sqlite bool) string {
-	if sqlite {
-		return ""
+func (*sqliteEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	err := db.NewRaw(st.bunText, args...).Scan(withStatement(ctx, st), dest)
+	if errors.Is(err, sql.ErrNoRows) { // a slice: no row leaves it empty
+		err = nil
 	}
-	return " FOR UPDATE"
+	return err
 }
 
-// forNoKeyUpdate is the lock of a row about to be updated without changing its key: " FOR NO
-// KEY UPDATE" on PostgreSQL, which does not wait for (or block) the key-share locks of rows
-// that reference it being inserted; nothing on SQLite.
-func forNoKeyUpdate(sqlite bool) string {
-	if sqlite {
-		return ""
+func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
+	var statusFilter, afterTime, afterID any
+	if q.Status != "" {
+		statusFilter = string(q.Status)
 	}
-	return " FOR NO KEY UPDATE"
+	stmt := listSQLite
+	if q.After != nil {
+		stmt = listAfterSQLite
+		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
+	}
+	var rows []pageRow
+	err := db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
+	return rows, err
 }
+
+func (*sqliteEngine) insertWithEvent(context.Context, bun.IDB, *store, *subscriberRow, model.Event) (bool, bool, error) {
+	return false, false, nil
+}
+
+func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {
+	return model.Subscriber{}, false, nil
+}
+
+// insertEvents inserts the events, then their deliveries from them, and reports whether it
+// queued any, for the caller to wake the workers after its commit.
+func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error) {
+	if _, err := db.NewInsert().Model(&rows).Exec(ctx); err != nil {
+		return false, err
+	}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
+		queueDeliveriesFrom+eventMatchSQLite, bun.List(ids)).Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// claimEmails leases the due emails with one UPDATE … RETURNING and reads what they need, in
+// one immediate transaction: it holds the database's write lock, so no other claim runs
+// meanwhile and none needs SKIP LOCKED.
+func (*sqliteEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+	var rows []claimedRow
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		rows = nil
+		var ids []uuid.UUID
+		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, updated_at = ?1
+WHERE id IN (
+    SELECT id FROM email_outbox
+    WHERE state = 'pending' AND next_attempt_at <= ?1
+    ORDER BY next_attempt_at
+    LIMIT ?2)
+RETURNING id`, now.Add(lease), now, limit).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		err := tx.NewRaw(`SELECT o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at,
+    s.email, s.first_name, s.last_name, n.name AS newsletter_name
+FROM email_outbox AS o
+JOIN subscribers AS s ON s.id = o.subscriber_id
+JOIN newsletters AS n ON n.id = o.newsletter_id
+WHERE o.id IN (?)
+ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+		return err
+	})
+	return rows, err
+}
+
+// claimDeliveries leases the endpoints with one UPDATE … RETURNING and reads their due
+// deliveries, in one immediate transaction (see claimEmails).
+func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
+	var rows []claimRow
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		rows = nil
+		var ids []uuid.UUID
+		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?2, last_claimed_at = ?0
+WHERE id IN (
+    SELECT w.id FROM webhook_endpoints AS w WHERE `+dueEndpoint+`
+    ORDER BY w.last_claimed_at LIMIT ?1)
+RETURNING id`, now, endpoints, now.Add(lease)).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+FROM (
+    SELECT endpoint_id, event_id, attempts, next_attempt_at,
+        row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS n
+    FROM webhook_deliveries
+    WHERE endpoint_id IN (?0) AND state = 'pending' AND next_attempt_at <= ?1
+) AS d
+JOIN webhook_endpoints AS w ON w.id = d.endpoint_id
+JOIN subscriber_events AS e ON e.id = d.event_id
+WHERE d.n <= ?2
+ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &rows)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+		return err
+	})
+	return rows, err
+}
+
+// No lock clauses: SQLite's immediate transaction already holds the write lock.
+func (*sqliteEngine) forUpdate() string      { return "" }
+func (*sqliteEngine) forNoKeyUpdate() string { return "" }
+
+// lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
+func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
+
+// lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
+func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
+
+// lockIdempotencyKey looks the key up: the immediate transaction serialises every writer, so
+// a second request with the key waited for the first and finds its record at once.
+func (*sqliteEngine) lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
+	stored, found, err := s.lookup(ctx, tx, nl, key)
+	if err != nil || !found {
+		return nil, err
+	}
+	return &stored, nil
+}
+
+// eventMatchSQLite completes queueDeliveriesFrom on SQLite: the endpoint's events name the
+// event's type.
+const eventMatchSQLite = `instr(w.events, '"' || ev.type || '"') > 0`
+
+// listSQLite reads the total and the page in one statement (SQLite lacks LATERAL, so the
+// page is a plain subquery). One statement reads one snapshot, so page and total agree.
+const listSQLite = `
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
+LEFT JOIN (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2 OFFSET ?3
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`
+
+// listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
+const listAfterSQLite = `
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
+      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
+LEFT JOIN (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+        SELECT id FROM subscribers
+        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
+        ORDER BY created_at DESC, id DESC
+        LIMIT ?2
+    ) AS p JOIN subscribers AS s USING (id)
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`

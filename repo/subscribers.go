@@ -72,7 +72,7 @@ type Subscribers struct {
 }
 
 // NewSubscribers returns the subscriber store on db.
-func NewSubscribers(db *bun.DB) *Subscribers {
+func NewSubscribers(db *DB) *Subscribers {
 	return &Subscribers{store: newStore(db)}
 }
 
@@ -94,23 +94,27 @@ func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time
 // transaction. An email already in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
 	row := s.newRow(nl, in, s.now())
-	src := model.SourceFrom(ctx)
-	var delivering bool
+	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
-	insert := func(ctx context.Context, db bun.IDB) error {
+	var delivering bool
+	// Always a transaction: the suppression check's lock must hold until the insert commits.
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
 		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-		if err := CheckNotSuppressed(ctx, db, nl, row.Email); err != nil {
+		if err := CheckNotSuppressed(ctx, tx, nl, row.Email); err != nil {
 			return err
 		}
-		if !pending && !isSQLite(db) {
-			stored, err := s.insertWithEventPG(ctx, db, &row,
-				model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt))
-			if err == nil && !stored {
-				err = fmt.Errorf("%w", model.ErrEmailTaken)
+		if !pending {
+			// One statement where the engine has it: the insert, its event and its deliveries.
+			stored, ok, err := s.db.eng.insertWithEvent(ctx, tx, &s.store, &row, ev)
+			if ok {
+				if err == nil && !stored {
+					err = fmt.Errorf("%w", model.ErrEmailTaken)
+				}
+				return err
 			}
-			return err
 		}
-		res, err := db.NewInsert().Model(&row).
+		res, err := tx.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
 			return translate(err)
@@ -119,39 +123,32 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 			return fmt.Errorf("%w", model.ErrEmailTaken)
 		}
 		// docs/api-contract.md §10.1: the event is part of the change.
-		delivering, err = recordEvents(ctx, db, []model.Event{
-			model.NewEvent(model.EventCreated, row.toModel(), nil, src, row.CreatedAt)})
-		if err != nil {
+		if delivering, err = s.recordEvents(ctx, tx, []model.Event{ev}); err != nil {
 			return err
 		}
-		if in.Status == model.StatusPending {
-			return queueConfirmations(ctx, db, []subscriberRow{row})
+		if pending {
+			return queueConfirmations(ctx, tx, []subscriberRow{row})
 		}
 		return nil
-	}
-	// Always a transaction: the suppression check's lock must hold until the insert commits.
-	if err := s.atomically(ctx, true, insert); err != nil {
+	})
+	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	if pending {
-		emailsQueued(s.db)
+		s.queued(emailQueue)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
 }
 
-// atomically runs fn, whose statements must take effect together or not at all: in a
-// transaction when needTx is set or on SQLite (where runInTx retries a busy database), else
-// straight on the database, for fn's single statement.
-func (s *Subscribers) atomically(ctx context.Context, needTx bool, fn func(context.Context, bun.IDB) error) error {
-	// In an idempotent request, its transaction (Idempotency.Run).
-	if joined, err := runJoined(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) }); joined {
-		return err
+// atomic runs fn, one statement that takes effect whole or not at all, on the store's
+// connection: in its unit of work as it is, or on the pool, run again after a deadlock or
+// a busy database (see retry).
+func (s *store) atomic(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.unit != nil {
+		return fn(ctx)
 	}
-	if needTx || s.sqlite {
-		return runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
-	}
-	return retry(ctx, func(ctx context.Context) error { return fn(ctx, s.db) })
+	return retry(ctx, fn)
 }
 
 // CreateMany stores 1 to 100 subscribers all or nothing, in one transaction with one multi-row
@@ -172,7 +169,7 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	// the database server log the statement, addresses and all.
 	// In an idempotent request's transaction (Idempotency.Run) the first insert's rows could
 	// not be undone on their own, so the insert that names conflicts goes first there.
-	_, joined := joinTx(ctx, s.db)
+	joined := s.unit != nil
 	pending, delivering, err := s.insertMany(ctx, rows, joined)
 	if errors.Is(err, model.ErrEmailTaken) && !errors.Is(err, model.ErrEmailSuppressed) && !joined {
 		pending, delivering, err = s.insertMany(ctx, rows, true)
@@ -181,9 +178,9 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 		return nil, translate(err)
 	}
 	if len(pending) > 0 {
-		emailsQueued(s.db)
+		s.queued(emailQueue)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	out := make([]model.Subscriber, len(rows))
 	for i := range rows {
 		out[i] = rows[i].toModel()
@@ -198,7 +195,7 @@ func (s *Subscribers) TakenEmails(ctx context.Context, nl uuid.UUID, emails []st
 		keys[i] = model.EmailKey(e)
 	}
 	var found []string
-	if err := s.db.NewSelect().Model((*subscriberRow)(nil)).Column("email_key").
+	if err := s.idb.NewSelect().Model((*subscriberRow)(nil)).Column("email_key").
 		Where("newsletter_id = ? AND email_key IN (?)", nl, bun.List(keys)).Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -222,7 +219,7 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 	var pending []subscriberRow
 	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		pending = nil
 		// docs/api-contract.md §13: suppressed addresses, before the uniqueness rule.
 		emails := make([]string, len(rows))
@@ -255,7 +252,7 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 			evs[i] = model.NewEvent(model.EventCreated, r.toModel(), nil, src, r.CreatedAt)
 		}
 		var err error
-		if delivering, err = recordEvents(ctx, tx, evs); err != nil {
+		if delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
 			return err
 		}
 		return queueConfirmations(ctx, tx, pending)
@@ -267,7 +264,7 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 // taken; if any was skipped it returns a *model.EmailTakenError naming them by their position in
 // rows, the client's order (and the caller's transaction rolls back). Rows are matched on the
 // returned natural key, never by position.
-func insertNamingConflicts(ctx context.Context, tx bun.Tx, sorted, rows []subscriberRow) error {
+func insertNamingConflicts(ctx context.Context, tx bun.IDB, sorted, rows []subscriberRow) error {
 	var inserted []string
 	if err := tx.NewInsert().Model(&sorted).
 		On("CONFLICT (newsletter_id, email_key) DO NOTHING").
@@ -303,36 +300,9 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	if q.Email != "" {
 		return s.lookupEmail(ctx, nl, q)
 	}
-	type pageRow struct {
-		Total int64 `bun:"total"`
-		subscriberRow
-	}
 	// The total is the sum of the newsletter's counter rows (see the migration), read in the
 	// same statement, hence the same snapshot, as the page.
-	var rows []pageRow
-	var err error
-	var afterTime, afterID any
-	if q.After != nil {
-		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
-	}
-	switch {
-	case s.sqlite:
-		var statusFilter any
-		if q.Status != "" {
-			statusFilter = string(q.Status)
-		}
-		stmt := listSQLite
-		if q.After != nil {
-			stmt = listAfterSQLite
-		}
-		err = s.db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
-	case q.After == nil && q.Offset() > listDirectMaxOffset:
-		// Not prepared: see listDeepPostgres.
-		err = s.db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, &rows)
-	default:
-		st, args := listPostgres(nl, q)
-		err = s.queryRows(ctx, s.db, st, &rows, args...)
-	}
+	rows, err := s.db.eng.listPage(ctx, s.idb, nl, q)
 	if err != nil {
 		return nil, 0, translate(err)
 	}
@@ -352,155 +322,18 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	return out, rows[0].Total, nil
 }
 
-// listDirectMaxOffset is the largest offset at which a page is read straight from the list
-// index. Beyond it, the page's ids come from an index-only walk and only those rows are read,
-// which is cheaper to execute but costlier to plan: on the bench's data the two cost the same
-// a little beyond this offset.
-const listDirectMaxOffset = 2000
-
-// listPostgres is the statement of a list page that is not deep (see listDeepPostgres),
-// prepared (see statement), and its arguments: the counter sum as one row whose id is NULL (it
-// sorts first), and the page, in one statement and so in one snapshot. A UNION ALL plans in
-// about half the time a join of the two did. Separate statements with and without the status
-// filter save the planner an "IS NULL OR". Each statement has its own
-// arguments, since every parameter must appear in its text. Their spans are named "SELECT", as
-// bun named the raw statements.
-func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {
-	limit := q.Limit + 1
-	switch {
-	case q.After != nil && q.Status == "":
-		return listAfterPostgres, []any{nl, limit, q.After.CreatedAt.UTC(), q.After.ID}
-	case q.After != nil:
-		return listAfterStatusPostgres, []any{nl, string(q.Status), limit, q.After.CreatedAt.UTC(), q.After.ID}
-	case q.Status == "":
-		return listFirstPostgres, []any{nl, limit, q.Offset()}
-	}
-	return listFirstStatusPostgres, []any{nl, string(q.Status), limit, q.Offset()}
+// pageRow is a row of a list page (engine.listPage): the total, or a subscriber, or both.
+type pageRow struct {
+	Total int64 `bun:"total"`
+	subscriberRow
 }
-
-// The prepared list statements. $1 is the newsletter id and, where filtered, $2 the status;
-// then the limit, and the offset or the created_at and id of the position a keyset page starts
-// after. A keyset page reads the list index from that position on, like a first page.
-const (
-	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
-FROM subscriber_counts WHERE newsletter_id = $1`
-	listOrderPostgres = `
-ORDER BY created_at DESC, id DESC`
-)
-
-var (
-	listFirstPostgres = listStatement(listTotalPostgres + `
-UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
-    WHERE newsletter_id = $1
-    ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3
-)` + listOrderPostgres)
-
-	listFirstStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
-UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
-    WHERE newsletter_id = $1 AND status = $2
-    ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
-)` + listOrderPostgres)
-
-	listAfterPostgres = listStatement(listTotalPostgres + `
-UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
-    WHERE newsletter_id = $1 AND (created_at, id) < ($3, $4)
-    ORDER BY created_at DESC, id DESC LIMIT $2
-)` + listOrderPostgres)
-
-	listAfterStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
-UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
-    WHERE newsletter_id = $1 AND status = $2 AND (created_at, id) < ($4, $5)
-    ORDER BY created_at DESC, id DESC LIMIT $3
-)` + listOrderPostgres)
-)
-
-func listStatement(text string) *statement { return newStatement("SELECT", "", text) }
-
-// listDeepPostgres is the statement of a page beyond listDirectMaxOffset, with or without the
-// status filter: the page's ids come from an index-only walk and only those rows are read. Its
-// arguments: ?0 newsletter id, ?1 status (only where filtered), ?2 limit, ?3 offset.
-//
-// It is not prepared, but sent through bun with its values inlined and planned on every call:
-// its generic plan (which a prepared one would run, see statement) reads the page's rows by
-// a sequential scan of every newsletter's subscribers and a hash join, 17-23 ms instead of
-// the custom plan's nested loop over the page's 26 ids (100k subscribers, offsets 50,000 to
-// 95,000).
-func listDeepPostgres(status model.Status) string {
-	if status == "" {
-		return listDeepAllPostgres
-	}
-	return listDeepStatusPostgres
-}
-
-const (
-	listDeepTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
-FROM subscriber_counts WHERE newsletter_id = ?0`
-
-	listDeepAllPostgres = listDeepTotalPostgres + `
-UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
-    SELECT id FROM subscribers
-    WHERE newsletter_id = ?0
-    ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
-) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
-
-	listDeepStatusPostgres = listDeepTotalPostgres + ` AND status = ?1
-UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
-    SELECT id FROM subscribers
-    WHERE newsletter_id = ?0 AND status = ?1
-    ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
-) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
-)
-
-// listSQLite reads the total and the page in one statement (SQLite lacks LATERAL, so the
-// page is a plain subquery). One statement reads one snapshot, so page and total agree.
-const listSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
-FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
-      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
-LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
-        SELECT id FROM subscribers
-        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
-        ORDER BY created_at DESC, id DESC
-        LIMIT ?2 OFFSET ?3
-    ) AS p JOIN subscribers AS s USING (id)
-) AS s ON true
-ORDER BY s.created_at DESC, s.id DESC`
-
-// listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
-const listAfterSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
-FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
-      WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
-LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
-        SELECT id FROM subscribers
-        WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
-        ORDER BY created_at DESC, id DESC
-        LIMIT ?2
-    ) AS p JOIN subscribers AS s USING (id)
-) AS s ON true
-ORDER BY s.created_at DESC, s.id DESC`
 
 // lookupEmail is List with an email filter (docs/api-contract.md §9.1): one read of the unique
 // index on (newsletter_id, email_key), the cost of a get. The total is 0 or 1, that of the
 // filter; the page and the position then apply to that one row.
 func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.ListQuery) ([]model.Subscriber, int64, error) {
 	var row subscriberRow
-	var err error
-	if s.sqlite {
-		err = s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND email_key = ?", nl, model.EmailKey(q.Email)).Scan(ctx)
-	} else {
-		err = s.queryRow(ctx, s.db, subscriberByEmailPG, &row, nl, model.EmailKey(q.Email))
-	}
+	err := s.db.eng.queryRow(ctx, s.idb, subscriberByEmail, &row, nl, model.EmailKey(q.Email))
 	if errors.Is(err, sql.ErrNoRows) || err == nil && q.Status != "" && row.Status != string(q.Status) {
 		return nil, 0, nil
 	}
@@ -523,21 +356,16 @@ const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last
 // The prepared reads of one subscriber (see statement): by id, and by email key through the
 // unique index. Their spans are named as bun's query builder named them.
 var (
-	getSubscriberPG = newStatement("SELECT", "subscribers",
+	getSubscriber = newStatement("SELECT", "subscribers",
 		`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = $1 AND id = $2`)
-	subscriberByEmailPG = newStatement("SELECT", "subscribers",
+	subscriberByEmail = newStatement("SELECT", "subscribers",
 		`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = $1 AND email_key = $2`)
 )
 
 // Get returns one subscriber of the newsletter, or model.ErrNotFound.
 func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscriber, error) {
 	var row subscriberRow
-	var err error
-	if s.sqlite { // the builder names the span "SELECT subscribers", as on PostgreSQL
-		err = s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
-	} else {
-		err = s.queryRow(ctx, s.db, getSubscriberPG, &row, nl, id)
-	}
+	err := s.db.eng.queryRow(ctx, s.idb, getSubscriber, &row, nl, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Subscriber{}, fmt.Errorf("%w", model.ErrNotFound)
 	}
@@ -550,20 +378,17 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // Update applies a patch; what it does to confirmations is model.SubscriberPatch.ConfirmationEffect.
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
-	if !s.sqlite && p.Email == nil && p.Status == nil {
-		if sub, done, err := s.rename(ctx, nl, id, p.Name); done || err != nil {
+	if p.Email == nil && p.Status == nil {
+		if sub, done, err := s.db.eng.rename(ctx, s, nl, id, p.Name); done || err != nil {
 			return sub, err
 		}
 	}
 	var row subscriberRow
 	var queued, delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		queued, delivering = false, false
-		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id)
-		if !s.sqlite { // SQLite's immediate transaction already holds the write lock
-			sel = sel.For("UPDATE")
-		}
+		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
 		if p.Email != nil {
 			// Lock, in id order, the subscriber and whoever holds the new email now, before
 			// writing either: two PUTs swapping two subscribers' emails then queue on the same
@@ -625,7 +450,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		}
 		if len(changed) > 0 {
 			var err error
-			delivering, err = recordEvents(ctx, tx, []model.Event{
+			delivering, err = s.recordEvents(ctx, tx, []model.Event{
 				model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})
 			if err != nil {
 				return err
@@ -646,101 +471,27 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		return model.Subscriber{}, translate(err)
 	}
 	if queued {
-		emailsQueued(s.db)
+		s.queued(emailQueue)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
 }
 
-// renameTries is how many times rename reads and writes again when the subscriber changed
-// between the two, before it leaves the patch to Update's locking transaction.
-const renameTries = 3
-
-// rename applies, on PostgreSQL, a patch that sets at most the name, without a transaction of
-// its own: it reads the subscriber, then writes the new name with its event and the event's
-// deliveries in one statement that matches only while the row still holds every value it read
-// (the values the event records as the subscriber and its previous name). Such a patch has no
-// confirmation effect and no email to keep unique, so it needs no lock: two round trips instead
-// of a transaction's five. When another change came in between, it reads again; after
-// renameTries misses it reports done false, and Update takes the locking path.
-func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error) {
-	src := model.SourceFrom(ctx)
-	err = s.atomically(ctx, false, func(ctx context.Context, db bun.IDB) error {
-		for range renameTries {
-			var before subscriberRow
-			err := s.queryRow(ctx, db, getSubscriberPG, &before, nl, id)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w", model.ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			row := before
-			if name != nil {
-				row.FirstName, row.LastName = model.SplitName(*name)
-			}
-			changed := model.Changes(before.toModel(), row.toModel())
-			if len(changed) == 0 {
-				sub, done = before.toModel(), true
-				return nil // the values already there: nothing to write, no event (§10.1)
-			}
-			row.UpdatedAt = s.now()
-			ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
-			var n int
-			if err := s.queryRow(ctx, db, renameWithEventStmt, &n,
-				nl, id, before.Email, before.FirstName, before.LastName, before.Status, before.UpdatedAt,
-				row.FirstName, row.LastName, row.UpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent); err != nil {
-				return err
-			}
-			if n == 1 {
-				sub, done = row.toModel(), true
-				return nil
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return model.Subscriber{}, false, translate(err)
-	}
-	return sub, done, nil
-}
-
-// renameWithEventStmt is rename's write, prepared (see statement): $1 and $2 the subscriber,
-// $3 to $7 the email, names, status and update time read, $8 to $10 the new names and update
-// time, then the event's id, type, payload and traceparent. It returns 1 when the row still
-// held what was read and was changed, with its event and deliveries, else 0 and changes
-// nothing. Its span is named for its main change, "UPDATE subscribers".
-var renameWithEventStmt = newStatement("UPDATE", "subscribers", `WITH s AS (
-    UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
-    WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
-        AND status = $6 AND updated_at = $7
-    RETURNING id, newsletter_id),
-ev AS (
-    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT $11::uuid, s.newsletter_id, s.id, $12::text, $13::text, $14::text, $10::timestamptz FROM s
-    RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`)
-SELECT count(*) FROM s`)
-
-// lockForEmailChange locks (on PostgreSQL; SQLite's transaction holds the write lock already)
+// lockForEmailChange locks (where the engine has row locks; see engine.forUpdate)
 // the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
 // tells whether the subscriber exists and whether key belongs to another one. A row that
 // changed its email while we waited for it is re-read by PostgreSQL and drops out if it no
 // longer holds key.
-func (s *Subscribers) lockForEmailChange(ctx context.Context, tx bun.Tx, nl, id uuid.UUID, key string) (found, taken bool, err error) {
-	if !s.sqlite {
-		// Two changes to the same new email (that nobody holds yet, so no row to lock) queue
-		// here, on a transaction-scoped advisory lock of the newsletter's key, instead of the
-		// second failing on the unique key after the first commits. A hash collision only
-		// makes two unrelated changes wait for each other.
-		if _, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", nl.String()+"/"+key).Exec(ctx); err != nil {
-			return false, false, translate(err)
-		}
+func (s *Subscribers) lockForEmailChange(ctx context.Context, tx bun.IDB, nl, id uuid.UUID, key string) (found, taken bool, err error) {
+	// Two changes to the same new email (that nobody holds yet, so no row to lock) queue here,
+	// instead of the second failing on the unique key after the first commits.
+	if err := s.db.eng.lockEmailKey(ctx, tx, nl, key); err != nil {
+		return false, false, translate(err)
 	}
 	var ids []uuid.UUID
 	err = tx.NewRaw(`SELECT id FROM subscribers
 WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
-ORDER BY id`+forUpdate(s.sqlite), nl, id, key).Scan(ctx, &ids)
+ORDER BY id`+s.db.eng.forUpdate(), nl, id, key).Scan(ctx, &ids)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, false, translate(err)
 	}
@@ -760,13 +511,10 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	var row subscriberRow
 	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := s.now()
-		sel := tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id)
-		if !s.sqlite { // SQLite's immediate transaction already holds the write lock
-			sel = sel.For("UPDATE")
-		}
+		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
 		err := sel.Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
@@ -782,7 +530,7 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 		if _, err := tx.NewUpdate().Model(&row).WherePK().Column("status", "updated_at").Exec(ctx); err != nil {
 			return translate(err)
 		}
-		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
+		if delivering, err = s.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
 			map[string]string{"status": before}, src, now)}); err != nil {
 			return err
 		}
@@ -791,7 +539,7 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
 }
 

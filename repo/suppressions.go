@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/subscriberd/subscriberd/model"
@@ -63,7 +64,7 @@ type Suppressions struct {
 }
 
 // NewSuppressions returns the suppression store on db.
-func NewSuppressions(db *bun.DB) *Suppressions {
+func NewSuppressions(db *DB) *Suppressions {
 	return &Suppressions{store: newStore(db)}
 }
 
@@ -88,7 +89,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	var created []bool
 	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := runInTx(ctx, s.db, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		out, created, delivering = make([]model.Suppression, len(in)), make([]bool, len(in)), false
 		emails := make([]string, len(in))
 		for i := range in {
@@ -109,7 +110,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 			}
 			evSrc := src
 			evSrc.Kind, evSrc.Reason = model.SourceSuppression, string(in[i].Reason)
-			d, err := unsubscribeSuppressed(ctx, tx, nl, in[i].Email, evSrc, now)
+			d, err := s.unsubscribeSuppressed(ctx, tx, nl, in[i].Email, evSrc, now)
 			if err != nil {
 				return err
 			}
@@ -120,7 +121,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 	if err != nil {
 		return nil, nil, translate(err)
 	}
-	deliveriesQueued(s.db, delivering)
+	s.deliveriesQueued(delivering)
 	return out, created, nil
 }
 
@@ -218,14 +219,6 @@ func Suppress(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppres
 	return insertSuppression(ctx, db, nl, in, now)
 }
 
-// UnsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
-// unsubscribed, inside the caller's transaction db: the event subscriber.unsubscribed with src
-// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
-// reports whether webhook deliveries were queued (see deliveriesQueued).
-func UnsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
-	return unsubscribeSuppressed(ctx, db, nl, email, src, now)
-}
-
 // FindSuppressions returns, inside the caller's transaction db (or on the pool), the entries
 // of nl's list matching emails, keyed by model.NormalizeEmail of the given address.
 func FindSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
@@ -316,7 +309,7 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 // emails, in one order (sorted keys), the keys lockForEmailChange uses. SQLite's immediate
 // transaction holds the database's write lock already.
 func lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
-	if isSQLite(db) || len(emails) == 0 {
+	if onSQLite(db) || len(emails) == 0 {
 		return nil
 	}
 	keys := make([]string, len(emails))
@@ -330,11 +323,14 @@ FROM (SELECT unnest(?::text[]) AS k ORDER BY 1) AS keys`, pgdialect.Array(keys))
 	return translate(err)
 }
 
-// unsubscribeSuppressed is UnsubscribeSuppressed.
-func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
+// unsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
+// unsubscribed, inside the caller's transaction db: the event subscriber.unsubscribed with src
+// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
+// reports whether webhook deliveries were queued (see deliveriesQueued).
+func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
 	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
-		forUpdate(isSQLite(db)), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
+		s.db.eng.forUpdate(), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -346,10 +342,15 @@ func unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email 
 	if _, err := db.NewUpdate().Model(&row).WherePK().Column("status", "updated_at").Exec(ctx); err != nil {
 		return false, translate(err)
 	}
-	delivering, err := recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
+	delivering, err := s.recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
 		map[string]string{"status": before}, src, now)})
 	if err != nil {
 		return false, err
 	}
 	return delivering, retireConfirmations(ctx, db, row.ID, now)
 }
+
+// onSQLite tells whether db, a transaction of a caller's, is SQLite's, whose immediate
+// transactions hold the database's write lock already. The package functions here run inside
+// another store's transaction and have no engine of their own to ask.
+func onSQLite(db bun.IDB) bool { return db.Dialect().Name() == dialect.SQLite }

@@ -7,13 +7,12 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
-func suppressionsDB(t *testing.T) (*bun.DB, *repo.Suppressions, *repo.Subscribers, uuid.UUID) {
+func suppressionsDB(t *testing.T) (*repo.DB, *repo.Suppressions, *repo.Subscribers, uuid.UUID) {
 	t.Helper()
 	db, err := repo.Open(pg.Fresh(t), repo.Options{})
 	if err != nil {
@@ -113,15 +112,15 @@ func TestSuppressionStore(t *testing.T) {
 	}
 
 	// The check of other writes, in their transaction.
-	err = repo.RunInTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
-		return repo.CheckNotSuppressed(ctx, tx, nl, "new@example.com", " C@example.com", "eve@example.com")
+	err = db.InTx(ctx, func(tx repo.Tx) error {
+		return repo.CheckNotSuppressed(ctx, tx.IDB(), nl, "new@example.com", " C@example.com", "eve@example.com")
 	})
 	var se *model.SuppressedError
 	if !errors.As(err, &se) || len(se.Reasons) != 2 || se.Reasons[1] != model.ReasonManual || se.Reasons[2] != model.ReasonErased {
 		t.Fatalf("CheckNotSuppressed = %v (%+v), want positions 1 and 2", err, se)
 	}
-	if err := repo.RunInTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
-		return repo.CheckNotSuppressed(ctx, tx, nl, "new@example.com")
+	if err := db.InTx(ctx, func(tx repo.Tx) error {
+		return repo.CheckNotSuppressed(ctx, tx.IDB(), nl, "new@example.com")
 	}); err != nil {
 		t.Fatalf("CheckNotSuppressed of a free address: %v", err)
 	}

@@ -20,7 +20,7 @@ type Confirmations struct {
 }
 
 // NewConfirmations returns the token store on db.
-func NewConfirmations(db *bun.DB) *Confirmations {
+func NewConfirmations(db *DB) *Confirmations {
 	return &Confirmations{store: newStore(db)}
 }
 
@@ -58,7 +58,7 @@ WHERE t.hash = ?`
 // subscription, changing nothing. An unusable token is model.ErrTokenInvalid.
 func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var t tokenRow
-	err := c.db.NewRaw(tokenQuery, hash).Scan(ctx, &t)
+	err := c.idb.NewRaw(tokenQuery, hash).Scan(ctx, &t)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Confirmation{}, fmt.Errorf("%w", model.ErrTokenInvalid)
 	}
@@ -80,7 +80,7 @@ func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirma
 func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirmation, error) {
 	var out model.Confirmation
 	var delivering bool
-	err := runInTx(ctx, c.db, func(ctx context.Context, tx bun.Tx) error {
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := c.now()
 		var subscriberID uuid.UUID
@@ -93,7 +93,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 		}
 		// Lock the subscriber first, as every other writer does, then read the token as it
 		// stands under that lock: a concurrent change or confirmation has finished by then.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+forUpdate(c.sqlite), subscriberID).Exec(ctx); err != nil {
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var t tokenRow
@@ -117,7 +117,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 			return translate(err)
 		}
 		// The consent proof (docs/api-contract.md §10.1): when, and from which client.
-		if delivering, err = recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
+		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
 			map[string]string{"status": string(model.StatusPending)}, model.SourceFrom(ctx), now)}); err != nil {
 			return err
 		}
@@ -135,6 +135,6 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 	if err != nil {
 		return model.Confirmation{}, translate(err) // a failed commit is the driver's error
 	}
-	deliveriesQueued(c.db, delivering)
+	c.deliveriesQueued(delivering)
 	return out, nil
 }

@@ -70,8 +70,24 @@ func (h *queryHook) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.
 	if !traced(ctx) {
 		return ctx
 	}
+	if st, ok := ctx.Value(statementKey{}).(*statement); ok {
+		ctx, _ = h.startSpan(ctx, st.op, st.table, st.spanText)
+		return ctx
+	}
 	ctx, _ = h.startSpan(ctx, e.Operation(), tableName(e), queryText(e))
 	return ctx
+}
+
+// statementKey is the context key of the statement bun runs for sqliteEngine.queryRow, which
+// names its span.
+type statementKey struct{}
+
+// withStatement makes the span of the one bun statement run in ctx the span of st.
+func withStatement(ctx context.Context, st *statement) context.Context {
+	if !traced(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, statementKey{}, st)
 }
 
 // traced reports whether statements run in ctx make spans: in a sampled trace. Sampled rather

@@ -4,8 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
-
-	"github.com/uptrace/bun"
 )
 
 // txRetries is how many times a unit of work that met a deadlock, a serialization failure
@@ -57,18 +55,4 @@ func retry(ctx context.Context, fn func(ctx context.Context) error) error {
 		case <-time.After(retryDelay(attempt)):
 		}
 	}
-}
-
-// runInTx runs fn in a transaction, and runs the whole transaction again (see retry) when it
-// meets a deadlock, a serialization failure or a busy SQLite database. Every statement a caller
-// adds inside fn is retried with the rest; nothing may be answered to a client from inside fn.
-//
-// Inside Idempotency.Run (an idempotent request, docs/api-contract.md §8) fn joins the
-// request's transaction instead, so that the change commits with its stored response; Run
-// retries the whole request.
-func runInTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
-	if joined, err := runJoined(ctx, db, fn); joined {
-		return err
-	}
-	return retry(ctx, func(ctx context.Context) error { return db.RunInTx(ctx, nil, fn) })
 }

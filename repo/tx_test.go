@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/uptrace/bun"
-
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
 )
@@ -17,10 +15,10 @@ var pg *testdb.Server
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
-// TestRunInTxRetriesADeadlock makes two transactions lock two rows in opposite orders, so
-// PostgreSQL kills one of them with deadlock_detected (40P01); runInTx runs the killed one
+// TestInTxRetriesADeadlock makes two transactions lock two rows in opposite orders, so
+// PostgreSQL kills one of them with deadlock_detected (40P01); InTx runs the killed one
 // again, and both succeed, each update applied once.
-func TestRunInTxRetriesADeadlock(t *testing.T) {
+func TestInTxRetriesADeadlock(t *testing.T) {
 	if testdb.Store() != testdb.Postgres {
 		t.Skip("PostgreSQL only: SQLite has no row locks, so no deadlock; its busy database is retried by the same helper")
 	}
@@ -39,16 +37,16 @@ INSERT INTO pair VALUES (1, 0), (2, 0)`); err != nil {
 	both.Add(2)
 	run := func(first, second int) error {
 		var met atomic.Bool
-		return repo.RunInTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		return db.InTx(ctx, func(tx repo.Tx) error {
 			attempts.Add(1)
-			if _, err := tx.ExecContext(ctx, "UPDATE pair SET n = n + 1 WHERE id = ?", first); err != nil {
+			if _, err := tx.IDB().ExecContext(ctx, "UPDATE pair SET n = n + 1 WHERE id = ?", first); err != nil {
 				return err
 			}
 			if met.CompareAndSwap(false, true) {
 				both.Done()
 				both.Wait()
 			}
-			_, err := tx.ExecContext(ctx, "UPDATE pair SET n = n + 1 WHERE id = ?", second)
+			_, err := tx.IDB().ExecContext(ctx, "UPDATE pair SET n = n + 1 WHERE id = ?", second)
 			return err
 		})
 	}

@@ -46,7 +46,7 @@ type Webhooks struct {
 }
 
 // NewWebhooks returns the endpoint store on db.
-func NewWebhooks(db *bun.DB) *Webhooks {
+func NewWebhooks(db *DB) *Webhooks {
 	return &Webhooks{store: newStore(db)}
 }
 
@@ -62,8 +62,8 @@ func (w *Webhooks) Create(ctx context.Context, nl uuid.UUID, in model.NewWebhook
 	row := webhookRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: nl, URL: in.URL, Events: string(events),
 		Secret: model.NewWebhookSecret(), Status: model.WebhookEnabled, BusyUntil: now, LastClaimedAt: now,
 		CreatedAt: now, UpdatedAt: now}
-	err = runInTx(ctx, w.db, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewRaw("SELECT 1 FROM newsletters WHERE id = ?"+forUpdate(w.sqlite), nl).Exec(ctx); err != nil {
+	err = w.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		if _, err := tx.NewRaw("SELECT 1 FROM newsletters WHERE id = ?"+w.db.eng.forUpdate(), nl).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var n int
@@ -85,7 +85,7 @@ func (w *Webhooks) Create(ctx context.Context, nl uuid.UUID, in model.NewWebhook
 // List returns the newsletter's endpoints, oldest first.
 func (w *Webhooks) List(ctx context.Context, nl uuid.UUID) ([]model.Webhook, error) {
 	var rows []webhookRow
-	if err := w.db.NewSelect().Model(&rows).Where("newsletter_id = ?", nl).OrderExpr("created_at, id").
+	if err := w.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", nl).OrderExpr("created_at, id").
 		Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -99,7 +99,7 @@ func (w *Webhooks) List(ctx context.Context, nl uuid.UUID) ([]model.Webhook, err
 // Get returns one endpoint of the newsletter, or model.ErrWebhookNotFound.
 func (w *Webhooks) Get(ctx context.Context, nl, id uuid.UUID) (model.Webhook, error) {
 	var row webhookRow
-	err := w.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
+	err := w.idb.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Webhook{}, fmt.Errorf("%w", model.ErrWebhookNotFound)
 	}
@@ -113,8 +113,7 @@ func (w *Webhooks) Get(ctx context.Context, nl, id uuid.UUID) (model.Webhook, er
 // was; an unknown one is model.ErrWebhookNotFound.
 func (w *Webhooks) Delete(ctx context.Context, nl, id uuid.UUID) (model.Webhook, error) {
 	var row webhookRow
-	// In a transaction of its own, so that an idempotent request's transaction can take it in.
-	err := runInTx(ctx, w.db, func(ctx context.Context, tx bun.Tx) error {
+	err := w.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		if err := tx.NewDelete().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx); err != nil {
 			return err
 		}
@@ -140,7 +139,7 @@ type Deliveries struct {
 }
 
 // NewDeliveries returns the webhook outbox on db.
-func NewDeliveries(db *bun.DB) *Deliveries {
+func NewDeliveries(db *DB) *Deliveries {
 	return &Deliveries{store: newStore(db)}
 }
 
@@ -167,40 +166,10 @@ const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
 
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
 // ago first, and returns up to perEndpoint due deliveries of each, oldest due first. Endpoints
-// other claims hold are skipped, not waited for (FOR NO KEY UPDATE SKIP LOCKED: not FOR
-// UPDATE, which the key-share lock of every write queueing a delivery for the endpoint would
-// make skip it whenever writes are busy; on SQLite the immediate transaction excludes every
-// other claim).
+// other claims hold are skipped, not waited for (see engine.claimDeliveries).
 func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint int, lease time.Duration) ([]model.DeliveryBatch, error) {
 	now := d.now()
-	var rows []claimRow
-	var err error
-	if d.sqlite {
-		rows, err = d.claimSQLite(ctx, now, endpoints, perEndpoint, lease)
-	} else {
-		err = d.db.NewRaw(`
-WITH ep AS (
-    SELECT w.id FROM webhook_endpoints AS w
-    WHERE `+dueEndpoint+`
-    ORDER BY w.last_claimed_at
-    LIMIT ?1
-    FOR NO KEY UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0
-    FROM ep WHERE w.id = ep.id
-    RETURNING w.id, w.url, w.secret, w.last_claimed_at
-)
-SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
-FROM claimed AS c
-CROSS JOIN LATERAL (
-    SELECT event_id, attempts, next_attempt_at FROM webhook_deliveries
-    WHERE endpoint_id = c.id AND state = 'pending' AND next_attempt_at <= ?0
-    ORDER BY next_attempt_at
-    LIMIT ?2
-) AS d
-JOIN subscriber_events AS e ON e.id = d.event_id
-ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).Scan(ctx, &rows)
-	}
+	rows, err := d.db.eng.claimDeliveries(ctx, &d.store, now, endpoints, perEndpoint, lease)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -216,42 +185,6 @@ ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).
 	return out, nil
 }
 
-// claimSQLite is Claim on SQLite, in one immediate transaction.
-func (d *Deliveries) claimSQLite(ctx context.Context, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
-	var rows []claimRow
-	err := runInTx(ctx, d.db, func(ctx context.Context, tx bun.Tx) error {
-		rows = nil
-		var ids []uuid.UUID
-		if err := tx.NewRaw(`SELECT w.id FROM webhook_endpoints AS w WHERE `+dueEndpoint+`
-ORDER BY w.last_claimed_at LIMIT ?1`, now, endpoints).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return translate(err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if _, err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?, last_claimed_at = ? WHERE id IN (?)`,
-			now.Add(lease), now, bun.List(ids)).Exec(ctx); err != nil {
-			return translate(err)
-		}
-		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
-FROM (
-    SELECT endpoint_id, event_id, attempts, next_attempt_at,
-        row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS n
-    FROM webhook_deliveries
-    WHERE endpoint_id IN (?0) AND state = 'pending' AND next_attempt_at <= ?1
-) AS d
-JOIN webhook_endpoints AS w ON w.id = d.endpoint_id
-JOIN subscriber_events AS e ON e.id = d.event_id
-WHERE d.n <= ?2
-ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &rows)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return translate(err)
-		}
-		return nil
-	})
-	return rows, err
-}
-
 // Finish records the outcomes of a batch delivered to endpoint and ends the endpoint's lease,
 // in one transaction. gone (the receiver answered 410) disables the endpoint; so does a
 // failure when every delivery to it has failed for model.WebhookFailingLimit. A disabled
@@ -260,10 +193,10 @@ ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, perEndpoint).Scan(ctx, &r
 func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []model.DeliveryResult, gone bool) (bool, error) {
 	now := d.now()
 	var disabled bool
-	err := runInTx(ctx, d.db, func(ctx context.Context, tx bun.Tx) error {
+	err := d.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		disabled = false
 		var failingSince *time.Time
-		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+forNoKeyUpdate(d.sqlite), endpoint).
+		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+d.db.eng.forNoKeyUpdate(), endpoint).
 			Scan(ctx, &failingSince)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // deleted: its deliveries went with it
@@ -341,7 +274,7 @@ FROM webhook_deliveries WHERE state = 'pending'`)
 }
 
 // Listen signals on the returned channel when this process queued deliveries (SQLite), until
-// ctx ends; on PostgreSQL it returns nil and the workers poll (see queueSignals).
+// ctx ends; on PostgreSQL it returns nil and the workers poll (see engine.listen).
 func (d *Deliveries) Listen(ctx context.Context) <-chan struct{} {
-	return queueSignals(ctx, d.db, webhookQueue)
+	return d.db.eng.listen(ctx, webhookQueue)
 }

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/uptrace/bun"
-
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
@@ -39,7 +37,7 @@ func newMailer(cfg *Config, log *slog.Logger, out io.Writer) (*mailer, error) {
 
 // startWorker runs the email worker until ctx ends; the returned channel closes once it has
 // finished the email in hand.
-func startWorker(ctx context.Context, db *bun.DB, m *mailer, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
+func startWorker(ctx context.Context, db *repo.DB, m *mailer, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if m.smtp == "" {
 		log.Warn("SMTP_URL is not set: confirmation emails are written to the log, with their links, instead of being sent")
 	} else {

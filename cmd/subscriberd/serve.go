@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/api"
 	"github.com/subscriberd/subscriberd/repo"
@@ -116,7 +115,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	defer db.Close()
 
 	metrics := telemetry.NewMetrics(version)
-	if err := metrics.RegisterDB(db.DB); err != nil {
+	if err := metrics.RegisterDB(db.DB.DB); err != nil {
 		return err
 	}
 	limiter, closeLimiter := newLimiter(ctx, lim, log, metrics)
@@ -135,7 +134,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	}
 	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
 	public := api.New(api.Config{
-		Idempotency:    idem,
+		Idempotency:    api.IdempotencyOf(idem, requestStores),
 		CursorKey:      cursorKey,
 		Store:          repo.NewSubscribers(db),
 		Auth:           accounts,
@@ -239,7 +238,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 
 // openDB opens the pool and, when migrate is set, creates the database if missing and applies
 // pending migrations.
-func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*bun.DB, error) {
+func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*repo.DB, error) {
 	dsn := cfg.DatabaseURL
 	logStore(log, dsn)
 	if migrate {
@@ -263,6 +262,11 @@ func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*
 		log.Info("applied migrations", "migrations", applied)
 	}
 	return db, nil
+}
+
+// requestStores are the stores an idempotent request uses: those of its unit of work.
+func requestStores(tx repo.Tx) api.Stores {
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(), Suppressions: tx.Suppressions()}
 }
 
 // logStore says, in one line, when the store is the embedded SQLite file, and where it is.
@@ -295,7 +299,7 @@ func newHTTPServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 }
 
 // adminHandler serves metrics, health and profiles; never on the public listener.
-func adminHandler(db *bun.DB, metrics *telemetry.Metrics, draining *atomic.Bool) http.Handler {
+func adminHandler(db *repo.DB, metrics *telemetry.Metrics, draining *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler())
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {

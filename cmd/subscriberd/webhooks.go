@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
 	"github.com/subscriberd/subscriberd/webhook"
@@ -29,7 +27,7 @@ func webhooksFrom(cfg *Config) webhookSettings {
 // startWebhookWorker runs the webhook workers until ctx ends; the returned channel closes once
 // the attempts in hand are finished. With no workers the instance still exports the queue's
 // gauges, so that every instance shows deliveries left waiting.
-func startWebhookWorker(ctx context.Context, db *bun.DB, s webhookSettings, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
+func startWebhookWorker(ctx context.Context, db *repo.DB, s webhookSettings, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if s.guard.AllowPrivate {
 		log.Warn("WEBHOOK_ALLOW_PRIVATE is set: webhooks may be delivered to loopback and private addresses")
 	}

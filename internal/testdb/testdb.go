@@ -44,7 +44,7 @@ func Store() string {
 // Server is a PostgreSQL server with a migrated template database, or, for SQLite, a
 // directory with a migrated template file.
 type Server struct {
-	sqlite   bool
+	files    bool   // SQLite files, not a PostgreSQL server
 	dsn      string // any database on the server, for creating and dropping others
 	template string // the template database's name, or the template file's path on SQLite
 	stop     func()
@@ -114,7 +114,7 @@ func startSQLite(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{sqlite: true, template: filepath.Join(dir, "template.db"), stop: func() { os.RemoveAll(dir) }}
+	s := &Server{files: true, template: filepath.Join(dir, "template.db"), stop: func() { os.RemoveAll(dir) }}
 	db, err := repo.Open(repo.SQLiteURL(s.template), repo.Options{MaxConns: 1})
 	if err == nil {
 		_, err = repo.Migrate(ctx, db)
@@ -138,7 +138,7 @@ func startSQLite(ctx context.Context) (*Server, error) {
 
 // Close drops the template and stops the container, if any.
 func (s *Server) Close() {
-	if s.sqlite {
+	if s.files {
 		s.stop()
 		return
 	}
@@ -160,7 +160,7 @@ func (s *Server) DSN(name string) string {
 // its URL.
 func (s *Server) Fresh(t testing.TB) string {
 	t.Helper()
-	if s.sqlite {
+	if s.files {
 		b, err := os.ReadFile(s.template)
 		if err != nil {
 			t.Fatalf("read the SQLite template: %v", err)
@@ -187,7 +187,7 @@ func (s *Server) Fresh(t testing.TB) string {
 // Empty creates an empty database (no migrations), dropped when t ends.
 func (s *Server) Empty(t testing.TB) string {
 	t.Helper()
-	if s.sqlite { // in a directory that does not exist yet either
+	if s.files { // in a directory that does not exist yet either
 		return repo.SQLiteURL(filepath.Join(t.TempDir(), "data", "subscribers.db"))
 	}
 	name := fmt.Sprintf("%s_empty_%d", s.template, s.n.Add(1))

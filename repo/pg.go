@@ -1,0 +1,428 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+	"github.com/uptrace/bun/migrate"
+
+	"github.com/subscriberd/subscriberd/migrations"
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// This file is the PostgreSQL side of the engine seam (see engine): the pool, the hot
+// statements prepared once per connection (prepared.go), row locks with SKIP LOCKED for the
+// workers' claims, advisory locks, and writes that PostgreSQL does in one statement where
+// SQLite needs a transaction. The workers poll: a NOTIFY would serialise the commits of the
+// transactions that send it.
+
+func openPostgres(dsn string, opts Options) (db *DB, err error) {
+	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("invalid PostgreSQL URL: %v", r)
+		}
+	}()
+	if _, err := url.Parse(dsn); err != nil {
+		return nil, fmt.Errorf("invalid PostgreSQL URL: %w", err)
+	}
+	n := opts.MaxConns
+	if n <= 0 {
+		n = 16
+	}
+	stmt := opts.StatementTimeout
+	if stmt <= 0 {
+		stmt = DefaultStatementTimeout
+	}
+	// The server gives up on a statement (and rolls it back) before the client stops waiting
+	// for it: a client-side timeout alone answered 503 while the statement went on and
+	// committed, so a retry met its own write. 57014 (query canceled) maps to 503.
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
+		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
+		pgdriver.WithReadTimeout(stmt+5*time.Second),
+		// The prepared statements (prepared.go) run their generic plan from the first call:
+		// the list statements' generic plans are as good as their custom ones, but under
+		// the default "auto" PostgreSQL never picks them (with the LIMIT unknown their
+		// estimate never beats a custom plan's) and plans those statements on every call.
+		// Statements sent over the simple protocol are planned per call whatever this says.
+		pgdriver.WithConnParams(map[string]any{
+			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
+			"plan_cache_mode":   "force_generic_plan",
+		}),
+		pgdriver.WithApplicationName("subscriberd"),
+		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
+		// server.address with the port) to our span of every query, growing it; the query
+		// hook sets the stable ones itself.
+		pgdriver.WithTracing(false)))
+	sqldb.SetMaxOpenConns(n)
+	sqldb.SetMaxIdleConns(n)
+	sqldb.SetConnMaxLifetime(30 * time.Minute)
+	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	hook := newQueryHook(dsn, "postgresql")
+	bdb := bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(hook)
+	return &DB{DB: bdb, eng: &pgEngine{prep: &preparedStatements{db: bdb, hook: hook}}, hook: hook}, nil
+}
+
+// pgEngine is the engine of a PostgreSQL pool; it holds the pool's prepared statements.
+type pgEngine struct {
+	prep *preparedStatements
+}
+
+func (*pgEngine) migrations() (*migrate.Migrations, error) { return migrations.Postgres() }
+
+func (*pgEngine) migrationsTableExists() string {
+	return "SELECT to_regclass('bun_migrations') IS NOT NULL"
+}
+
+func (e *pgEngine) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return e.prep.queryRow(ctx, db, st, dest, args...)
+}
+
+func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return e.prep.queryRows(ctx, db, st, dest, args...)
+}
+
+func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
+	var rows []pageRow
+	if q.After == nil && q.Offset() > listDirectMaxOffset {
+		// Not prepared: see listDeepPostgres.
+		err := db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, &rows)
+		return rows, err
+	}
+	st, args := listPostgres(nl, q)
+	err := e.queryRows(ctx, db, st, &rows, args...)
+	return rows, err
+}
+
+func (e *pgEngine) insertWithEvent(ctx context.Context, db bun.IDB, s *store, row *subscriberRow, ev model.Event) (bool, bool, error) {
+	stored, err := s.insertWithEventPG(ctx, db, row, ev)
+	return stored, true, err
+}
+
+func (*pgEngine) rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
+	return s.rename(ctx, nl, id, name)
+}
+
+// insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL).
+// Whether it queued any is not asked: the workers poll.
+func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error) {
+	ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
+	_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
+	return false, err
+}
+
+// claimEmails chooses and leases the due emails in one statement; rows another claim holds are
+// skipped, not waited for (FOR UPDATE SKIP LOCKED).
+func (*pgEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+	var rows []claimedRow
+	err := s.idb.NewRaw(`
+WITH due AS (
+    SELECT id FROM email_outbox
+    WHERE state = 'pending' AND next_attempt_at <= ?0
+    ORDER BY next_attempt_at
+    LIMIT ?1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE email_outbox AS o SET next_attempt_at = ?2, updated_at = ?0
+    FROM due WHERE o.id = due.id
+    RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at
+)
+SELECT c.*, s.email, s.first_name, s.last_name, n.name AS newsletter_name
+FROM claimed AS c
+JOIN subscribers AS s ON s.id = c.subscriber_id
+JOIN newsletters AS n ON n.id = c.newsletter_id
+ORDER BY c.created_at, c.id`, now, limit, now.Add(lease)).Scan(ctx, &rows)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return rows, err
+}
+
+// claimDeliveries leases endpoints, and reads their due deliveries, in one statement. Endpoints
+// other claims hold are skipped (FOR NO KEY UPDATE SKIP LOCKED: not FOR UPDATE, which the
+// key-share lock of every write queueing a delivery for the endpoint would make skip it
+// whenever writes are busy).
+func (*pgEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error) {
+	var rows []claimRow
+	err := s.idb.NewRaw(`
+WITH ep AS (
+    SELECT w.id FROM webhook_endpoints AS w
+    WHERE `+dueEndpoint+`
+    ORDER BY w.last_claimed_at
+    LIMIT ?1
+    FOR NO KEY UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0
+    FROM ep WHERE w.id = ep.id
+    RETURNING w.id, w.url, w.secret, w.last_claimed_at
+)
+SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+FROM claimed AS c
+CROSS JOIN LATERAL (
+    SELECT event_id, attempts, next_attempt_at FROM webhook_deliveries
+    WHERE endpoint_id = c.id AND state = 'pending' AND next_attempt_at <= ?0
+    ORDER BY next_attempt_at
+    LIMIT ?2
+) AS d
+JOIN subscriber_events AS e ON e.id = d.event_id
+ORDER BY c.id, d.next_attempt_at`, now, endpoints, perEndpoint, now.Add(lease)).Scan(ctx, &rows)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return rows, err
+}
+
+func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
+func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
+
+func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
+
+// lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
+// collision only makes two unrelated changes wait for each other.
+func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
+	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", nl.String()+"/"+key).Exec(ctx)
+	return err
+}
+
+// lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
+// dropped connection releases at once: no marker is ever left behind. A request that finished
+// between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
+func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
+	var locked bool
+	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {
+		return nil, err
+	}
+	if !locked {
+		return nil, fmt.Errorf("%w", model.ErrIdempotencyInUse)
+	}
+	return nil, nil
+}
+
+// listen is nil: on PostgreSQL the workers poll, since writers may be other instances.
+func (*pgEngine) listen(context.Context, string) <-chan struct{} { return nil }
+func (*pgEngine) wake(string)                                    {}
+
+// queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
+// created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
+// events column is a JSON array of type names).
+const queueDeliveriesSQL = queueDeliveriesFrom + `strpos(w.events, '"' || ev.type || '"') > 0`
+
+// insertWithEventPG stores row unless its email is taken, with its created event and the
+// event's deliveries, in one PostgreSQL statement (pgEngine.insertWithEvent): the
+// data-modifying parts of a statement take effect together or not at all, so a create needs
+// one round trip instead of a transaction's four. It reports whether row was stored; when it
+// was not, nothing was.
+func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
+	r := eventRows(ctx, []model.Event{ev})[0]
+	var n int
+	err := s.db.eng.queryRow(ctx, db, insertWithEventStmt, &n,
+		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
+		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
+	if err != nil {
+		return false, translate(err)
+	}
+	return n > 0, nil
+}
+
+// insertWithEventStmt is insertWithEventPG's statement, prepared (see statement): $1 to $9 the
+// subscriber's columns, then the event's id, type, payload, traceparent and time (its
+// newsletter is the subscriber's). Its span is named for its main change, "INSERT
+// subscribers". The event's values are cast: in an INSERT … SELECT a parameter takes no type
+// from the target column.
+var insertWithEventStmt = newStatement("INSERT", "subscribers", `WITH s AS (
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT $10::uuid, $2::uuid, s.id, $11::text, $12::text, $13::text, $14::timestamptz FROM s
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesSQL+`)
+SELECT count(*) FROM s`)
+
+// listDirectMaxOffset is the largest offset at which a page is read straight from the list
+// index. Beyond it, the page's ids come from an index-only walk and only those rows are read,
+// which is cheaper to execute but costlier to plan: on the bench's data the two cost the same
+// a little beyond this offset.
+const listDirectMaxOffset = 2000
+
+// listPostgres is the statement of a list page that is not deep (see listDeepPostgres),
+// prepared (see statement), and its arguments: the counter sum as one row whose id is NULL (it
+// sorts first), and the page, in one statement and so in one snapshot. A UNION ALL plans in
+// about half the time a join of the two did. Separate statements with and without the status
+// filter save the planner an "IS NULL OR". Each statement has its own
+// arguments, since every parameter must appear in its text. Their spans are named "SELECT", as
+// bun named the raw statements.
+func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {
+	limit := q.Limit + 1
+	switch {
+	case q.After != nil && q.Status == "":
+		return listAfterPostgres, []any{nl, limit, q.After.CreatedAt.UTC(), q.After.ID}
+	case q.After != nil:
+		return listAfterStatusPostgres, []any{nl, string(q.Status), limit, q.After.CreatedAt.UTC(), q.After.ID}
+	case q.Status == "":
+		return listFirstPostgres, []any{nl, limit, q.Offset()}
+	}
+	return listFirstStatusPostgres, []any{nl, string(q.Status), limit, q.Offset()}
+}
+
+// The prepared list statements. $1 is the newsletter id and, where filtered, $2 the status;
+// then the limit, and the offset or the created_at and id of the position a keyset page starts
+// after. A keyset page reads the list index from that position on, like a first page.
+const (
+	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+FROM subscriber_counts WHERE newsletter_id = $1`
+	listOrderPostgres = `
+ORDER BY created_at DESC, id DESC`
+)
+
+var (
+	listFirstPostgres = listStatement(listTotalPostgres + `
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    WHERE newsletter_id = $1
+    ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3
+)` + listOrderPostgres)
+
+	listFirstStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    WHERE newsletter_id = $1 AND status = $2
+    ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
+)` + listOrderPostgres)
+
+	listAfterPostgres = listStatement(listTotalPostgres + `
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    WHERE newsletter_id = $1 AND (created_at, id) < ($3, $4)
+    ORDER BY created_at DESC, id DESC LIMIT $2
+)` + listOrderPostgres)
+
+	listAfterStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    WHERE newsletter_id = $1 AND status = $2 AND (created_at, id) < ($4, $5)
+    ORDER BY created_at DESC, id DESC LIMIT $3
+)` + listOrderPostgres)
+)
+
+func listStatement(text string) *statement { return newStatement("SELECT", "", text) }
+
+// listDeepPostgres is the statement of a page beyond listDirectMaxOffset, with or without the
+// status filter: the page's ids come from an index-only walk and only those rows are read. Its
+// arguments: ?0 newsletter id, ?1 status (only where filtered), ?2 limit, ?3 offset.
+//
+// It is not prepared, but sent through bun with its values inlined and planned on every call:
+// its generic plan (which a prepared one would run, see statement) reads the page's rows by
+// a sequential scan of every newsletter's subscribers and a hash join, 17-23 ms instead of
+// the custom plan's nested loop over the page's 26 ids (100k subscribers, offsets 50,000 to
+// 95,000).
+func listDeepPostgres(status model.Status) string {
+	if status == "" {
+		return listDeepAllPostgres
+	}
+	return listDeepStatusPostgres
+}
+
+const (
+	listDeepTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+FROM subscriber_counts WHERE newsletter_id = ?0`
+
+	listDeepAllPostgres = listDeepTotalPostgres + `
+UNION ALL
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT id FROM subscribers
+    WHERE newsletter_id = ?0
+    ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
+) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
+
+	listDeepStatusPostgres = listDeepTotalPostgres + ` AND status = ?1
+UNION ALL
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT id FROM subscribers
+    WHERE newsletter_id = ?0 AND status = ?1
+    ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
+) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
+)
+
+// renameTries is how many times rename reads and writes again when the subscriber changed
+// between the two, before it leaves the patch to Update's locking transaction.
+const renameTries = 3
+
+// rename applies, on PostgreSQL (pgEngine.rename), a patch that sets at most the name,
+// without a transaction of its own: it reads the subscriber, then writes the new name with its event and the event's
+// deliveries in one statement that matches only while the row still holds every value it read
+// (the values the event records as the subscriber and its previous name). Such a patch has no
+// confirmation effect and no email to keep unique, so it needs no lock: two round trips instead
+// of a transaction's five. When another change came in between, it reads again; after
+// renameTries misses it reports done false, and Update takes the locking path.
+func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error) {
+	src := model.SourceFrom(ctx)
+	db := s.idb
+	err = s.atomic(ctx, func(ctx context.Context) error {
+		for range renameTries {
+			var before subscriberRow
+			err := s.db.eng.queryRow(ctx, db, getSubscriber, &before, nl, id)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w", model.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			row := before
+			if name != nil {
+				row.FirstName, row.LastName = model.SplitName(*name)
+			}
+			changed := model.Changes(before.toModel(), row.toModel())
+			if len(changed) == 0 {
+				sub, done = before.toModel(), true
+				return nil // the values already there: nothing to write, no event (§10.1)
+			}
+			row.UpdatedAt = s.now()
+			ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
+			var n int
+			if err := s.db.eng.queryRow(ctx, db, renameWithEventStmt, &n,
+				nl, id, before.Email, before.FirstName, before.LastName, before.Status, before.UpdatedAt,
+				row.FirstName, row.LastName, row.UpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent); err != nil {
+				return err
+			}
+			if n == 1 {
+				sub, done = row.toModel(), true
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return model.Subscriber{}, false, translate(err)
+	}
+	return sub, done, nil
+}
+
+// renameWithEventStmt is rename's write, prepared (see statement): $1 and $2 the subscriber,
+// $3 to $7 the email, names, status and update time read, $8 to $10 the new names and update
+// time, then the event's id, type, payload and traceparent. It returns 1 when the row still
+// held what was read and was changed, with its event and deliveries, else 0 and changes
+// nothing. Its span is named for its main change, "UPDATE subscribers".
+var renameWithEventStmt = newStatement("UPDATE", "subscribers", `WITH s AS (
+    UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
+    WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
+        AND status = $6 AND updated_at = $7
+    RETURNING id, newsletter_id),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT $11::uuid, s.newsletter_id, s.id, $12::text, $13::text, $14::text, $10::timestamptz FROM s
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesSQL+`)
+SELECT count(*) FROM s`)
