@@ -18,6 +18,7 @@ import (
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/internal/outage"
+	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -47,9 +48,10 @@ type Store interface {
 // Idempotency-Key, those bound to its unit of work (IdempotencyStore.Run), so that its reads and
 // writes run on that unit's connection and commit with its stored response.
 type Stores struct {
-	Subscribers  Store
-	Events       EventStore
-	Webhooks     WebhookStore
+	Subscribers Store
+	Events      EventStore
+	Webhooks    WebhookStore
+	// Suppressions is the suppression list (docs/api-contract.md §13).
 	Suppressions SuppressionStore
 }
 
@@ -79,6 +81,12 @@ type Metrics interface {
 	// ScopeRefused counts a request refused because its key may only read, by the key's
 	// display prefix, never the key (docs/api-contract.md §16.2).
 	ScopeRefused(keyPrefix string)
+	// SuppressionsCreated counts n new suppression list entries with reason
+	// (docs/api-contract.md §13).
+	SuppressionsCreated(reason string, n int)
+	// PagePost counts a POST to the confirm or decline page (page "confirm", "decline") with
+	// its outcome: confirmed, declined, repeated, refused, invalid (§12).
+	PagePost(page, outcome string)
 }
 
 // Config holds the API's dependencies.
@@ -125,6 +133,10 @@ type Config struct {
 	// KeyUsage, when set, records when each key was last used (docs/api-contract.md §16.2),
 	// written by RunKeyUsage or FlushKeyUsage, never by the request.
 	KeyUsage KeyUsageStore
+	// PageNonceKey signs the nonces of the confirm and decline pages (docs/api-contract.md
+	// §12.1). Every instance must have the same one (cmd/subscriberd reads it from the
+	// database); nil makes a random one, good for this process only.
+	PageNonceKey []byte
 }
 
 var installErrorOnce sync.Once
@@ -143,6 +155,7 @@ type Server struct {
 	dbOutage *outage.Log
 	mux      *http.ServeMux
 	cursors  *cursor.Codec
+	nonces   *mail.Nonces
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
 	bulkWait  time.Duration
@@ -169,14 +182,14 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
+		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, the key's scope
 	// (§16.2), key lockout and rate limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
 	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()
@@ -217,6 +230,19 @@ func humaConfig() huma.Config {
 	}
 	cfg.Info.Description = "Create, list, read, update and unsubscribe the subscribers of a newsletter. " +
 		"Every response carries a boolean `success`; errors use one envelope with a machine-readable `code`."
+	// Who answers for the API and under which terms it is published: the project, whose
+	// repository has no licence file, so no licence is granted beyond calling the API; the URL
+	// is where its terms are written, the contract.
+	cfg.Info.Contact = &huma.Contact{Name: "subscriberd", URL: "https://github.com/subscriberd/subscriberd"}
+	cfg.Info.License = &huma.License{Name: "Proprietary",
+		URL: "https://github.com/subscriberd/subscriberd/blob/main/docs/api-contract.md"}
+	// Every tag an operation uses, described (the linters of api.TestOpenAPILint ask for it).
+	cfg.Tags = []*huma.Tag{
+		{Name: "Subscribers", Description: "The subscribers of the key's newsletter: create, bulk create, list, look up, " +
+			"update, unsubscribe, and each one's history of events."},
+		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
+		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
+	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",
 			Description: "An API key `sk_…` in `Authorization: Bearer <API_KEY>`."},
@@ -233,5 +259,7 @@ func (noMetrics) SubscribersCreated(string, string, int)                        
 func (noMetrics) AuthFailure(string)                                                 {}
 func (noMetrics) IdempotencyOutcome(string)                                          {}
 func (noMetrics) BulkGateWaiting(int)                                                {}
+func (noMetrics) SuppressionsCreated(string, int)                                    {}
+func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}
 func (noMetrics) ScopeRefused(string)                                                {}

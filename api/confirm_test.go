@@ -42,6 +42,12 @@ func (f *fakeConfirmer) Confirm(_ context.Context, hash []byte) (model.Confirmat
 	return f.answer(hash)
 }
 
+func (f *fakeConfirmer) Decline(_ context.Context, hash []byte) (model.Confirmation, bool, error) {
+	c, err := f.answer(hash)
+	c.Confirmed, c.Declined = false, err == nil
+	return c, err == nil, err
+}
+
 func TestConfirmPages(t *testing.T) {
 	valid, _ := mail.NewToken()
 	done, _ := mail.NewToken()
@@ -70,15 +76,15 @@ func TestConfirmPages(t *testing.T) {
 		status              int
 		text                string
 	}{
-		{"GET a valid link shows the form", "GET", valid, 200, `<form id="confirm" method="post">`},
-		{"POST a valid link confirms", "POST", valid, 200, "You’re subscribed"},
+		{"GET a valid link shows the form", "GET", valid, 200, `<form id="consent" method="post">`},
+		{"POST a valid link with nothing changes nothing", "POST", valid, 200, "Press the button to confirm your subscription."},
 		{"GET a link that confirmed says so", "GET", done, 200, "You’re subscribed"},
 		{"POST a link that confirmed says so", "POST", done, 200, "You’re subscribed"},
 		{"GET an unknown link", "GET", unknown, 404, "no longer valid"},
 		{"POST an unknown link", "POST", unknown, 404, "no longer valid"},
 		{"POST a malformed link", "POST", "not-a-token", 404, "no longer valid"},
 		{"GET with the database down", "GET", down, 503, "try again"},
-		{"POST with an unexpected error", "POST", broken, 503, "try again"},
+		{"GET with an unexpected error", "GET", broken, 503, "try again"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := e.do(t, req{tc.method, "/confirm/" + tc.token, nil, nil})
@@ -93,8 +99,8 @@ func TestConfirmPages(t *testing.T) {
 			if tc.status == 503 && h.Get("Retry-After") == "" {
 				t.Error("503 without Retry-After")
 			}
-			if strings.Contains(rec.Body.String(), tc.token) {
-				t.Error("the page repeats the token")
+			if strings.Contains(rec.Body.String(), tc.token) && !strings.Contains(rec.Body.String(), tc.token+"/decline") {
+				t.Error("the page repeats the token outside the decline link")
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 
@@ -30,6 +29,7 @@ const (
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
+	CodeRequestTimeout     = "request_timeout"
 	// CodeClientClosed is the code of StatusClientClosed. The client is gone and never reads
 	// it; it names the request's end in logs and metrics.
 	CodeClientClosed = "client_closed"
@@ -58,6 +58,7 @@ const (
 	MsgKeyLocked           = "Too many rejected requests with this API key. Please try again later."
 	MsgInternal            = "An unexpected error occurred."
 	MsgUnavailable         = "The service is temporarily unavailable. Please try again later."
+	MsgRequestTimeout      = "The request body took too long to arrive."
 	unavailableRetryIn     = 5 // seconds, sent as Retry-After with 503
 )
 
@@ -74,6 +75,7 @@ var codeByStatus = map[int]string{
 	http.StatusTooManyRequests:       CodeRateLimitExceeded,
 	http.StatusInternalServerError:   CodeInternal,
 	http.StatusServiceUnavailable:    CodeServiceUnavailable,
+	http.StatusRequestTimeout:        CodeRequestTimeout,
 }
 
 // Error is the contract's error envelope. It is the only error body the service sends.
@@ -82,7 +84,7 @@ type Error struct {
 	headers http.Header
 
 	Success bool   `json:"success" doc:"Always false." example:"false"`
-	Code    string `json:"code" doc:"Machine-readable error code: validation_error (400), unauthorized, api_access_disabled, insufficient_scope, not_found, method_not_allowed, payload_too_large, unsupported_media_type, internal_error, service_unavailable."`
+	Code    string `json:"code" doc:"Machine-readable error code (the full list is written by documentErrors)."`
 	Message string `json:"message" doc:"Human-readable description."`
 	// Errors is FieldErrors on 422 and RetryAfter on 429, absent otherwise. Those two
 	// responses are documented with their own schemas (ValidationError, RateLimitError), so
@@ -93,7 +95,7 @@ type Error struct {
 // ValidationError documents the 422 body: the envelope with the messages of each failing field.
 type ValidationError struct {
 	Success bool        `json:"success" doc:"Always false." example:"false"`
-	Code    string      `json:"code" enum:"validation_error,email_already_subscribed,email_suppressed" doc:"Machine-readable error code."`
+	Code    string      `json:"code" doc:"Machine-readable error code."`
 	Message string      `json:"message" doc:"Human-readable description." example:"The given data was invalid."`
 	Errors  FieldErrors `json:"errors"`
 }
@@ -223,6 +225,15 @@ func unavailable() *Error {
 // cancels a request's context when its connection closes.
 func clientGone(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
+// requestTimeout is the answer to a request whose body was still arriving when the server's
+// read timeout ended (docs/api-contract.md §17). The connection cannot carry another request
+// (its body was not read to the end), so net/http closes it after this answer.
+func requestTimeout() *Error {
+	e := newError(http.StatusRequestTimeout, MsgRequestTimeout)
+	e.headers = http.Header{"Connection": {"close"}}
+	return e
+}
+
 // clientClosed is the answer of a request whose client went away (StatusClientClosed).
 func clientClosed() *Error {
 	e := newError(StatusClientClosed, "The client closed the request.")
@@ -239,6 +250,7 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		qerr   *model.QueryError
 		taken  *model.EmailTakenError
 		supp   *model.SuppressedError
+		resend *model.ResendLimitError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -249,6 +261,12 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusBadRequest, qerr.Message)
 	case errors.As(err, &supp):
 		return suppressedError(supp)
+	case errors.As(err, &resend):
+		// docs/api-contract.md §12.3.
+		e := newError(http.StatusTooManyRequests, model.ResendLimitMessage)
+		e.Errors = RetryAfter{RetryAfter: resend.RetryAfter}
+		e.headers = http.Header{"Retry-After": {strconv.Itoa(resend.RetryAfter)}}
+		return e
 	case errors.As(err, &taken):
 		return validationError(model.BulkEmailTaken(taken.Indexes))
 	case errors.Is(err, model.ErrEmailTaken):
@@ -294,28 +312,4 @@ func writeError(w http.ResponseWriter, e *Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.status)
 	json.NewEncoder(w).Encode(e) //nolint:errcheck // the client may be gone; nothing to do
-}
-
-// documentErrors gives the 422 and 429 responses of every operation their own envelope
-// schemas, so that the document types errors as the server sends them
-// (docs/api-contract.md §1, §3, §5).
-func (s *Server) documentErrors() {
-	oapi := s.api.OpenAPI()
-	reg := oapi.Components.Schemas
-	bodies := map[string]*huma.Schema{
-		strconv.Itoa(http.StatusUnprocessableEntity): reg.Schema(reflect.TypeFor[ValidationError](), true, ""),
-		strconv.Itoa(http.StatusTooManyRequests):     reg.Schema(reflect.TypeFor[RateLimitError](), true, ""),
-	}
-	for _, p := range oapi.Paths {
-		for _, op := range []*huma.Operation{p.Get, p.Post, p.Put, p.Patch, p.Delete} {
-			if op == nil {
-				continue
-			}
-			for code, schema := range bodies {
-				if resp := op.Responses[code]; resp != nil {
-					resp.Content = map[string]*huma.MediaType{"application/json": {Schema: schema}}
-				}
-			}
-		}
-	}
 }

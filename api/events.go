@@ -41,9 +41,10 @@ type Event struct {
 	Data      EventData `json:"data"`
 }
 
-// EventData is the data of an event.
+// EventData is the data of an event: subscriber is the subscriber after the change. (The
+// field has no doc of its own: beside a $ref, a description is invalid in OpenAPI 3.0.)
 type EventData struct {
-	Subscriber Subscriber        `json:"subscriber" doc:"The subscriber after the change."`
+	Subscriber Subscriber        `json:"subscriber"`
 	Previous   map[string]string `json:"previous" doc:"Each changed field (email, name, status) with its value before the change."`
 	Source     EventSource       `json:"source"`
 }

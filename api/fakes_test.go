@@ -385,6 +385,8 @@ func (m *fakeMetrics) Idempotency() map[string]int {
 func (m *fakeMetrics) BulkGateWaiting(int)                {}
 func (m *fakeMetrics) BulkGateWait(string, time.Duration) {}
 func (m *fakeMetrics) ScopeRefused(string)                {}
+func (m *fakeMetrics) SuppressionsCreated(string, int)    {}
+func (m *fakeMetrics) PagePost(string, string)            {}
 
 // fakeIdempotency is an in-memory api.IdempotencyStore: a request in progress is a set entry,
 // a stored response a map entry (no transactions: the fakes' changes are not rolled back).

@@ -43,7 +43,7 @@ func newEnv(t testing.TB, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	e.idem.stores = api.Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks}
+	e.idem.stores = api.Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions}
 	e.srv = api.New(cfg)
 	return e
 }

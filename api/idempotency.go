@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -25,13 +24,13 @@ import (
 //
 //	huma.Register(s.api, idempotent(s.operation(http.MethodPost, ...)), handle(s, s.createWebhook))
 //
-// That is all: idempotent declares the Idempotency-Key header and the 400, 409 and 422
-// responses in the document and marks the operation; the idempotency middleware (after
-// authentication and limits, before the body is read by preflight) then answers replays and
-// 422. Once Huma has decoded and validated the request, handle runs the handler inside
-// IdempotencyStore.Run's unit of work, with the Stores that unit hands out, so the change and
-// the stored response commit together; a key whose request still runs answers 409. The handler
-// itself needs no change: it uses the Stores it is given.
+// That is all: idempotent declares the Idempotency-Key header and the 400, 408, 409, 413 and
+// 422 responses and their codes in the document (codes.go) and marks the operation; the
+// idempotency middleware (after authentication and limits, before the body is read by
+// preflight) then answers replays and 422. Once Huma has decoded and validated the request,
+// handle runs the handler inside IdempotencyStore.Run's unit of work, with the Stores that
+// unit hands out, so the change and the stored response commit together; a key whose request
+// still runs answers 409. The handler itself needs no change: it uses the Stores it is given.
 
 // HeaderIdempotencyKey and HeaderReplayed are the request and replay headers of §8.
 const (
@@ -105,12 +104,11 @@ func idempotent(op huma.Operation) huma.Operation {
 			Pattern: "^[!-~]+$"},
 		Example: "5f1c7a9e-3b1d-4c55-9d0e-2a6f4b8c1d2e",
 	})
-	for _, code := range []int{http.StatusBadRequest, http.StatusConflict, http.StatusUnprocessableEntity} {
-		if !slices.Contains(op.Errors, code) {
-			op.Errors = append(op.Errors, code)
-		}
-	}
-	return op
+	// The key's own answers; and the check reads the body (to fingerprint it), so a body too
+	// slow or too large is answered there, on a write without a body too.
+	op = answersUsual(op, http.StatusBadRequest, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge)
+	op = answers(op, http.StatusConflict, CodeIdempotencyKeyInUse)
+	return answers(op, http.StatusUnprocessableEntity, CodeIdempotencyKeyReused)
 }
 
 // documentIdempotency describes, on every idempotent operation, the 409 response and its

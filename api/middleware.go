@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -520,9 +521,10 @@ func newBufferedBody(b []byte) *bufferedBody {
 // Close implements io.Closer: there is nothing to release.
 func (*bufferedBody) Close() error { return nil }
 
-// readBody reads r's body, at most MaxBodyBytes of it. When that fails it answers — 499 when
-// the client hung up in the middle of its body, 400 when the body cannot be read, 413 when it
-// is too large — and reports false.
+// readBody reads r's body, at most MaxBodyBytes of it. When that fails it answers — 408 when
+// the server's read timeout ended before the body did, 499 when the client hung up in the
+// middle of its body, 400 when the body cannot be read, 413 when it is too large — and
+// reports false.
 func (s *Server) readBody(ctx huma.Context, r *http.Request) ([]byte, bool) {
 	if b, ok := r.Body.(*bufferedBody); ok && b.Len() == len(b.all) {
 		return b.all, true // read and checked by an earlier middleware (idempotency), unread since
@@ -543,6 +545,12 @@ func (s *Server) hashBody(ctx huma.Context, r *http.Request) ([sha256.Size]byte,
 // reports whether the read succeeded.
 func (s *Server) bodyRead(ctx huma.Context, err error, n int64) bool {
 	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		// The server's read timeout ended while the body was still arriving. net/http cancels
+		// the request's context then, as when a client leaves, but this client is still
+		// sending: it is the server's timeout, answered 408 (docs/api-contract.md §17).
+		s.writeErr(ctx, requestTimeout())
+		return false
 	case err != nil && (clientGone(ctx.Context()) || errors.Is(err, io.ErrUnexpectedEOF)):
 		s.writeErr(ctx, clientClosed())
 		return false

@@ -97,30 +97,84 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 	}
 }
 
-// documented lists, per operation, every status the handler can send: the success, the
-// auth and plan errors, 429 (limits), 500 and 503 for everyone; the body errors for the
-// operations with a body; 404 for the item operations; 400 for a query string over the
-// edge's bounds (every operation) and the list's parameters; 400, 409 and 422 for the writes,
-// which take Idempotency-Key.
-var documented = map[string][]int{
-	"create-subscriber":          {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"bulk-create-subscribers":    {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"list-subscribers":           {200, 400, 401, 403, 429, 500, 503},
-	"get-subscriber":             {200, 400, 401, 403, 404, 429, 500, 503},
-	"update-subscriber":          {200, 400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503},
-	"upsert-subscriber-by-email": {200, 201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"unsubscribe-subscriber":     {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
-	"list-subscriber-events":     {200, 400, 401, 403, 404, 429, 500, 503},
-	"create-webhook":             {201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"list-webhooks":              {200, 400, 401, 403, 429, 500, 503},
-	"get-webhook":                {200, 400, 401, 403, 404, 429, 500, 503},
-	"delete-webhook":             {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
-	"create-suppression":         {200, 201, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"bulk-create-suppressions":   {200, 400, 401, 403, 409, 413, 415, 422, 429, 500, 503},
-	"list-suppressions":          {200, 400, 401, 403, 429, 500, 503},
-	"get-suppression":            {200, 400, 401, 403, 404, 429, 500, 503},
-	"delete-suppression":         {200, 400, 401, 403, 404, 409, 422, 429, 500, 503},
+// documentedCodes lists, per operation, every error status the handler can send and the
+// codes it comes with: the auth and plan errors, 429 (limits), 500 and 503 for everyone; 413
+// for a declared Content-Length over the limit (the edge, every route); the body errors
+// (and 408, a body slower than the read timeout) for the operations with a body; 404 for the
+// item operations; 400 for a query string over the edge's bounds (every operation) and the
+// list's parameters; 400, 408, 409, 413 and 422 for the writes, which take Idempotency-Key
+// (and read the body to fingerprint it).
+var documentedCodes = func() map[string]map[int][]string {
+	common := map[int][]string{400: {"validation_error"}, 401: {"unauthorized"}, 403: {"api_access_disabled"},
+		413: {"payload_too_large"}, 429: {"rate_limit_exceeded"}, 500: {"internal_error"}, 503: {"service_unavailable"}}
+	with := func(extra map[int][]string) map[int][]string {
+		m := maps.Clone(common)
+		maps.Copy(m, extra)
+		return m
+	}
+	idem := map[int][]string{408: {"request_timeout"}, 409: {"idempotency_key_in_use"}, 422: {"idempotency_key_reused"}}
+	body := func(c422 ...string) map[int][]string {
+		return map[int][]string{408: {"request_timeout"}, 409: {"idempotency_key_in_use"}, 415: {"unsupported_media_type"},
+			422: append([]string{"validation_error", "idempotency_key_reused"}, c422...)}
+	}
+	notFound := map[int][]string{404: {"not_found"}}
+	m := map[string]map[int][]string{
+		"create-subscriber":       with(body("email_already_subscribed", "email_suppressed")),
+		"bulk-create-subscribers": with(body("email_suppressed")),
+		"list-subscribers":        with(nil),
+		"get-subscriber":          with(notFound),
+		"update-subscriber":       with(merge(body("email_already_subscribed", "email_suppressed"), notFound)),
+		// Created as create, updated as update (no email: never taken); a create that loses
+		// its race upsertTries times answers as create would.
+		"upsert-subscriber-by-email": with(body("email_already_subscribed", "email_suppressed")),
+		"unsubscribe-subscriber":     with(merge(idem, notFound)),
+		"list-subscriber-events":     with(notFound),
+		"create-webhook":             with(body()),
+		"list-webhooks":              with(nil),
+		"get-webhook":                with(notFound),
+		"delete-webhook":             with(merge(idem, notFound)),
+		"create-suppression":         with(body()),
+		"bulk-create-suppressions":   with(body()),
+		"list-suppressions":          with(nil),
+		"get-suppression":            with(notFound),
+		"delete-suppression":         with(merge(idem, notFound)),
+	}
+	// A read-only key is refused every write (docs/api-contract.md §16.2).
+	for op, id := range operations {
+		if !strings.HasPrefix(op, "GET ") {
+			m[id][403] = []string{"api_access_disabled", "insufficient_scope"}
+		}
+	}
+	return m
+}()
+
+func merge(a, b map[int][]string) map[int][]string {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
 }
+
+// documented lists, per operation, every status the handler can send: its success and
+// the error statuses of documentedCodes.
+var documented = func() map[string][]int {
+	// A suppression of an address already suppressed answers 200 with the entry; the bulk
+	// answers 200 whatever it created (docs/api-contract.md §13).
+	successes := map[string][]int{"create-suppression": {200, 201}, "bulk-create-suppressions": {200},
+		"upsert-subscriber-by-email": {200, 201}}
+	out := map[string][]int{}
+	for id, codes := range documentedCodes {
+		success, ok := successes[id]
+		if !ok {
+			success = []int{200}
+			if strings.HasPrefix(id, "create-") || strings.HasPrefix(id, "bulk-create-") {
+				success = []int{201}
+			}
+		}
+		out[id] = append(slices.Sorted(maps.Keys(codes)), success...)
+		slices.Sort(out[id])
+	}
+	return out
+}()
 
 // operations maps "METHOD path" in the document to its operation id.
 var operations = map[string]string{
@@ -173,14 +227,28 @@ func TestOpenAPIResponses(t *testing.T) {
 				t.Errorf("%s documented statuses mismatch (-want +got):\n%s", key, diff)
 			}
 			for code, resp := range responses {
-				ref := at(t, resp, "content", "application/json", "schema", "$ref")
-				// 422 and 429 carry typed errors (docs/api-contract.md §3, §5); the others none.
-				wantErr := map[string]string{"422": "ValidationError", "429": "RateLimitError"}[code]
-				if code >= "400" && ref != "#/components/schemas/"+or(wantErr, "Error") {
-					t.Errorf("%s %s schema = %v; want the %s envelope", key, code, ref, or(wantErr, "Error"))
+				schema := at(t, resp, "content", "application/json", "schema").(map[string]any)
+				if code < "400" {
+					if ref, _ := schema["$ref"].(string); !strings.HasSuffix(ref, "Envelope") {
+						t.Errorf("%s %s schema = %v; want a success envelope", key, code, schema)
+					}
+					continue
 				}
-				if code < "400" && !strings.HasSuffix(ref.(string), "Envelope") {
-					t.Errorf("%s %s schema = %v; want a success envelope", key, code, ref)
+				// 422 and 429 carry typed errors (docs/api-contract.md §3, §5); the others none.
+				// Each narrows code to the codes the operation sends with that status.
+				wantErr := map[string]string{"422": "ValidationError", "429": "RateLimitError"}[code]
+				allOf, _ := schema["allOf"].([]any)
+				if len(allOf) != 2 || at(t, allOf[0], "$ref") != "#/components/schemas/"+or(wantErr, "Error") {
+					t.Errorf("%s %s schema = %v; want the %s envelope narrowed", key, code, schema, or(wantErr, "Error"))
+					continue
+				}
+				n, _ := strconv.Atoi(code)
+				var want []any
+				for _, c := range slices.Sorted(slices.Values(documentedCodes[id][n])) {
+					want = append(want, c)
+				}
+				if diff := cmp.Diff(want, at(t, allOf[1], "properties", "code", "enum")); diff != "" {
+					t.Errorf("%s %s code enum mismatch (-want +got):\n%s", key, code, diff)
 				}
 			}
 		}
@@ -195,7 +263,8 @@ func TestOpenAPIResponses(t *testing.T) {
 }
 
 // TestDocumentedStatusesAreSent drives every operation into every status the document lists
-// (except 429, which the limits middleware will send) and checks nothing else comes out.
+// (except 429, which the limits middleware will send, and 408, which needs a server's read
+// timeout) and checks nothing else comes out.
 func TestDocumentedStatusesAreSent(t *testing.T) {
 	type scenario struct {
 		name  string
@@ -215,10 +284,10 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		{name: "store fails", setup: func(e *env) { e.store.err = errOpaque }},
 		{name: "store down", setup: func(e *env) { e.store.err = model.ErrUnavailable }},
 		{name: "query over the bounds", query: "?" + strings.Repeat("a&", 40)},
+		{name: "too large", body: big},
 	}
 	withBody := []scenario{
 		{name: "malformed", body: `{"x":`},
-		{name: "too large", body: big},
 		{name: "text", ct: "text/plain"},
 		{name: "invalid", body: `{"email":"x"}`},
 		{name: "invalid item", body: `[{"email":"x"}]`},
@@ -273,7 +342,11 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 				}
 				sent[rec.Code] = true
 			}
-			want := slices.DeleteFunc(slices.Clone(documented[op.id]), func(c int) bool { return c == http.StatusTooManyRequests })
+			// 429 comes from the limits middleware, 408 from the server's read timeout
+			// (integration.TestSlowBodyPastReadTimeout).
+			want := slices.DeleteFunc(slices.Clone(documented[op.id]), func(c int) bool {
+				return c == http.StatusTooManyRequests || c == http.StatusRequestTimeout
+			})
 			got := slices.Sorted(maps.Keys(sent))
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("statuses sent mismatch with the documented ones (-want +got):\n%s", diff)
@@ -476,6 +549,34 @@ func TestOpenAPIIdempotency(t *testing.T) {
 		}
 		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {
 			t.Errorf("%s: %s without Idempotent-Replayed", id, success)
+		}
+	}
+}
+
+// TestOpenAPINameNullable: null is a valid name in every input (it clears the name,
+// docs/api-contract.md §4.5), so the input schemas declare ["string", "null"], and the 3.0
+// rendering nullable; the pattern is the model's.
+func TestOpenAPINameNullable(t *testing.T) {
+	_, doc := openAPIDoc(t)
+	for _, name := range []string{"SubscriberInput", "SubscriberUpdate"} {
+		prop := at(t, doc, "components", "schemas", name, "properties", "name").(map[string]any)
+		if diff := cmp.Diff([]any{"string", "null"}, prop["type"]); diff != "" {
+			t.Errorf("%s.name type mismatch (-want +got):\n%s", name, diff)
+		}
+		if prop["pattern"] != model.NamePattern() {
+			t.Errorf("%s.name pattern = %v; want model.NamePattern()", name, prop["pattern"])
+		}
+	}
+	e := newEnv(t)
+	rec := e.do(t, req{"GET", "/api/v1/openapi-3.0.json", nil, nil})
+	var doc30 map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc30); err != nil {
+		t.Fatalf("decoding the 3.0 document: %v", err)
+	}
+	for _, name := range []string{"SubscriberInput", "SubscriberUpdate"} {
+		prop := at(t, doc30, "components", "schemas", name, "properties", "name").(map[string]any)
+		if prop["type"] != "string" || prop["nullable"] != true {
+			t.Errorf("3.0 %s.name = type %v nullable %v; want string, nullable", name, prop["type"], prop["nullable"])
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
+	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -140,14 +140,17 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 						"a domain of two or more labels of letters (Unicode allowed, kept as given), digits and inner hyphens. " +
 						"Surrounding white space is trimmed. Unique per newsletter, case-insensitively.",
 					Examples: []any{"john@example.com"}},
-				// Not nullable, though null is accepted: a generator sends a nullable field it
-				// was not given as null, and on update null clears the name.
-				"name": {Type: huma.TypeString, MaxLength: ptr(model.MaxNameLength),
-					// The format and bidi controls are written as themselves: Go's regexp
-					// (Huma's) and JSON Schema's ECMA-262 share no escape for them.
-					Pattern:     "^[^\\x00-\\x1f\\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]*$",
-					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it.",
-					Examples:    []any{"John Doe"}},
+				// ["string", "null"]: null is accepted and clears the name, as "" does
+				// (docs/api-contract.md §4.5), and a generated client sends it so.
+				"name": {Type: huma.TypeString, Nullable: true, MaxLength: ptr(model.MaxNameLength),
+					// Every character of the categories Cc, Cf, Zl and Zp is refused
+					// (model.ForbiddenInName); the pattern is drawn from the same tables.
+					Pattern: model.NamePattern(),
+					Description: "Full name, stored as first name and last name split at the first space. \"\" (or null) clears it. " +
+						"No character of the Unicode categories Cc, Cf, Zl or Zp (controls, invisible format and bidirectional " +
+						"controls, line and paragraph separators); the pattern lists those up to U+FFFF, and the few above " +
+						"(" + model.NamePatternOmits() + ") are refused too.",
+					Examples: []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
 			},
@@ -237,28 +240,31 @@ func (s *Server) register() {
 	withBody := append([]int{http.StatusBadRequest, http.StatusRequestEntityTooLarge,
 		http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity}, common...)
 
-	create := s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
+	create := answers(s.operation(http.MethodPost, coll, "create-subscriber", "Create a subscriber",
 		"A `pending` subscriber is sent a confirmation email; an `active` one is active at once. "+
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
-		http.StatusCreated, bodyObject, withBody)
+		http.StatusCreated, bodyObject, withBody), http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)
 	create.Metadata[metaBulkPath] = bulkPath
 	huma.Register(s.api, idempotent(create), handle(s, s.create))
-	bulk := idempotent(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
+	bulk := idempotent(answers(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
-		http.StatusCreated, bodyArray, withBody))
+		http.StatusCreated, bodyArray, withBody), http.StatusUnprocessableEntity, CodeEmailSuppressed))
 	bulk.Metadata[metaGated] = true
 	huma.Register(s.api, bulk, handle(s, s.bulkCreate))
 	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals. "+
 			"`email` finds one subscriber by address; `cursor` (from `pagination.next_cursor`) walks the list at constant cost per page.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...)), handle(s, s.list))
-	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber", "",
+	huma.Register(s.api, s.operation(http.MethodGet, item, "get-subscriber", "Get a subscriber",
+		"The subscriber with this id in the key's newsletter, whatever its status. Another newsletter's id, an unknown id "+
+			"or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
-	huma.Register(s.api, idempotent(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
+	huma.Register(s.api, idempotent(answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
-		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...))), handle(s, s.update))
+		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
+		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)), handle(s, s.update))
 	huma.Register(s.api, idempotent(s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
@@ -268,16 +274,6 @@ func (s *Server) register() {
 	s.registerWebhooks(common, withBody)
 	s.registerSuppressions(common, withBody)
 
-	// Huma documents 422 for every operation with parameters; the ones without a body never
-	// send it (a bad parameter is 400 or 404), so the document says only what is sent. An
-	// idempotent one sends it for a reused Idempotency-Key.
-	for _, p := range s.api.OpenAPI().Paths {
-		for _, op := range []*huma.Operation{p.Get, p.Delete} {
-			if op != nil && op.Metadata[metaIdempotent] != true {
-				delete(op.Responses, strconv.Itoa(http.StatusUnprocessableEntity))
-			}
-		}
-	}
 }
 
 func (s *Server) operation(method, path, id, summary, desc string, status int, body string, errs []int) huma.Operation {
@@ -289,7 +285,6 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 		Description:        desc,
 		Tags:               []string{"Subscribers"},
 		DefaultStatus:      status,
-		Errors:             errs,
 		Security:           []map[string][]string{{"bearer": {}}},
 		SkipValidateBody:   true,
 		SkipValidateParams: true,
@@ -304,8 +299,22 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 	if body != "" {
 		op.Metadata[metaBody] = body
 		op.RequestBody = &huma.RequestBody{Required: true}
+		// preflight reads the body: it may be too slow for the server's read timeout.
+		op = answersUsual(op, http.StatusRequestTimeout)
 	}
-	return op
+	for _, st := range errs {
+		if st == http.StatusUnprocessableEntity && body == "" {
+			continue // no body, no field errors: only what answers adds (idempotent's)
+		}
+		op = answersUsual(op, st)
+	}
+	// A read-only key may not write (scope.go, docs/api-contract.md §16.2).
+	if method != http.MethodGet && slices.Contains(errs, http.StatusForbidden) {
+		op = answers(op, http.StatusForbidden, CodeInsufficientScope)
+	}
+	// The edge refuses a declared Content-Length over MaxBodyBytes on every route, before
+	// routing (edge.go), a body or not.
+	return answersUsual(op, http.StatusRequestEntityTooLarge)
 }
 
 // handle applies mapError to every handler's error: the one place errors become HTTP.

@@ -25,11 +25,6 @@ type SuppressionStore interface {
 	Delete(ctx context.Context, newsletterID, id uuid.UUID) (model.Suppression, error)
 }
 
-// SuppressionMetrics counts new suppressions by reason; api's Metrics may implement it.
-type SuppressionMetrics interface {
-	SuppressionsCreated(reason string, n int)
-}
-
 // Suppression is the public shape of a suppression list entry.
 type Suppression struct {
 	ID        string            `json:"id" format:"uuid" doc:"Identifier of the entry (UUIDv7)."`
@@ -203,7 +198,7 @@ func (s *Server) registerSuppressions(common, withBody []int) {
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-suppressions", "List suppressed addresses",
 		"Newest first. `email` looks one address up (erased entries match by the hash of the address).",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listSuppressions))
-	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-suppression", "Get a suppression", "",
+	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-suppression", "Get a suppression", "The suppression with this id in the key's newsletter. An unknown id, another newsletter's or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getSuppression))
 	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-suppression", "Delete a suppression",
 		"The address may be subscribed again; subscribers it unsubscribed stay unsubscribed. Answers the entry as it was.",
@@ -216,13 +211,9 @@ func suppressionSource(p model.Principal) model.SuppressionSource {
 }
 
 func (s *Server) countSuppressions(sups []model.Suppression, created []bool) {
-	m, ok := s.metrics.(SuppressionMetrics)
-	if !ok {
-		return
-	}
 	for i, sup := range sups {
 		if created[i] {
-			m.SuppressionsCreated(string(sup.Reason), 1)
+			s.metrics.SuppressionsCreated(string(sup.Reason), 1)
 		}
 	}
 }

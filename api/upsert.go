@@ -91,13 +91,16 @@ const upsertTries = 3
 
 // registerUpsert adds PUT /subscribers/by-email/{email}.
 func (s *Server) registerUpsert(withBody []int) {
-	op := idempotent(s.operation(http.MethodPut, upsertPath, "upsert-subscriber-by-email", "Create or update a subscriber by email",
+	op := idempotent(answers(s.operation(http.MethodPut, upsertPath, "upsert-subscriber-by-email", "Create or update a subscriber by email",
 		"Makes sure the address is a subscriber with the fields given. No subscriber with the address "+
 			"(case-insensitively): created as `POST /subscribers` would (default status `active`) → `201` with `Location`. "+
 			"One exists: updated as `PUT /subscribers/{id}` would with the fields given (none given: unchanged) → `200`. "+
 			"Concurrent upserts of one new address create it once; the others update it. "+
 			"An address that is not valid → `422` keyed `email`.",
-		http.StatusOK, bodyObject, withBody))
+		http.StatusOK, bodyObject, withBody),
+		// As create and update: a suppressed address; and, after upsertTries lost races, the
+		// create's email_already_subscribed.
+		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed))
 	huma.Register(s.api, op, handle(s, s.upsert))
 	// The created case: the same body, with Location.
 	o := s.api.OpenAPI().Paths[upsertPath].Put

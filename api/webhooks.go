@@ -182,7 +182,8 @@ func (s *Server) registerWebhooks(common, withBody []int) {
 		http.StatusCreated, bodyObject, withBody))), handle(s, s.createWebhook))
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-webhooks", "List webhook endpoints",
 		"Oldest first, without secrets.", http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listWebhooks))
-	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-webhook", "Get a webhook endpoint", "",
+	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-webhook", "Get a webhook endpoint",
+		"The endpoint with this id, without its secret. An unknown id gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getWebhook))
 	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-webhook", "Delete a webhook endpoint",
 		"Its undelivered events are dropped. Answers the endpoint as it was.",

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-smtp"
 
@@ -130,3 +132,49 @@ func TestSuppressedWhileQueuedSendsNothing(t *testing.T) {
 }
 
 func hashOf(email string) []byte { return model.EmailHash(email) }
+
+// TestSuppressedWhileSendingWaitsForTheSend: a suppression made while the SMTP server holds the
+// end of DATA of the subscriber's confirmation waits for that send to be recorded (the worker
+// holds the subscriber's lock), then unsubscribes: the email went out before the suppression
+// committed, and nothing goes out after it.
+func TestSuppressedWhileSendingWaitsForTheSend(t *testing.T) {
+	m := newMailEnv(t)
+	inData, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	m.smtp.OnData(func(string) error {
+		once.Do(func() { close(inData) })
+		<-release
+		return nil
+	})
+	id := m.create("mid@example.com", "pending")
+	drained := make(chan struct{})
+	go func() { defer close(drained); m.drain() }()
+	<-inData
+	answered := make(chan int, 1)
+	go func() {
+		answered <- m.do("POST", "/suppressions", map[string]any{"email": "mid@example.com"}).status
+	}()
+	select {
+	case code := <-answered:
+		t.Fatalf("the suppression answered %d while the email was being sent", code)
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
+	<-drained
+	if code := <-answered; code != http.StatusCreated {
+		t.Fatalf("suppression: %d", code)
+	}
+	if n := len(m.smtp.Messages()); n != 1 {
+		t.Fatalf("%d messages, want the one sent before the suppression", n)
+	}
+	if n := m.count("SELECT count(*) FROM email_outbox WHERE state = 'sent'"); n != 1 {
+		t.Errorf("sent rows = %d, want 1", n)
+	}
+	if got := m.status(id); got != "unsubscribed" {
+		t.Errorf("subscriber %s after the suppression", got)
+	}
+	m.drain()
+	if n := len(m.smtp.Messages()); n != 1 {
+		t.Errorf("%d messages after the suppression, want still 1", n)
+	}
+}

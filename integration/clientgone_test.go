@@ -32,6 +32,8 @@ func (c *statusCodes) IdempotencyOutcome(string)              {}
 func (c *statusCodes) BulkGateWaiting(int)                    {}
 func (c *statusCodes) BulkGateWait(string, time.Duration)     {}
 func (c *statusCodes) ScopeRefused(string)                    {}
+func (c *statusCodes) SuppressionsCreated(string, int)        {}
+func (c *statusCodes) PagePost(string, string)                {}
 func (c *statusCodes) ObserveRequest(_ context.Context, _, _ string, code int, _ time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -53,7 +55,7 @@ func TestClientHangsUpMidBulk(t *testing.T) {
 		Store: repo.NewSubscribers(e.db), Auth: e.accounts, Metrics: metrics,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
-	srv := httptest.NewUnstartedServer(h)
+	srv := httptest.NewUnstartedServer(recordTraffic(h))
 	srv.Config.ErrorLog = log.New(serverLog, "", 0)
 	srv.Start()
 

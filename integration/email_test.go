@@ -47,7 +47,7 @@ func newMailEnv(t *testing.T, opts ...func(*envOptions)) *mailEnv {
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
 		Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true}, Suppressions: repo.NewSuppressions(e.db)})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
-	hs := httptest.NewServer(srv)
+	hs := httptest.NewServer(recordTraffic(srv))
 	t.Cleanup(hs.Close)
 	e.base = hs.URL + api.BasePath // API calls go to the server with the pages
 	composer, err := mail.NewComposer(testFrom, hs.URL)
@@ -100,10 +100,30 @@ func (m *mailEnv) status(id string) string {
 	return m.do("GET", "/subscribers/"+id, nil).want(m.t, http.StatusOK, "").data(m.t)["status"].(string)
 }
 
-// page fetches a confirmation page with method, as a browser would (no API key).
+// page fetches a confirmation page with method, as a browser would (no API key). A POST
+// carries the form of a browser without scripts whose person ticked the box (consent=yes,
+// docs/api-contract.md §12.1); pagePost sends any other form.
 func (m *mailEnv) page(method, link string) (int, http.Header, string) {
 	m.t.Helper()
-	req, err := http.NewRequest(method, link, nil)
+	if method == http.MethodPost {
+		return m.pagePost(link, "intent=&consent=yes")
+	}
+	return m.pagePost2(method, link, "")
+}
+
+// pagePost POSTs form to a confirmation page.
+func (m *mailEnv) pagePost(link, form string) (int, http.Header, string) {
+	m.t.Helper()
+	return m.pagePost2(http.MethodPost, link, form)
+}
+
+func (m *mailEnv) pagePost2(method, link, form string) (int, http.Header, string) {
+	m.t.Helper()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader(form)
+	}
+	req, err := http.NewRequest(method, link, body)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -135,7 +155,7 @@ func (m *mailEnv) wantPage(method, link string, status int, text string) {
 const (
 	subscribedText = "You’re subscribed"
 	invalidText    = "no longer valid"
-	confirmText    = `<form id="confirm" method="post">`
+	confirmText    = `<form id="consent" method="post">`
 )
 
 func TestEmailPendingCreateSendsOneConfirmation(t *testing.T) {

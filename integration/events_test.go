@@ -137,7 +137,9 @@ func TestEventsConfirmationProof(t *testing.T) {
 	}
 	ua := strings.Repeat("é", 600)
 	confirm := func() {
-		req, _ := http.NewRequest(http.MethodPost, msgs[0].Link, nil)
+		// A browser without scripts, its box ticked (docs/api-contract.md §12.1).
+		req, _ := http.NewRequest(http.MethodPost, msgs[0].Link, strings.NewReader("intent=&consent=yes"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("User-Agent", ua)
 		req.Header.Set("X-Forwarded-For", "203.0.113.9") // not believed: no trusted proxy
 		res, err := http.DefaultClient.Do(req)
@@ -152,11 +154,18 @@ func TestEventsConfirmationProof(t *testing.T) {
 	confirm()
 	confirm()
 	evs := m.history(id)
+	// seconds_since_sent counts from the server's acceptance: a few seconds at most here.
+	src := evs[len(evs)-1]["data"].(map[string]any)["source"].(map[string]any)
+	if s, ok := src["seconds_since_sent"].(float64); !ok || s < 0 || s > 60 {
+		t.Errorf("seconds_since_sent = %v, want whole seconds since the email was sent", src["seconds_since_sent"])
+	}
+	src["seconds_since_sent"] = 0.0
 	want := []eventSummary{
 		{"subscriber.created", map[string]any{}, map[string]any{"kind": "api", "api_key": m.keyPrefix()}},
 		{"subscriber.confirmation_sent", map[string]any{}, map[string]any{"kind": "email"}},
 		{"subscriber.confirmed", map[string]any{"status": "pending"},
-			map[string]any{"kind": "confirmation_link", "ip": "127.0.0.1", "user_agent": strings.Repeat("é", model.MaxUserAgentLength)}},
+			map[string]any{"kind": "confirmation_link", "ip": "127.0.0.1", "user_agent": strings.Repeat("é", model.MaxUserAgentLength),
+				"method": "checkbox", "seconds_since_sent": 0.0, "seconds_on_page": nil}},
 	}
 	if diff := cmp.Diff(want, summarize(evs)); diff != "" {
 		t.Fatalf("events mismatch (-want +got):\n%s", diff)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,14 @@ func TestMain(m *testing.M) {
 	}
 	code := testdb.Main(m, &pg)
 	testredis.Stop()
+	// The answers the tests received, against the document (traffic_test.go).
+	if problems := checkTraffic(); len(problems) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the servers answered %d kinds of answer the OpenAPI document does not declare "+
+			"(declare them in package api: api/codes.go):\n  %s\n", len(problems), strings.Join(problems, "\n  "))
+		code = max(code, 1)
+	} else if n := trafficSummary(); n > 0 && testing.Verbose() {
+		fmt.Fprintf(os.Stderr, "traffic: %d kinds of answer, all declared by the OpenAPI document\n", n)
+	}
 	os.Exit(code)
 }
 
@@ -103,6 +112,10 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nonceKey, err := repo.Secret(context.Background(), db, "page_nonce")
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := api.New(api.Config{
 		Store:          repo.NewSubscribers(db),
 		Auth:           e.accounts,
@@ -115,10 +128,11 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})
-	e.srv = httptest.NewServer(srv)
+	e.srv = httptest.NewServer(recordTraffic(srv))
 	t.Cleanup(e.srv.Close)
 	e.base = e.srv.URL + api.BasePath
 	e.nl, e.key = e.newKey(t, true)
@@ -261,5 +275,5 @@ func (e *env) count(query string, args ...any) int {
 // requestStores are the stores an idempotent request uses, as cmd/subscriberd gives them: those
 // of its unit of work.
 func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(), Suppressions: tx.Suppressions()}
+	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks()}
 }

@@ -41,8 +41,8 @@ func (e *env) secondInstance(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(api.Config{Store: repo.NewSubscribers(db), Auth: repo.NewAccounts(db),
-		Idempotency: api.IdempotencyOf(repo.NewIdempotency(db, 24*time.Hour), requestStores), CursorKey: key}))
+	srv := httptest.NewServer(recordTraffic(api.New(api.Config{Store: repo.NewSubscribers(db), Auth: repo.NewAccounts(db),
+		Idempotency: api.IdempotencyOf(repo.NewIdempotency(db, 24*time.Hour), requestStores), CursorKey: key})))
 	t.Cleanup(srv.Close)
 	return srv.URL + api.BasePath
 }

@@ -241,7 +241,7 @@ func TestWriteLockoutIgnores401403429(t *testing.T) {
 // instance is another service instance on e's database with its own limiter.
 func (e *env) instance(t *testing.T, l api.Limiter) string {
 	t.Helper()
-	srv := httptest.NewServer(api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Limiter: l}))
+	srv := httptest.NewServer(recordTraffic(api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Limiter: l})))
 	t.Cleanup(srv.Close)
 	return srv.URL + api.BasePath
 }

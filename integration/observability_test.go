@@ -116,7 +116,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 		Idempotency: api.IdempotencyOf(e.idem, requestStores),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))
-	srv := httptest.NewServer(telemetry.NewHTTPHandler(public, testServerAddress, nil))
+	srv := httptest.NewServer(telemetry.NewHTTPHandler(recordTraffic(public), testServerAddress, nil))
 	t.Cleanup(srv.Close)
 	e.srv, e.base = srv, srv.URL+api.BasePath
 	return o

@@ -39,6 +39,9 @@ type Message struct {
 	// Link is the confirmation link inside the parts. It holds the token: never log it above
 	// debug level.
 	Link string
+	// DeclineLink is the "I did not sign up" link (docs/api-contract.md §12.2), in the parts and
+	// in the List-Unsubscribe header. It holds the token too.
+	DeclineLink string
 }
 
 // Composer writes confirmation emails: a sender and the base of the links.
@@ -86,9 +89,9 @@ func (c *Composer) Compose(e model.OutboxEmail, token string) (*Message, error) 
 	newsletter := oneLine(e.NewsletterName)
 	name := oneLine(e.Name())
 	data := struct {
-		Name, Newsletter, Link string
-		ValidDays              int
-	}{name, newsletter, c.Link(token), int(TokenTTL.Hours() / 24)}
+		Name, Newsletter, Link, DeclineLink string
+		ValidDays                           int
+	}{name, newsletter, c.Link(token), c.Link(token) + "/decline", int(TokenTTL.Hours() / 24)}
 
 	var text, html bytes.Buffer
 	if err := textTemplate.Execute(&text, data); err != nil {
@@ -98,13 +101,14 @@ func (c *Composer) Compose(e model.OutboxEmail, token string) (*Message, error) 
 		return nil, fmt.Errorf("compose html part: %w", err)
 	}
 	return &Message{
-		ID:      e.ID.String() + "@" + c.idHost,
-		From:    c.from,
-		To:      &netmail.Address{Name: name, Address: e.Email},
-		Subject: "Confirm your subscription to " + newsletter,
-		Text:    text.String(),
-		HTML:    html.String(),
-		Link:    data.Link,
+		ID:          e.ID.String() + "@" + c.idHost,
+		From:        c.from,
+		To:          &netmail.Address{Name: name, Address: e.Email},
+		Subject:     "Confirm your subscription to " + newsletter,
+		Text:        text.String(),
+		HTML:        html.String(),
+		Link:        data.Link,
+		DeclineLink: data.DeclineLink,
 	}, nil
 }
 

@@ -18,7 +18,9 @@ func TestPages(t *testing.T) {
 		status   int
 		contains string
 	}{
-		{PageConfirm, 200, `<form id="confirm" method="post">`},
+		{PageConfirm, 200, `<form id="consent" method="post">`},
+		{PageDecline, 200, "I did not sign up — never email me again"},
+		{PageDeclined, 200, "You will not receive any more email from Tom &amp; &lt;script&gt;"},
 		{PageConfirmed, 200, "You’re subscribed"},
 		{PageInvalid, 404, "no longer valid"},
 		{PageUnavailable, 503, "try again"},
@@ -57,40 +59,50 @@ func TestPages(t *testing.T) {
 	}
 }
 
-// TestPageCSPAllowsExactlyTheInlineCode checks that the hashes in the policy are those of the
-// script and style the page really carries, and that the confirm page needs nothing else.
-func TestPageCSPAllowsExactlyTheInlineCode(t *testing.T) {
-	rec := httptest.NewRecorder()
-	WritePage(rec, PageConfirm, "Weekly")
-	body := rec.Body.String()
-	hash := func(s string) string {
-		sum := sha256.Sum256([]byte(s))
-		return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
-	}
-	script := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindAllStringSubmatch(body, -1)
-	style := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindAllStringSubmatch(body, -1)
-	if len(script) != 1 || len(style) != 1 {
-		t.Fatalf("found %d scripts and %d styles, want 1 each", len(script), len(style))
-	}
-	csp := rec.Header().Get("Content-Security-Policy")
-	for _, want := range []string{
-		"default-src 'none'", "script-src " + hash(script[0][1]) + ";", "style-src " + hash(style[0][1]) + ";",
-		"form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'",
-	} {
-		if !strings.Contains(csp, want) {
-			t.Errorf("CSP %q lacks %q", csp, want)
+// TestPageCSPAllowsExactlyTheOwnCode checks that the pages carry no inline script at all (only
+// the service's own script, allowed by script-src 'self'), that the style's hash in the policy
+// is that of the style the page carries, and the parts of docs/api-contract.md §12.1: the
+// nonce on the button only, an empty intent field, the unchecked noscript checkbox.
+func TestPageCSPAllowsExactlyTheOwnCode(t *testing.T) {
+	for _, page := range []Page{PageConfirm, PageDecline} {
+		rec := httptest.NewRecorder()
+		WritePageData(rec, page, PageData{Newsletter: "Weekly", Email: "ann@example.com", Token: "T0KEN", Nonce: "123.abc"})
+		body := rec.Body.String()
+		hash := func(s string) string {
+			sum := sha256.Sum256([]byte(s))
+			return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+		}
+		inline := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindAllStringSubmatch(body, -1)
+		style := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindAllStringSubmatch(body, -1)
+		if len(inline) != 0 || len(style) != 1 || !strings.Contains(body, `<script src="/confirm.js"></script>`) {
+			t.Fatalf("found %d inline scripts and %d styles, want 0 and 1 and the served script:\n%s", len(inline), len(style), body)
+		}
+		csp := rec.Header().Get("Content-Security-Policy")
+		for _, want := range []string{
+			"default-src 'none'", "script-src 'self';", "style-src " + hash(style[0][1]) + ";",
+			"form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'",
+		} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("CSP %q lacks %q", csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-inline") || strings.Contains(body, " style=") ||
+			regexp.MustCompile(` on[a-z]+=`).MatchString(body) {
+			t.Error("page relies on inline attributes the policy forbids")
+		}
+		for _, want := range []string{`<input type="hidden" name="intent" value="">`, `data-nonce="123.abc"`,
+			`<noscript><p class="consent"><label><input type="checkbox" name="consent" value="yes">`, "ann@example.com"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("page lacks %q:\n%s", want, body)
+			}
+		}
+		if strings.Count(body, "123.abc") != 1 || strings.Contains(body, "action=") || strings.Contains(body, " checked") {
+			t.Errorf("the nonce is not on the button only, or the form posts elsewhere, or the box is checked:\n%s", body)
 		}
 	}
-	if strings.Contains(csp, "unsafe-inline") || strings.Contains(body, " style=") ||
-		regexp.MustCompile(` on[a-z]+=`).MatchString(body) {
-		t.Error("page relies on inline attributes the policy forbids")
-	}
-	// The script submits the form it names, and the form posts back to the page's own URL.
-	if !strings.Contains(script[0][1], `getElementById("confirm").submit()`) || strings.Contains(body, "action=") {
-		t.Errorf("the script or form is not the auto-submitting same-URL form:\n%s", body)
-	}
-	if !strings.Contains(body, `<button type="submit">`) {
-		t.Error("no visible button for browsers without scripts")
+	// The script submits nothing by itself: it only reacts to a trusted click.
+	if strings.Contains(PageScript, "submit(") || !strings.Contains(PageScript, "event.isTrusted") {
+		t.Errorf("the page script submits by itself or ignores isTrusted:\n%s", PageScript)
 	}
 }
 

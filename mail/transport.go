@@ -165,6 +165,12 @@ func goMailMsg(m *Message) (*gomail.Msg, error) {
 	msg.SetDate()
 	msg.SetGenHeader(gomail.HeaderXAutoResponseSuppress, "All")
 	msg.SetGenHeader("Auto-Submitted", "auto-generated")
+	if m.DeclineLink != "" {
+		// RFC 2369 and RFC 8058: the mailbox's own "unsubscribe" control declines
+		// (docs/api-contract.md §12.2), with one POST and no page.
+		msg.SetGenHeader("List-Unsubscribe", "<"+m.DeclineLink+">")
+		msg.SetGenHeader("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+	}
 	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 	msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
 	return msg, nil

@@ -72,18 +72,15 @@ type Bouncer interface {
 	Bounce(ctx context.Context, e model.OutboxEmail, reply string) (bool, error)
 }
 
-// suppressionRecorder is a Recorder that also counts new suppressions by reason
-// (suppressions_total; telemetry.Metrics is one).
-type suppressionRecorder interface {
-	SuppressionsCreated(reason string, n int)
-}
-
 // Recorder receives the worker's metrics: one call per attempt with its outcome
 // ([OutcomeSent], [OutcomeLogged], [OutcomeRetry], [OutcomeFailed], [OutcomeCancelled]) and
 // duration. ctx holds the attempt's send span, so that the duration can carry its trace as an
 // exemplar (telemetry.Metrics does).
 type Recorder interface {
 	EmailSend(ctx context.Context, outcome string, d time.Duration)
+	// SuppressionsCreated counts n new suppression list entries with reason: the worker
+	// makes hard_bounce ones (docs/api-contract.md §13).
+	SuppressionsCreated(reason string, n int)
 }
 
 // WorkerConfig tunes a [Worker]. Zero values take the defaults named on each field.
@@ -136,6 +133,7 @@ const DefaultLease = time.Minute
 type nopRecorder struct{}
 
 func (nopRecorder) EmailSend(context.Context, string, time.Duration) {}
+func (nopRecorder) SuppressionsCreated(string, int)                  {}
 
 // Worker delivers the outbox's confirmation emails until its context ends.
 type Worker struct {
@@ -395,8 +393,8 @@ func (w *Worker) attempt(ctx context.Context, job model.OutboxEmail, attempt int
 		if b, ok := w.outbox.(Bouncer); ok {
 			created, berr := b.Bounce(ctx, job, reply)
 			if berr == nil {
-				if r, ok := w.cfg.Recorder.(suppressionRecorder); ok && created {
-					r.SuppressionsCreated(string(model.ReasonHardBounce), 1)
+				if created {
+					w.cfg.Recorder.SuppressionsCreated(string(model.ReasonHardBounce), 1)
 				}
 				log.ErrorContext(ctx, "email failed for good: the server refused the recipient; address suppressed (hard_bounce)", errAttr(err))
 				return OutcomeFailed, err

@@ -201,6 +201,8 @@ type fakeRecorder struct {
 	outcomes []string
 }
 
+func (r *fakeRecorder) SuppressionsCreated(string, int) {}
+
 func (r *fakeRecorder) EmailSend(_ context.Context, outcome string, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -58,7 +58,18 @@ type EventSource struct {
 	IP        string // SourceConfirmationLink
 	UserAgent string // SourceConfirmationLink, at most MaxUserAgentLength characters
 	Reason    string // SourceSuppression
+	// The proof of a confirmation through the link (docs/api-contract.md §12.1): Method is
+	// "button" or "checkbox"; the durations are whole seconds, nil when not known.
+	Method           string
+	SecondsSinceSent *int64
+	SecondsOnPage    *int64
 }
+
+// Confirmation methods of docs/api-contract.md §12.1.
+const (
+	MethodButton   = "button"
+	MethodCheckbox = "checkbox"
+)
 
 // APISource is the source of a change made through the API with the key of prefix.
 func APISource(keyPrefix string) EventSource {
@@ -128,7 +139,16 @@ func NewEvent(t EventType, sub Subscriber, previous map[string]string, src Event
 			Reason string `json:"reason"`
 			APIKey string `json:"api_key,omitempty"`
 		}{src.Kind, src.Reason, src.APIKey}
-	case SourceConfirmationLink, SourceDeclineLink:
+	case SourceConfirmationLink:
+		source = struct {
+			Kind             string `json:"kind"`
+			IP               string `json:"ip"`
+			UserAgent        string `json:"user_agent"`
+			Method           string `json:"method"`
+			SecondsSinceSent *int64 `json:"seconds_since_sent"`
+			SecondsOnPage    *int64 `json:"seconds_on_page"`
+		}{src.Kind, src.IP, src.UserAgent, src.Method, src.SecondsSinceSent, src.SecondsOnPage}
+	case SourceDeclineLink:
 		source = struct {
 			Kind      string `json:"kind"`
 			IP        string `json:"ip"`

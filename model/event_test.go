@@ -23,7 +23,15 @@ func TestNewEventWireForm(t *testing.T) {
 		{"api", APISource("sk_AbCd"), nil, `{"kind":"api","api_key":"sk_AbCd"}`},
 		{"email", EventSource{Kind: SourceEmail}, nil, `{"kind":"email"}`},
 		{"link", LinkSource("203.0.113.9", "Mozilla/5.0"), map[string]string{"status": "pending"},
-			`{"kind":"confirmation_link","ip":"203.0.113.9","user_agent":"Mozilla/5.0"}`},
+			`{"kind":"confirmation_link","ip":"203.0.113.9","user_agent":"Mozilla/5.0","method":"","seconds_since_sent":null,"seconds_on_page":null}`},
+		{"link, button", EventSource{Kind: SourceConfirmationLink, IP: "203.0.113.9", UserAgent: "UA", Method: MethodButton,
+			SecondsSinceSent: ptr(int64(95)), SecondsOnPage: ptr(int64(4))}, nil,
+			`{"kind":"confirmation_link","ip":"203.0.113.9","user_agent":"UA","method":"button","seconds_since_sent":95,"seconds_on_page":4}`},
+		{"suppression", EventSource{Kind: SourceSuppression, Reason: "hard_bounce"}, nil, `{"kind":"suppression","reason":"hard_bounce"}`},
+		{"suppression by key", EventSource{Kind: SourceSuppression, Reason: "manual", APIKey: "sk_AbCd"}, nil,
+			`{"kind":"suppression","reason":"manual","api_key":"sk_AbCd"}`},
+		{"decline", EventSource{Kind: SourceDeclineLink, IP: "203.0.113.9", UserAgent: "UA", Method: MethodButton}, nil,
+			`{"kind":"decline_link","ip":"203.0.113.9","user_agent":"UA"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := NewEvent(EventConfirmed, sub, c.prev, c.src, at)
@@ -78,3 +86,5 @@ func TestChanges(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -44,8 +44,12 @@ func (e OutboxEmail) Name() string { return JoinName(e.FirstName, e.LastName) }
 type Confirmation struct {
 	SubscriberID   uuid.UUID
 	NewsletterName string
+	// Email is the subscriber's address, shown on the pages.
+	Email string
 	// Confirmed is set when this token already confirmed the subscription.
 	Confirmed bool
+	// Declined is set when this token already declined it ("I did not sign up").
+	Declined bool
 }
 
 // Errors of the email outbox and confirmation tokens.
@@ -57,3 +61,22 @@ var (
 	// subscriber is no longer pending (and the token is not the one that confirmed it).
 	ErrTokenInvalid = errors.New("confirmation link no longer valid")
 )
+
+// Re-sends of confirmation emails (docs/api-contract.md §12.3): at most
+// MaxConfirmationsPerWindow emails to one subscriber within ConfirmationWindow, the create's
+// included.
+const (
+	MaxConfirmationsPerWindow = 3
+	ConfirmationWindow        = 24 * time.Hour
+)
+
+// ResendLimitMessage is the 429's message of docs/api-contract.md §12.3.
+const ResendLimitMessage = "Too many confirmation emails to this address. Please try again later."
+
+// ResendLimitError refuses another confirmation email to a subscriber: RetryAfter is the whole
+// seconds until the oldest counted email leaves the window.
+type ResendLimitError struct {
+	RetryAfter int
+}
+
+func (e *ResendLimitError) Error() string { return "confirmation re-send limit reached" }

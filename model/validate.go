@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -348,18 +349,102 @@ func checkStatus(raw any, attr string) (Status, string) {
 	return "", fmt.Sprintf(msgSelected, attr)
 }
 
-// ForbiddenInName reports whether a name may not contain r (docs/api-contract.md §3): a
-// control character (U+0000–U+001F, U+007F), or an invisible format or bidirectional control
-// character (U+200B–U+200F, U+202A–U+202E, U+2066–U+2069), with which a name could reorder
-// or hide what a reader sees, in the email's To: header above all.
+// ForbiddenInName reports whether a name may not contain r (docs/api-contract.md §3, §17):
+// every character of the Unicode categories Cc (controls, C0 and C1), Cf (invisible format
+// and bidirectional controls such as U+200B, U+202E, U+2066, U+061C and U+FEFF), Zl and Zp
+// (U+2028, U+2029), with which a name could break a line, or reorder or hide what a reader
+// sees, in the email's To: header above all.
 func ForbiddenInName(r rune) bool {
-	switch {
-	case r <= 0x1f || r == 0x7f:
-		return true
-	case r < 0x200b:
-		return false
+	if r < 0x80 { // most names are ASCII: spare them the table lookups
+		return r <= 0x1f || r == 0x7f
 	}
-	return r <= 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+	return unicode.In(r, NameForbiddenCategories...)
+}
+
+// NameForbiddenCategories are the Unicode categories ForbiddenInName refuses.
+var NameForbiddenCategories = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp}
+
+// NamePattern is the pattern the published schema gives name: one character class that
+// excludes every character of NameForbiddenCategories up to U+FFFF, written so that Go's
+// regexp and ECMA-262 (JSON Schema's) read it alike: \xHH below U+0100, the character itself
+// above (they share no escape for those). The few such characters above U+FFFF (format
+// characters of historic scripts and the tag characters) are left out: ECMA-262 without its u
+// flag, as linters and many validators read patterns, sees them as pairs of surrogates and
+// refuses the class; the schema's description names them instead.
+func NamePattern() string {
+	var b strings.Builder
+	b.WriteString("^[^")
+	write := func(r rune) {
+		if r < 0x100 {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			return
+		}
+		b.WriteRune(r)
+	}
+	for _, rg := range mergedRanges(NameForbiddenCategories) {
+		if rg[0] > 0xffff {
+			break
+		}
+		rg[1] = min(rg[1], 0xffff)
+		write(rg[0])
+		if rg[1] > rg[0] {
+			b.WriteByte('-')
+			write(rg[1])
+		}
+	}
+	b.WriteString("]*$")
+	return b.String()
+}
+
+// NamePatternOmits lists the characters NamePattern leaves out, as "U+E0001, U+E0020–U+E007F":
+// those of NameForbiddenCategories above U+FFFF.
+func NamePatternOmits() string {
+	var out []string
+	for _, rg := range mergedRanges(NameForbiddenCategories) {
+		switch {
+		case rg[1] <= 0xffff:
+		case rg[0] == rg[1]:
+			out = append(out, fmt.Sprintf("U+%04X", rg[0]))
+		default:
+			out = append(out, fmt.Sprintf("U+%04X–U+%04X", max(rg[0], 0x10000), rg[1]))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// mergedRanges lists the characters of tables as sorted, merged [lo, hi] ranges.
+func mergedRanges(tables []*unicode.RangeTable) [][2]rune {
+	var out [][2]rune
+	add := func(lo, hi, stride rune) {
+		for r := lo; r <= hi; r += stride {
+			end := r
+			if stride == 1 {
+				end = hi
+			}
+			out = append(out, [2]rune{r, end})
+			if stride == 1 {
+				break
+			}
+		}
+	}
+	for _, t := range tables {
+		for _, rg := range t.R16 {
+			add(rune(rg.Lo), rune(rg.Hi), rune(rg.Stride))
+		}
+		for _, rg := range t.R32 {
+			add(rune(rg.Lo), rune(rg.Hi), rune(rg.Stride))
+		}
+	}
+	slices.SortFunc(out, func(a, b [2]rune) int { return int(a[0] - b[0]) })
+	merged := out[:0]
+	for _, rg := range out {
+		if n := len(merged); n > 0 && rg[0] <= merged[n-1][1]+1 {
+			merged[n-1][1] = max(merged[n-1][1], rg[1])
+			continue
+		}
+		merged = append(merged, rg)
+	}
+	return merged
 }
 
 // ValidEmail reports whether s is one plain address local@domain: no display name, no spaces

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
@@ -271,9 +274,14 @@ func TestParseCreate(t *testing.T) {
 			wantErrs: map[string][]string{"name": {msgNameMax}},
 		},
 		{
-			name: "name with C1 and other non-ASCII characters is not a control character by the contract",
-			in:   map[string]any{"email": "a@example.com", "name": "Zoë\u0080 O’Brien"},
-			want: model.NewSubscriber{Email: "a@example.com", FirstName: "Zoë\u0080", LastName: "O’Brien", Status: model.StatusActive},
+			name:     "name with a C1 control is refused (category Cc, docs/api-contract.md §17)",
+			in:       map[string]any{"email": "a@example.com", "name": "Zoë\u0080 O’Brien"},
+			wantErrs: map[string][]string{"name": {msgNameChars}},
+		},
+		{
+			name: "name with other non-ASCII characters is accepted",
+			in:   map[string]any{"email": "a@example.com", "name": "Zoë O’Brien"},
+			want: model.NewSubscriber{Email: "a@example.com", FirstName: "Zoë", LastName: "O’Brien", Status: model.StatusActive},
 		},
 		{
 			name:     "name number",
@@ -384,46 +392,87 @@ func TestParseCreateNameControlCharacters(t *testing.T) {
 	}
 }
 
-// TestParseNameFormatAndBidiCharacters: the invisible format and bidirectional control
-// characters (U+200B–U+200F, U+202A–U+202E, U+2066–U+2069) are refused like control
-// characters, in create, bulk and update alike; their neighbours are not.
-func TestParseNameFormatAndBidiCharacters(t *testing.T) {
-	var refused []rune
-	for _, rg := range [][2]rune{{0x200b, 0x200f}, {0x202a, 0x202e}, {0x2066, 0x2069}} {
-		for r := rg[0]; r <= rg[1]; r++ {
-			refused = append(refused, r)
+// forbiddenNameChars lists every character of the Unicode categories a name may not hold
+// (Cc, Cf, Zl, Zp: docs/api-contract.md §17), read from Go's Unicode tables.
+func forbiddenNameChars() []rune {
+	var out []rune
+	for _, t := range []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp} {
+		for _, rg := range t.R16 {
+			for r := rune(rg.Lo); r <= rune(rg.Hi); r += rune(rg.Stride) {
+				out = append(out, r)
+			}
+		}
+		for _, rg := range t.R32 {
+			for r := rune(rg.Lo); r <= rune(rg.Hi); r += rune(rg.Stride) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// TestParseNameForbiddenCategories: every character of the categories Cc, Cf, Zl and Zp
+// (U+061C, U+FEFF, U+2028 and U+2029 among them) is refused with the message of §3, anywhere
+// in the name, in create, bulk and update alike; no other character is refused.
+func TestParseNameForbiddenCategories(t *testing.T) {
+	refused := forbiddenNameChars()
+	for _, must := range []rune{0x00, 0x1f, 0x7f, 0x85, 0xad, 0x061c, 0x200b, 0x202e, 0x2066, 0x2028, 0x2029, 0xfeff, 0xe0001} {
+		if !slices.Contains(refused, must) {
+			t.Fatalf("U+%04X missing from the table drawn from the Unicode tables", must)
 		}
 	}
 	for _, r := range refused {
+		if !model.ForbiddenInName(r) {
+			t.Errorf("ForbiddenInName(U+%04X) = false", r)
+		}
 		for _, name := range []string{string(r), "John" + string(r) + "Doe", string(r) + "John", "John " + string(r)} {
-			t.Run(fmt.Sprintf("U+%04X in %q", r, name), func(t *testing.T) {
-				if !model.ForbiddenInName(r) {
-					t.Errorf("ForbiddenInName(U+%04X) = false", r)
-				}
-				_, verr := model.ParseCreate(map[string]any{"email": "a@example.com", "name": name})
-				if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
-					t.Errorf("ParseCreate(name %q) errors mismatch (-want +got):\n%s", name, diff)
-				}
-				_, verr = model.ParsePatch(map[string]any{"name": name})
-				if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
-					t.Errorf("ParsePatch(name %q) errors mismatch (-want +got):\n%s", name, diff)
-				}
-				_, verr = model.ParseBulk([]any{map[string]any{"email": "a@example.com", "name": name}})
-				want := map[string][]string{"0.name": {"The 0.name field contains invalid characters."}}
-				if diff := cmp.Diff(want, fieldsOf(verr)); diff != "" {
-					t.Errorf("ParseBulk(name %q) errors mismatch (-want +got):\n%s", name, diff)
-				}
-			})
+			_, verr := model.ParseCreate(map[string]any{"email": "a@example.com", "name": name})
+			if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
+				t.Errorf("ParseCreate(name %+q) errors mismatch (-want +got):\n%s", name, diff)
+			}
+			_, verr = model.ParsePatch(map[string]any{"name": name})
+			if diff := cmp.Diff(map[string][]string{"name": {msgNameChars}}, fieldsOf(verr)); diff != "" {
+				t.Errorf("ParsePatch(name %+q) errors mismatch (-want +got):\n%s", name, diff)
+			}
+			_, verr = model.ParseBulk([]any{map[string]any{"email": "a@example.com", "name": name}})
+			want := map[string][]string{"0.name": {"The 0.name field contains invalid characters."}}
+			if diff := cmp.Diff(want, fieldsOf(verr)); diff != "" {
+				t.Errorf("ParseBulk(name %+q) errors mismatch (-want +got):\n%s", name, diff)
+			}
 		}
 	}
-	// The neighbours of each range, and characters people's names use, are accepted.
-	for _, r := range []rune{0x200a, 0x2010, 0x2029, 0x202f, 0x2065, 0x206a, 'é', '’', '-', 0x00a0} {
-		if model.ForbiddenInName(r) {
-			t.Errorf("ForbiddenInName(U+%04X) = true; want false", r)
+	// Every other character (surrogates aside, which are not characters) is allowed.
+	forbidden := map[rune]bool{}
+	for _, r := range refused {
+		forbidden[r] = true
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r >= 0xd800 && r <= 0xdfff {
+			continue
 		}
+		if got := model.ForbiddenInName(r); got != forbidden[r] {
+			t.Errorf("ForbiddenInName(U+%04X) = %v; want %v", r, got, forbidden[r])
+		}
+	}
+	// Characters people's names use are accepted.
+	for _, r := range []rune{0x200a, 0x2010, 0x202f, 0x2065, 'é', '’', '-', 0x00a0, 'ß', 'ł', '李', 0x0301} {
 		name := "Jo" + string(r) + "hn"
 		if _, verr := model.ParseCreate(map[string]any{"email": "a@example.com", "name": name}); verr != nil {
 			t.Errorf("ParseCreate(name %q) = %v; want accepted", name, fieldsOf(verr))
+		}
+	}
+}
+
+// TestNamePatternMatchesModel: the pattern the document publishes for name refuses exactly
+// the characters up to U+FFFF the model refuses, and holds none above (see NamePattern).
+func TestNamePatternMatchesModel(t *testing.T) {
+	re := regexp.MustCompile(model.NamePattern())
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r >= 0xd800 && r <= 0xdfff {
+			continue
+		}
+		if got, want := re.MatchString("a"+string(r)+"b"), !model.ForbiddenInName(r) || r > 0xffff; got != want {
+			t.Errorf("pattern matches U+%04X = %v; want %v", r, got, want)
 		}
 	}
 }

@@ -108,7 +108,7 @@ func (t Tx) Confirmations() *Confirmations { return &Confirmations{store: t.stor
 // Accounts returns the newsletter and key store bound to the transaction.
 func (t Tx) Accounts() *Accounts { return &Accounts{store: t.store()} }
 
-// Suppressions returns the suppression store bound to the transaction.
+// Suppressions returns the suppression list store bound to the transaction.
 func (t Tx) Suppressions() *Suppressions { return &Suppressions{store: t.store()} }
 
 // IDB is the transaction itself, for statements of the caller's own.
@@ -407,6 +407,10 @@ type engine interface {
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber
 	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
 	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
+	// lockEmailKeys is lockEmailKey for several keys at once, taken in the order given
+	// (sorted by the caller): the suppression check and the suppressions themselves
+	// (docs/api-contract.md §13) take them until commit.
+	lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error
 	// lockIdempotencyKey takes, in the transaction of Idempotency.Run, the right to run the
 	// request of (nl, key): it returns the stored response of a request with the key that
 	// finished first, or model.ErrIdempotencyInUse while one still runs.

@@ -199,7 +199,10 @@ SET state = 'failed', attempts = attempts + 1, last_error = ?0, updated_at = ?1
 WHERE id = ?2 AND state = 'pending'`, "hard bounce: "+reply, now, e.ID).Exec(ctx); err != nil {
 			return translate(err)
 		}
-		_, isNew, err := Suppress(ctx, tx, e.NewsletterID, model.NewSuppression{Email: e.Email,
+		if err := o.lockEmails(ctx, tx, e.NewsletterID, []string{e.Email}); err != nil {
+			return err
+		}
+		_, isNew, err := insertSuppression(ctx, tx, e.NewsletterID, model.NewSuppression{Email: e.Email,
 			Reason: model.ReasonHardBounce, Source: model.SMTPSuppressionSource(reply)}, now)
 		if err != nil {
 			return err

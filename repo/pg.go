@@ -196,6 +196,18 @@ func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key
 // lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
 // dropped connection releases at once: no marker is ever left behind. A request that finished
 // between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
+// lockEmailKeys takes the advisory locks of lockEmailKey, one statement for all keys, in the
+// order of keys.
+func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = nl.String() + "/" + k
+	}
+	_, err := tx.NewRaw(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
+FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).Exec(ctx)
+	return err
+}
+
 func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
 	var locked bool
 	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {

@@ -373,6 +373,9 @@ func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
 // lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
 
+// lockEmailKeys has nothing to do either.
+func (*sqliteEngine) lockEmailKeys(context.Context, bun.IDB, uuid.UUID, []string) error { return nil }
+
 // lockIdempotencyKey looks the key up: the immediate transaction serialises every writer, so
 // a second request with the key waited for the first and finds its record at once.
 func (*sqliteEngine) lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {

@@ -101,19 +101,12 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-		if err := CheckNotSuppressed(ctx, tx, nl, row.Email); err != nil {
+		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
 			return err
 		}
-		if !pending {
-			// One statement where the engine has it: the insert, its event and its deliveries.
-			stored, ok, err := s.db.eng.insertWithEvent(ctx, tx, &s.store, &row, ev)
-			if ok {
-				if err == nil && !stored {
-					err = fmt.Errorf("%w", model.ErrEmailTaken)
-				}
-				return err
-			}
-		}
+		// Not the engine's one-statement insertWithEvent: its prepared statement may need a
+		// connection of the pool to be prepared on, while this transaction holds the
+		// address's lock that the transactions holding the other connections wait for.
 		res, err := tx.NewInsert().Model(&row).
 			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
 		if err != nil {
@@ -226,7 +219,7 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 		for i := range rows {
 			emails[i] = rows[i].Email
 		}
-		if err := CheckNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
+		if err := s.checkNotSuppressed(ctx, tx, rows[0].NewsletterID, emails...); err != nil {
 			var se *model.SuppressedError
 			if errors.As(err, &se) {
 				se.Bulk = true
@@ -403,7 +396,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return fmt.Errorf("%w", model.ErrNotFound)
 			case taken:
 				// docs/api-contract.md §13: a suppressed address before the uniqueness rule.
-				if err := CheckNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
+				if err := s.checkNotSuppressed(ctx, tx, nl, *p.Email); err != nil {
 					return err
 				}
 				return fmt.Errorf("%w", model.ErrEmailTaken)
@@ -425,11 +418,16 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			if p.Email != nil {
 				addr = *p.Email
 			}
-			if err := CheckNotSuppressed(ctx, tx, nl, addr); err != nil {
+			if err := s.checkNotSuppressed(ctx, tx, nl, addr); err != nil {
 				return err
 			}
 		}
 		retire, queue := p.ConfirmationEffect(before)
+		if queue && p.Status != nil && *p.Status == model.StatusPending {
+			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
+				return err
+			}
+		}
 		if p.Email != nil {
 			row.Email, row.EmailKey = *p.Email, model.EmailKey(*p.Email)
 		}
@@ -582,4 +580,24 @@ func retireConfirmations(ctx context.Context, db bun.IDB, subscriberID uuid.UUID
 		Set("retired_at = ?", now).
 		Where("subscriber_id = ? AND retired_at IS NULL", subscriberID).Exec(ctx)
 	return translate(err)
+}
+
+// checkResends refuses a confirmation email to subscriber when MaxConfirmationsPerWindow were
+// queued for it within ConfirmationWindow (docs/api-contract.md §12.3), with the wait until the
+// oldest of the last ones leaves the window.
+func checkResends(ctx context.Context, db bun.IDB, subscriber uuid.UUID, now time.Time) error {
+	var times []time.Time
+	err := db.NewRaw(`SELECT created_at FROM email_outbox WHERE subscriber_id = ? AND kind = ? AND created_at > ?
+ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.Add(-model.ConfirmationWindow),
+		model.MaxConfirmationsPerWindow).Scan(ctx, &times)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	if len(times) < model.MaxConfirmationsPerWindow {
+		return nil
+	}
+	oldest := times[len(times)-1]
+	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
 }

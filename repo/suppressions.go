@@ -12,8 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/subscriberd/subscriberd/model"
 )
@@ -56,9 +54,9 @@ func newSuppressionRow(nl uuid.UUID, in model.NewSuppression, now time.Time) sup
 	return row
 }
 
-// Suppressions stores the suppression lists of the newsletters. Its methods run their own
-// transactions; the package functions Suppress, FindSuppressions and CheckNotSuppressed run
-// inside a caller's.
+// Suppressions stores the suppression lists of the newsletters. A store from Tx.Suppressions
+// runs in that unit of work: Check, Suppress and Find are what other writes (an upsert, an
+// import's batch) call inside theirs.
 type Suppressions struct {
 	store
 }
@@ -95,7 +93,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 		for i := range in {
 			emails[i] = in[i].Email
 		}
-		if err := lockEmails(ctx, tx, nl, emails); err != nil {
+		if err := s.lockEmails(ctx, tx, nl, emails); err != nil {
 			return err
 		}
 		now := s.now()
@@ -128,7 +126,7 @@ func (s *Suppressions) CreateMany(ctx context.Context, nl uuid.UUID, in []model.
 // Get returns one entry of nl's list.
 func (s *Suppressions) Get(ctx context.Context, nl, id uuid.UUID) (model.Suppression, error) {
 	var row suppressionRow
-	err := s.db.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
+	err := s.idb.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 	}
@@ -142,9 +140,9 @@ func (s *Suppressions) Get(ctx context.Context, nl, id uuid.UUID) (model.Suppres
 // subscribed again; subscribers it unsubscribed stay unsubscribed.
 func (s *Suppressions) Delete(ctx context.Context, nl, id uuid.UUID) (model.Suppression, error) {
 	var rows []suppressionRow
-	err := retry(ctx, func(ctx context.Context) error {
+	err := s.atomic(ctx, func(ctx context.Context) error {
 		rows = nil
-		return s.db.NewDelete().Model(&rows).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
+		return s.idb.NewDelete().Model(&rows).Where("newsletter_id = ? AND id = ?", nl, id).Returning("*").Scan(ctx)
 	})
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return model.Suppression{}, translate(err)
@@ -159,7 +157,7 @@ func (s *Suppressions) Delete(ctx context.Context, nl, id uuid.UUID) (model.Supp
 // whether more follow. With q.Email it is a lookup: the address's entry, erased or not.
 func (s *Suppressions) List(ctx context.Context, nl uuid.UUID, q model.SuppressionQuery) ([]model.Suppression, bool, error) {
 	var rows []suppressionRow
-	sel := s.db.NewSelect().Model(&rows).Where("newsletter_id = ?", nl)
+	sel := s.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", nl)
 	if q.Email != "" {
 		sel = sel.Where("email_hash = ?", model.EmailHash(q.Email))
 	}
@@ -197,7 +195,7 @@ func (s *Suppressions) Lookup(ctx context.Context, nl uuid.UUID, email string) (
 // LookupHash returns the entry whose address has the SHA-256 hash (model.EmailHash), or
 // model.ErrSuppressionNotFound.
 func (s *Suppressions) LookupHash(ctx context.Context, nl uuid.UUID, hash []byte) (model.Suppression, error) {
-	found, err := findByHashes(ctx, s.db, nl, [][]byte{hash})
+	found, err := findByHashes(ctx, s.idb, nl, [][]byte{hash})
 	if err != nil {
 		return model.Suppression{}, err
 	}
@@ -207,21 +205,55 @@ func (s *Suppressions) LookupHash(ctx context.Context, nl uuid.UUID, hash []byte
 	return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 }
 
-// Suppress adds one entry to nl's list inside the caller's transaction db, after taking the
-// lock of the address (see CheckNotSuppressed), and reports whether it is new; an address
-// already suppressed returns the stored entry unchanged, except that an erasure
+// Suppress adds one entry to nl's list, in the store's unit of work (or a transaction of its
+// own), after taking the lock of the address (see Check), and reports whether it is new; an
+// address already suppressed returns the stored entry unchanged, except that an erasure
 // (model.ReasonErased) turns an existing entry into an erased one, keeping only the hash. It
 // does not change subscribers: see UnsubscribeSuppressed.
-func Suppress(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
-	if err := lockEmails(ctx, db, nl, []string{in.Email}); err != nil {
-		return model.Suppression{}, false, err
-	}
-	return insertSuppression(ctx, db, nl, in, now)
+func (s *Suppressions) Suppress(ctx context.Context, nl uuid.UUID, in model.NewSuppression) (model.Suppression, bool, error) {
+	var out model.Suppression
+	var created bool
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		if err := s.lockEmails(ctx, tx, nl, []string{in.Email}); err != nil {
+			return err
+		}
+		var err error
+		out, created, err = insertSuppression(ctx, tx, nl, in, s.now())
+		return err
+	})
+	return out, created, err
 }
 
-// FindSuppressions returns, inside the caller's transaction db (or on the pool), the entries
-// of nl's list matching emails, keyed by model.NormalizeEmail of the given address.
-func FindSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
+// UnsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
+// unsubscribed, in the store's unit of work: the event subscriber.unsubscribed with src
+// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired.
+func (s *Suppressions) UnsubscribeSuppressed(ctx context.Context, nl uuid.UUID, email string, src model.EventSource) error {
+	var delivering bool
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		var err error
+		delivering, err = s.unsubscribeSuppressed(ctx, tx, nl, email, src, s.now())
+		return err
+	})
+	if err == nil {
+		s.deliveriesQueued(delivering)
+	}
+	return err
+}
+
+// Find returns the entries of nl's list matching emails, keyed by model.NormalizeEmail of the
+// given address.
+func (s *Suppressions) Find(ctx context.Context, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
+	return findSuppressions(ctx, s.idb, nl, emails)
+}
+
+// Check is the check every write that would subscribe an address makes inside its unit of
+// work (a store from Tx.Suppressions), before the uniqueness rule (docs/api-contract.md §13):
+// see store.checkNotSuppressed.
+func (s *Suppressions) Check(ctx context.Context, nl uuid.UUID, emails ...string) error {
+	return s.checkNotSuppressed(ctx, s.idb, nl, emails...)
+}
+
+func findSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
 	hashes := make([][]byte, len(emails))
 	byHash := make(map[string]string, len(emails))
 	for i, e := range emails {
@@ -239,17 +271,15 @@ func FindSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []st
 	return out, nil
 }
 
-// CheckNotSuppressed is the check every write that would subscribe an address makes inside its
-// transaction db, before the uniqueness rule (docs/api-contract.md §13): it takes the lock of
-// each address (on PostgreSQL a transaction-scoped advisory lock, which Suppress takes too, so
-// that a suppression and a subscribe of the same address are ordered and the later one sees
-// the earlier; SQLite's immediate transaction holds the write lock already) and returns a
-// *model.SuppressedError naming the positions of emails that are suppressed, or nil.
-func CheckNotSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, emails ...string) error {
-	if err := lockEmails(ctx, db, nl, emails); err != nil {
+// checkNotSuppressed takes, in the transaction tx, the lock of each address (see lockEmails:
+// a suppression and a subscribe of the same address are ordered, and the later one sees the
+// earlier) and returns a *model.SuppressedError naming the positions of emails that are
+// suppressed, or nil.
+func (s *store) checkNotSuppressed(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails ...string) error {
+	if err := s.lockEmails(ctx, tx, nl, emails); err != nil {
 		return err
 	}
-	found, err := FindSuppressions(ctx, db, nl, emails)
+	found, err := findSuppressions(ctx, tx, nl, emails)
 	if err != nil || len(found) == 0 {
 		return err
 	}
@@ -305,28 +335,22 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 	return out, nil
 }
 
-// lockEmails takes, on PostgreSQL, the transaction-scoped advisory locks of nl's addresses
-// emails, in one order (sorted keys), the keys lockForEmailChange uses. SQLite's immediate
-// transaction holds the database's write lock already.
-func lockEmails(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) error {
-	if onSQLite(db) || len(emails) == 0 {
+// lockEmails makes writes of the same addresses of nl wait for each other until commit (the
+// engine's lockEmailKeys: the keys lockForEmailChange takes), in one order.
+func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails []string) error {
+	if len(emails) == 0 {
 		return nil
 	}
 	keys := make([]string, len(emails))
 	for i, e := range emails {
-		keys[i] = nl.String() + "/" + model.NormalizeEmail(e)
+		keys[i] = model.NormalizeEmail(e)
 	}
 	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	_, err := db.NewRaw(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
-FROM (SELECT unnest(?::text[]) AS k ORDER BY 1) AS keys`, pgdialect.Array(keys)).Exec(ctx)
-	return translate(err)
+	return translate(s.db.eng.lockEmailKeys(ctx, tx, nl, slices.Compact(keys)))
 }
 
-// unsubscribeSuppressed makes the active or pending subscriber of nl with email (if any)
-// unsubscribed, inside the caller's transaction db: the event subscriber.unsubscribed with src
-// (docs/api-contract.md §13), unsent confirmation emails cancelled and links retired. It
-// reports whether webhook deliveries were queued (see deliveriesQueued).
+// unsubscribeSuppressed is UnsubscribeSuppressed in the transaction db, reporting whether
+// webhook deliveries were queued.
 func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
 	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
@@ -349,8 +373,3 @@ func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.U
 	}
 	return delivering, retireConfirmations(ctx, db, row.ID, now)
 }
-
-// onSQLite tells whether db, a transaction of a caller's, is SQLite's, whose immediate
-// transactions hold the database's write lock already. The package functions here run inside
-// another store's transaction and have no engine of their own to ask.
-func onSQLite(db bun.IDB) bool { return db.Dialect().Name() == dialect.SQLite }

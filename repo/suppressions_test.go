@@ -63,8 +63,8 @@ func TestSuppressionStore(t *testing.T) {
 	}
 
 	// An erased entry keeps the hash only, and is still found by the address.
-	erased, isNew, err := repo.Suppress(ctx, db, nl, model.NewSuppression{Email: "Eve@example.com", Reason: model.ReasonErased,
-		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, first.CreatedAt)
+	erased, isNew, err := sups.Suppress(ctx, nl, model.NewSuppression{Email: "Eve@example.com", Reason: model.ReasonErased,
+		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}})
 	if err != nil || !isNew || erased.Email != "" {
 		t.Fatalf("Suppress erased = %+v, new %v, %v", erased, isNew, err)
 	}
@@ -76,8 +76,8 @@ func TestSuppressionStore(t *testing.T) {
 		t.Fatalf("stored hash %x, %v", stored, err)
 	}
 	// Erasing an address suppressed for another reason leaves only its hash.
-	if got, _, err := repo.Suppress(ctx, db, nl, model.NewSuppression{Email: "ada@example.com", Reason: model.ReasonErased,
-		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}, first.CreatedAt); err != nil || got.ID != first.ID || got.Email != "" || got.Reason != model.ReasonErased {
+	if got, _, err := sups.Suppress(ctx, nl, model.NewSuppression{Email: "ada@example.com", Reason: model.ReasonErased,
+		Source: model.SuppressionSource{Kind: model.SuppressionSourceErase}}); err != nil || got.ID != first.ID || got.Email != "" || got.Reason != model.ReasonErased {
 		t.Fatalf("erasing a suppressed address = %+v, %v", got, err)
 	}
 
@@ -113,14 +113,14 @@ func TestSuppressionStore(t *testing.T) {
 
 	// The check of other writes, in their transaction.
 	err = db.InTx(ctx, func(tx repo.Tx) error {
-		return repo.CheckNotSuppressed(ctx, tx.IDB(), nl, "new@example.com", " C@example.com", "eve@example.com")
+		return tx.Suppressions().Check(ctx, nl, "new@example.com", " C@example.com", "eve@example.com")
 	})
 	var se *model.SuppressedError
 	if !errors.As(err, &se) || len(se.Reasons) != 2 || se.Reasons[1] != model.ReasonManual || se.Reasons[2] != model.ReasonErased {
 		t.Fatalf("CheckNotSuppressed = %v (%+v), want positions 1 and 2", err, se)
 	}
 	if err := db.InTx(ctx, func(tx repo.Tx) error {
-		return repo.CheckNotSuppressed(ctx, tx.IDB(), nl, "new@example.com")
+		return tx.Suppressions().Check(ctx, nl, "new@example.com")
 	}); err != nil {
 		t.Fatalf("CheckNotSuppressed of a free address: %v", err)
 	}

@@ -26,11 +26,26 @@ func NewConfirmations(db *DB) *Confirmations {
 
 type tokenRow struct {
 	SubscriberID   uuid.UUID  `bun:"subscriber_id,type:uuid"`
+	NewsletterID   uuid.UUID  `bun:"newsletter_id,type:uuid"`
 	ExpiresAt      time.Time  `bun:"expires_at"`
 	RetiredAt      *time.Time `bun:"retired_at"`
 	ConfirmedAt    *time.Time `bun:"confirmed_at"`
+	DeclinedAt     *time.Time `bun:"declined_at"`
+	SentAt         *time.Time `bun:"sent_at"`
 	Status         string     `bun:"status"`
+	Email          string     `bun:"email"`
 	NewsletterName string     `bun:"newsletter_name"`
+}
+
+// declined tells whether this token declined its subscription ("I did not sign up",
+// docs/api-contract.md §12.2) and the subscriber is still as the decline left it.
+func (t *tokenRow) declined() bool {
+	return t.DeclinedAt != nil && t.Status == string(model.StatusUnsubscribed)
+}
+
+func (t *tokenRow) confirmation(confirmed, declined bool) model.Confirmation {
+	return model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Email: t.Email,
+		Confirmed: confirmed, Declined: declined}
 }
 
 // usable tells what a token may do now: confirm its pending subscriber, or show again that
@@ -47,11 +62,12 @@ func (t *tokenRow) usable(now time.Time) (confirm, replay bool) {
 	return t.Status == string(model.StatusPending), false
 }
 
-const tokenQuery = `SELECT t.subscriber_id, t.expires_at, t.retired_at, t.confirmed_at, s.status,
-    n.name AS newsletter_name
+const tokenQuery = `SELECT t.subscriber_id, s.newsletter_id, t.expires_at, t.retired_at, t.confirmed_at, t.declined_at,
+    o.sent_at, s.status, s.email, n.name AS newsletter_name
 FROM confirmation_tokens AS t
 JOIN subscribers AS s ON s.id = t.subscriber_id
 JOIN newsletters AS n ON n.id = s.newsletter_id
+LEFT JOIN email_outbox AS o ON o.id = t.outbox_id
 WHERE t.hash = ?`
 
 // Lookup tells whether the token with this hash can confirm (or has confirmed) its
@@ -65,11 +81,14 @@ func (c *Confirmations) Lookup(ctx context.Context, hash []byte) (model.Confirma
 	if err != nil {
 		return model.Confirmation{}, translate(err)
 	}
+	if t.declined() {
+		return t.confirmation(false, true), nil
+	}
 	confirm, replay := t.usable(c.now())
 	if !confirm && !replay {
 		return model.Confirmation{}, fmt.Errorf("%w", model.ErrTokenInvalid)
 	}
-	return model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Confirmed: replay}, nil
+	return t.confirmation(replay, false), nil
 }
 
 // Confirm makes the token's pending subscriber active, records the confirmed event with the
@@ -103,7 +122,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 			}
 			return translate(err)
 		}
-		out = model.Confirmation{SubscriberID: t.SubscriberID, NewsletterName: t.NewsletterName, Confirmed: true}
+		out = t.confirmation(true, false)
 		confirm, replay := t.usable(now)
 		switch {
 		case replay:
@@ -116,9 +135,15 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 			now, subscriberID).Scan(ctx, &sub); err != nil {
 			return translate(err)
 		}
-		// The consent proof (docs/api-contract.md §10.1): when, and from which client.
+		// The consent proof (docs/api-contract.md §10.1, §12.1): when, from which client, how,
+		// and how long after the server accepted the email.
+		src := model.SourceFrom(ctx)
+		if t.SentAt != nil {
+			since := max(int64(now.Sub(*t.SentAt)/time.Second), 0)
+			src.SecondsSinceSent = &since
+		}
 		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
-			map[string]string{"status": string(model.StatusPending)}, model.SourceFrom(ctx), now)}); err != nil {
+			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
 			return err
 		}
 		if _, err := tx.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = 'confirmed', updated_at = ?
@@ -137,4 +162,73 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 	}
 	c.deliveriesQueued(delivering)
 	return out, nil
+}
+
+// Decline is "I did not sign up" (docs/api-contract.md §12.2): in one transaction the token's
+// pending subscriber becomes unsubscribed with the event subscriber.unsubscribed (source
+// decline_link with the client ctx carries), its unsent confirmation emails are cancelled and
+// its links retired, and the address is suppressed with reason declined. Declining again with
+// the same token succeeds and changes nothing; any other unusable token is
+// model.ErrTokenInvalid. It reports whether the suppression is new.
+func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirmation, bool, error) {
+	var out model.Confirmation
+	var delivering, created bool
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering, created = false, false
+		now := c.now()
+		var subscriberID uuid.UUID
+		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrTokenInvalid)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		// The subscriber's lock first, as every writer takes it; then the token under it.
+		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		var t tokenRow
+		if err := tx.NewRaw(tokenQuery, hash).Scan(ctx, &t); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w", model.ErrTokenInvalid)
+			}
+			return translate(err)
+		}
+		out = t.confirmation(false, true)
+		if t.declined() {
+			return nil // a repeat: the same page again
+		}
+		if confirm, _ := t.usable(now); !confirm {
+			return fmt.Errorf("%w", model.ErrTokenInvalid)
+		}
+		var sub subscriberRow
+		if err := tx.NewRaw(`UPDATE subscribers SET status = 'unsubscribed', updated_at = ? WHERE id = ? RETURNING *`,
+			now, subscriberID).Scan(ctx, &sub); err != nil {
+			return translate(err)
+		}
+		src := model.SourceFrom(ctx)
+		src.Kind = model.SourceDeclineLink
+		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, sub.toModel(),
+			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
+			return err
+		}
+		if err := retireConfirmations(ctx, tx, subscriberID, now); err != nil {
+			return err
+		}
+		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET declined_at = ? WHERE hash = ?`, now, hash).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if err := c.lockEmails(ctx, tx, sub.NewsletterID, []string{sub.Email}); err != nil {
+			return err
+		}
+		_, created, err = insertSuppression(ctx, tx, sub.NewsletterID, model.NewSuppression{Email: sub.Email, Reason: model.ReasonDeclined,
+			Source: model.SuppressionSource{Kind: model.SuppressionSourceDeclineLink}}, now)
+		return err
+	})
+	if err != nil {
+		return model.Confirmation{}, false, translate(err)
+	}
+	c.deliveriesQueued(delivering)
+	return out, created, nil
 }

@@ -8,20 +8,67 @@
 # installed here with apt-get when missing, and the test is skipped, loudly, where it cannot be.
 #
 # Integration tests start PostgreSQL and Redis containers with testcontainers when a Docker
-# engine answers. Without one, they use the machine's own servers through TEST_DATABASE_URL and
-# TEST_REDIS_URL (defaults below); set those yourself to point the tests anywhere else.
+# engine answers and has the images (POSTGRES_IMAGE, default postgres:15; REDIS_IMAGE, default
+# redis:7) or can pull them. Without an engine, or when it cannot pull a missing image (an
+# offline machine, a registry outage), they use the machine's own servers through
+# TEST_DATABASE_URL and TEST_REDIS_URL (defaults below), saying so; if those do not answer
+# either, the script stops at once and says what to set. Set the variables yourself to point
+# the tests anywhere else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -z "${TEST_DATABASE_URL:-}" ] && ! docker info >/dev/null 2>&1; then
-  export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-  export TEST_REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/0}"
+# The machine's own servers, the fallback (MACHINE_DATABASE_URL and MACHINE_REDIS_URL name
+# others).
+local_db="${MACHINE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}"
+local_redis="${MACHINE_REDIS_URL:-redis://127.0.0.1:6379/0}"
+local_db_addr=$(echo "$local_db" | sed -E 's|^[a-z]+://([^@/]*@)?([^/?]+).*|\2|')
+
+# answers HOST PORT: whether something accepts TCP connections there.
+answers() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+
+# use_machine_services WHY: point the integration tests at the machine's PostgreSQL and Redis,
+# loudly, or stop with one line when they do not answer.
+use_machine_services() {
+  if ! answers "${local_db_addr%:*}" "${local_db_addr##*:}"; then
+    echo "scripts/test.sh: $1, and no PostgreSQL answers on $local_db_addr: set TEST_DATABASE_URL and TEST_REDIS_URL, or POSTGRES_IMAGE and REDIS_IMAGE to images Docker has." >&2
+    exit 2
+  fi
+  export TEST_DATABASE_URL="$local_db"
+  export TEST_REDIS_URL="${TEST_REDIS_URL:-$local_redis}"
   echo "############################################################################" >&2
-  echo "## NO DOCKER ENGINE: integration tests use the machine's PostgreSQL and   ##" >&2
-  echo "## Redis instead of containers:                                           ##" >&2
+  echo "## $1" >&2
+  echo "## Integration tests use the machine's PostgreSQL and Redis instead of     ##" >&2
+  echo "## containers:                                                            ##" >&2
   echo "##   TEST_DATABASE_URL=$TEST_DATABASE_URL" >&2
   echo "##   TEST_REDIS_URL=$TEST_REDIS_URL" >&2
   echo "############################################################################" >&2
+}
+
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
+  if ! docker info >/dev/null 2>&1; then
+    use_machine_services "NO DOCKER ENGINE"
+  else
+    # testcontainers would pull a missing image itself and fail six packages with a registry
+    # error; find out once, here.
+    missing=""
+    images="${POSTGRES_IMAGE:-postgres:15}"
+    [ -z "${TEST_REDIS_URL:-}" ] && images="$images ${REDIS_IMAGE:-redis:7}"
+    for img in $images; do
+      docker image inspect "$img" >/dev/null 2>&1 && continue
+      echo "== pulling $img for the integration tests' containers" >&2
+      timeout 300 docker pull "$img" >/dev/null 2>&1 || missing="$missing $img"
+    done
+    if [ -n "$missing" ]; then
+      use_machine_services "DOCKER CANNOT PULL$missing (offline, or the registry is down)"
+    fi
+  fi
+fi
+
+# TEST_SH_ENV_ONLY=1 stops here and prints what the tests would use (scripts/test_sh_test.go).
+if [ "${TEST_SH_ENV_ONLY:-}" = 1 ]; then
+  echo "TEST_DATABASE_URL=${TEST_DATABASE_URL:-}"
+  echo "TEST_REDIS_URL=${TEST_REDIS_URL:-}"
+  exit 0
 fi
 
 if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
@@ -33,6 +80,21 @@ if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 && ! command 
     echo "## NO CHROMIUM: could not install it; the docs page browser test is      ##" >&2
     echo "## SKIPPED (api.TestDocsPageRendersOffline). Install the chromium package ##" >&2
     echo "## or set CHROMIUM=/path/to/chromium to run it.                           ##" >&2
+    echo "############################################################################" >&2
+  fi
+fi
+
+# The alerts' live test (integration.TestAlertsFireInLivePrometheus) runs a real Prometheus
+# server; it is skipped, loudly, where none is installed.
+if [ -z "${PROMETHEUS:-}" ] && ! command -v prometheus >/dev/null 2>&1; then
+  echo "== installing prometheus (Debian package) for the alerts' live test" >&2
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
+  if ! { $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 ||
+         { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }; }; then
+    echo "############################################################################" >&2
+    echo "## NO PROMETHEUS: could not install it; the alerts' live test is SKIPPED  ##" >&2
+    echo "## (integration.TestAlertsFireInLivePrometheus). Install the prometheus   ##" >&2
+    echo "## package or set PROMETHEUS=/path/to/prometheus to run it.              ##" >&2
     echo "############################################################################" >&2
   fi
 fi

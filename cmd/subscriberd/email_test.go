@@ -54,7 +54,8 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		t.Errorf("email to %s from %s with link %s", msg.To, msg.Header.Get("From"), msg.Link)
 	}
 
-	res, err = http.Post(public+"/confirm/"+msg.Token(), "application/x-www-form-urlencoded", nil)
+	// A browser without scripts, its box ticked (docs/api-contract.md §12.1).
+	res, err = http.Post(public+"/confirm/"+msg.Token(), "application/x-www-form-urlencoded", strings.NewReader("intent=&consent=yes"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 	if page := get(t, link); !strings.Contains(page, `method="post"`) && !strings.Contains(page, `method="POST"`) {
 		t.Errorf("GET %s is not the confirmation form:\n%s", link, page)
 	}
-	res, err := http.Post(link, "application/x-www-form-urlencoded", nil)
+	res, err := http.Post(link, "application/x-www-form-urlencoded", strings.NewReader("intent=&consent=yes"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,10 +132,17 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		}
 		return cfg.dbErr(err)
 	}
+	// The confirm and decline pages' nonces (docs/api-contract.md §12.1) are signed with a key
+	// kept in the database too: a page served by one instance can be posted to another.
+	nonceKey, err := repo.Secret(ctx, db, "page_nonce")
+	if err != nil {
+		return cfg.dbErr(err)
+	}
 	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
 	public := api.New(api.Config{
 		Idempotency:    api.IdempotencyOf(idem, requestStores),
 		CursorKey:      cursorKey,
+		PageNonceKey:   nonceKey,
 		Store:          repo.NewSubscribers(db),
 		Auth:           accounts,
 		Logger:         log,

@@ -30,8 +30,8 @@ func URL(t testing.TB) string {
 	t.Helper()
 	once.Do(start)
 	if err != nil {
-		t.Fatalf("this test needs Redis: set TEST_REDIS_URL (e.g. redis://127.0.0.1:6379/0) or make Docker "+
-			"available (source ../shared/ci/container-images.sh exports REDIS_IMAGE): %v", err)
+		t.Fatalf("this test needs Redis: set TEST_REDIS_URL (e.g. redis://127.0.0.1:6379/0), or make Docker "+
+			"available with the image REDIS_IMAGE (default redis:7) present or pullable: %v", err)
 	}
 	return url
 }
