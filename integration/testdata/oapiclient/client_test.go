@@ -113,7 +113,7 @@ func TestClient(t *testing.T) {
 	// created the first time (201 with Location), updated after (200), the name kept when only
 	// the status is given.
 	up, err := c.UpsertSubscriberByEmailWithResponse(ctx, "Max@bücher.example",
-		&UpsertSubscriberByEmailParams{IdempotencyKey: str("upsert-max")}, SubscriberUpsert{Name: str("Max Mustermann")})
+		&UpsertSubscriberByEmailParams{IdempotencyKey: str("upsert-max")}, SubscriberUpsert{Name: nullable.NewNullableWithValue("Max Mustermann")})
 	if err != nil || up.JSON201 == nil {
 		t.Fatalf("upsert of a new address: %v, %d %s", err, up.StatusCode(), up.Body)
 	}
