@@ -126,6 +126,11 @@ type Config struct {
 	// BulkWait is how long a bulk create waits at most for a slot before it answers 503 with
 	// Retry-After; zero means DefaultBulkWait.
 	BulkWait time.Duration
+	// Imports stores imports (docs/api-contract.md §15); ImportMaxRows and ImportMaxBytes
+	// bound one upload (IMPORT_MAX_ROWS, IMPORT_MAX_BYTES; zero means the defaults).
+	Imports        ImportStore
+	ImportMaxRows  int64
+	ImportMaxBytes int64
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
@@ -242,6 +247,7 @@ func humaConfig() huma.Config {
 			"update, unsubscribe, and each one's history of events."},
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
+		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},
 	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",

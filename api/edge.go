@@ -43,7 +43,8 @@ func (s *Server) bound(next http.Handler) http.Handler {
 			r2.URL = &u
 			r = &r2
 		}
-		if r.ContentLength > MaxBodyBytes {
+		// An import's file has its own limit (IMPORT_MAX_BYTES, docs/api-contract.md §15.1).
+		if r.ContentLength > MaxBodyBytes && (r.Method != http.MethodPost || r.URL.Path != ImportPath) {
 			w.Header().Set("Connection", "close")
 			writeError(w, errBodyTooLarge)
 			return

@@ -245,12 +245,14 @@ func clientClosed() *Error {
 // generic 500 whose cause goes to the log, never to the client.
 func mapError(ctx context.Context, log *slog.Logger, err error) error {
 	var (
-		apiErr *Error
-		verr   *model.ValidationError
-		qerr   *model.QueryError
-		taken  *model.EmailTakenError
-		supp   *model.SuppressedError
-		resend *model.ResendLimitError
+		apiErr  *Error
+		verr    *model.ValidationError
+		qerr    *model.QueryError
+		taken   *model.EmailTakenError
+		supp    *model.SuppressedError
+		resend  *model.ResendLimitError
+		fileErr *model.ImportFileError
+		bigErr  *model.ImportTooLargeError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -280,6 +282,16 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusNotFound, MsgWebhookNotFound)
 	case errors.Is(err, model.ErrSuppressionNotFound):
 		return newError(http.StatusNotFound, MsgSuppressionNotFound)
+	case errors.As(err, &fileErr): // docs/api-contract.md §15
+		return newError(http.StatusBadRequest, fileErr.Message)
+	case errors.As(err, &bigErr):
+		return newError(http.StatusRequestEntityTooLarge, bigErr.Message)
+	case errors.Is(err, model.ErrImportNotFound):
+		return newError(http.StatusNotFound, MsgImportNotFound)
+	case errors.Is(err, model.ErrImportFinished):
+		e := newError(http.StatusConflict, MsgImportFinished)
+		e.Code = CodeImportFinished
+		return e
 	case clientGone(ctx):
 		// Whatever failed (a statement cancelled with the request, a transaction rolled back
 		// under it, a body cut short), it failed because the client went away: not a 5xx.

@@ -273,6 +273,7 @@ func (s *Server) register() {
 	s.registerEvents(common)
 	s.registerWebhooks(common, withBody)
 	s.registerSuppressions(common, withBody)
+	s.registerImports(common)
 
 }
 

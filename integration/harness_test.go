@@ -27,6 +27,9 @@ import (
 var pg *testdb.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(importWorkerProcessEnv) != "" {
+		os.Exit(runImportWorkerProcess()) // an import worker process (imports_test.go)
+	}
 	if os.Getenv(workerProcessEnv) != "" {
 		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
 	}
@@ -82,6 +85,8 @@ type envOptions struct {
 	guardPrivate     bool           // refuse private webhook URLs (WEBHOOK_ALLOW_PRIVATE unset)
 	idempotencyTTL   time.Duration  // 0: 24 h
 	queryHook        bun.QueryHook  // added to the service's pool, to watch its statements
+	importMaxRows    int64          // 0: IMPORT_MAX_ROWS's default
+	importMaxBytes   int64          // 0: IMPORT_MAX_BYTES's default
 }
 
 func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
@@ -129,6 +134,9 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
 		CursorKey:      cursorKey,
 		PageNonceKey:   nonceKey,
+		Imports:        repo.NewImports(db),
+		ImportMaxRows:  o.importMaxRows,
+		ImportMaxBytes: o.importMaxBytes,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 	})

@@ -396,6 +396,11 @@ type engine interface {
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, s *store, now time.Time, endpoints, perEndpoint int, lease time.Duration) ([]claimRow, error)
+	// stageImport stores a new import with the rows next yields (Imports.Stage), and
+	// skipLocked is the clause with which an import claim passes over rows another worker
+	// holds.
+	stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error
+	skipLocked() string
 
 	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
 	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does

@@ -3,8 +3,10 @@ package repo
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"time"
@@ -438,3 +440,109 @@ ev AS (
     RETURNING id, newsletter_id, type, created_at),
 d AS (`+queueDeliveriesSQL+`)
 SELECT count(*) FROM s`)
+
+// stageImport stages an import in one transaction on a connection of its own, the rows by COPY
+// (Imports.Stage).
+func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
+	return s.stagePostgres(ctx, row, next)
+}
+
+// skipLocked passes over the rows another worker's claim holds.
+func (*pgEngine) skipLocked() string { return " FOR UPDATE SKIP LOCKED" }
+
+func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer func() {
+		if err != nil {
+			// A COPY cut short leaves the connection in the middle of the protocol: it is
+			// closed rather than returned to the pool, and the server rolls back.
+			conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // closing it is the point
+		}
+		conn.Close()
+	}()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return translate(err)
+	}
+	if _, err := conn.NewInsert().Model(row).Exec(ctx); err != nil {
+		return translate(err)
+	}
+	cr := &copyReader{next: next, id: row.ID.String()}
+	res, err := pgdriver.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN")
+	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
+		return cr.err // the upload's own error, whatever the driver made of it
+	}
+	if err != nil {
+		return translate(err)
+	}
+	n, _ := res.RowsAffected()
+	now := s.now()
+	finishStaged(row, n, now)
+	if _, err := conn.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx); err != nil {
+		return translate(err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return translate(err)
+	}
+	return nil
+}
+
+// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB data"
+// lines, data escaped as COPY's text format wants. It fills each read as far as it can, so
+// that one COPY message carries many rows.
+type copyReader struct {
+	next func() ([]byte, error)
+	id   string
+	row  int64
+	buf  []byte
+	err  error
+}
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(r.buf) == 0 {
+			if r.err != nil {
+				break
+			}
+			data, err := r.next()
+			if err != nil {
+				r.err = err
+				break
+			}
+			r.row++
+			r.buf = appendCopyLine(r.buf[:0], r.id, r.row, data)
+		}
+		c := copy(p[n:], r.buf)
+		r.buf = r.buf[c:]
+		n += c
+	}
+	if n == 0 && r.err != nil {
+		return 0, r.err
+	}
+	return n, nil
+}
+
+func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
+	b = append(b, id...)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, row, 10)
+	b = append(b, '\t')
+	for _, c := range data {
+		switch c {
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '\n')
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -420,3 +421,62 @@ LEFT JOIN (
     ) AS p JOIN subscribers AS s USING (id)
 ) AS s ON true
 ORDER BY s.created_at DESC, s.id DESC`
+
+// stageImport stages an import in short transactions, the import hidden until its last row is
+// stored, so that a long upload never holds the write lock (Imports.Stage).
+func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
+	return s.stageSQLite(ctx, row, next)
+}
+
+// skipLocked is nothing: the immediate transaction already excludes every other writer.
+func (*sqliteEngine) skipLocked() string { return "" }
+
+func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
+	row.State = model.ImportUploading
+	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
+		return translate(err)
+	}
+	defer func() {
+		if err != nil { // the client may be gone: the cleanup must not go with it
+			s.dropImport(context.WithoutCancel(ctx), row.ID) //nolint:errcheck // a leftover upload is dropped by the worker's sweep
+		}
+	}()
+	var n int64
+	batch := make([]stagedRow, 0, sqliteStageBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
+				return err
+			}
+			_, err := tx.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
+			return err
+		})
+		batch = batch[:0]
+		return translate(err)
+	}
+	for {
+		data, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		n++
+		batch = append(batch, stagedRow{ImportID: row.ID, RowNo: n, Data: string(data)})
+		if len(batch) == sqliteStageBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	finishStaged(row, n, s.now())
+	_, err = s.idb.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+	return translate(err)
+}

@@ -230,7 +230,7 @@ if [ "$telemetry" = 1 ]; then
 fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
-	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid"
+	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid" -import-rows 1000000
 	-webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid" -webhook-plain-key "$plain_key"
 	-passes "$passes" -json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	-command "$invocation")

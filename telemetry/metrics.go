@@ -121,7 +121,9 @@ type Metrics struct {
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
 	scopeRefusals     *prometheus.CounterVec   // see scope.go
 	gateWaiting       prometheus.Gauge
-	consent           consentMetrics // see consent.go
+	consent           consentMetrics         // see consent.go
+	importRows        *prometheus.CounterVec // see imports.go
+	importsRunning    prometheus.Gauge
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -224,6 +226,7 @@ func NewMetrics(version string) *Metrics {
 	m.registerBulkGate()
 	m.registerScope()
 	m.registerConsent()
+	m.registerImports()
 	return m
 }
 

@@ -88,6 +88,9 @@ type config struct {
 	webhookQueueURL string
 	webhookQueuePID int
 	webhookPlainKey string
+
+	// importRows, when set, runs the import scenario (imports.go) with this many rows.
+	importRows int
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -105,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.seed, "seed", 0, "subscribers to create through the bulk API before measuring")
 	fs.IntVar(&c.seedParallel, "seed-parallel", 8, "concurrent bulk requests while seeding")
 	fs.IntVar(&c.scaleTo, "scale-to", 0, "after the run, seed up to this many subscribers and measure the first page again (e.g. 1000000)")
+	fs.IntVar(&c.importRows, "import-rows", 0, "run the "+ImportScenario+" scenario with this many rows, after the others (0 = not run; make bench passes 1000000)")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent clients of the measured run")
 	fs.IntVar(&c.passes, "passes", 1, "passes of the measured run; the table shows each scenario's median pass")
 	checks := fs.String("check-clients", "64,256", "client counts of the no-error/no-stall check of every service scenario (empty = none)")
@@ -450,6 +454,11 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 	}
 	if cfg.webhooks {
 		if err := b.runWebhooks(ctx); err != nil {
+			return b.rep, err
+		}
+	}
+	if cfg.importRows > 0 {
+		if err := b.runImport(ctx); err != nil {
 			return b.rep, err
 		}
 	}

@@ -30,6 +30,8 @@ type Report struct {
 	Telemetry *TelemetryReport `json:"telemetry,omitempty"`
 	// Reference sets the measured service scenarios against an earlier report (-compare-with).
 	Reference *Reference `json:"reference,omitempty"`
+	// Import is the import scenario (-import-rows).
+	Import *ImportRecord `json:"import,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -537,6 +539,10 @@ func printReport(w io.Writer, rep *Report) {
 	fmt.Fprintln(w)
 	for _, s := range rep.Seeds {
 		fmt.Fprintf(w, "seeded %d subscribers through the bulk API in %.1fs (%.0f rows/s)\n", s.Rows, s.Seconds, s.RowsPerSec)
+	}
+	if im := rep.Import; im != nil {
+		fmt.Fprintf(w, "%s: %d rows imported in %.1fs (%.0f rows/s, target 60s), peak RSS %.0f MiB (target 128); COPY of the file into a bare table %.1fs\n",
+			ImportScenario, im.Rows, im.Seconds, im.RowsPerSec, im.PeakRSSMiB, im.CopySeconds)
 	}
 
 	fmt.Fprintln(w)

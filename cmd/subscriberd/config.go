@@ -50,6 +50,11 @@ type Config struct {
 	WebhookWorkers      int  // endpoints this instance delivers to at once; 0 = it delivers none
 	DocsUI              bool // serve the API reference page /api/v1/docs
 
+	// Imports (docs/api-contract.md §15, §17).
+	ImportMaxRows  int64
+	ImportMaxBytes int64
+	ImportWorkers  int // imports this instance processes at once; 0 = it processes none
+
 	// raw is each loaded setting as given (or defaulted), for the log; explicit names those
 	// given by a flag or the environment rather than defaulted.
 	raw      map[string]string
@@ -107,6 +112,9 @@ func (c *Config) settings() []setting {
 		{"WEBHOOK_TIMEOUT", defaultWebhookTimeout, "per webhook delivery attempt", false, to(&c.WebhookTimeout, parseDuration)},
 		{"WEBHOOK_ALLOW_PRIVATE", defaultWebhookAllowPrivate, "allow webhook URLs on loopback and private networks", false, to(&c.WebhookAllowPrivate, parseBool)},
 		{"WEBHOOK_WORKERS", strconv.Itoa(webhook.DefaultWorkers), "webhook endpoints this instance delivers to at once; 0 = it delivers none (another instance must)", false, to(&c.WebhookWorkers, parseWorkers)},
+		{"IMPORT_MAX_ROWS", "1000000", "rows per import", false, to(&c.ImportMaxRows, parseImportRows)},
+		{"IMPORT_MAX_BYTES", "256MiB", "bytes per import body (KiB, MiB, GiB suffixes)", false, to(&c.ImportMaxBytes, parseByteSize)},
+		{"IMPORT_WORKERS", "1", "imports this instance processes at once; 0 = it processes none (another instance must)", false, to(&c.ImportWorkers, parseWorkers)},
 		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (off turns it off; the OpenAPI document stays)", false, to(&c.DocsUI, parseBool)},
 	}
 }
@@ -308,6 +316,35 @@ func parseWorkers(name, raw string) (int, error) {
 		return 0, fmt.Errorf("%s: %q is not a whole number from 0 to %d", name, raw, maxWebhookWorkers)
 	}
 	return n, nil
+}
+
+// parseImportRows reads IMPORT_MAX_ROWS: a positive whole number.
+func parseImportRows(name, raw string) (int64, error) {
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s: %q is not a positive whole number", name, raw)
+	}
+	return n, nil
+}
+
+// parseByteSize reads a positive size in bytes, with an optional KiB, MiB or GiB suffix
+// (256MiB).
+func parseByteSize(name, raw string) (int64, error) {
+	num, mult := raw, int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if n, ok := strings.CutSuffix(raw, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%s: %q is not a positive size such as 256MiB", name, raw)
+	}
+	return n * mult, nil
 }
 
 func parseBool(name, raw string) (bool, error) {

@@ -51,6 +51,7 @@ func TestConfigDefaultsComeFromTheirPackages(t *testing.T) {
 		LogLevel:          slog.LevelInfo, LogFormat: "json",
 		IdempotencyTTL: 24 * time.Hour, WebhookTimeout: 10 * time.Second, WebhookAllowPrivate: false, DocsUI: true,
 		WebhookWorkers: webhook.DefaultWorkers,
+		ImportMaxRows:  1_000_000, ImportMaxBytes: 256 << 20, ImportWorkers: 1,
 	}
 	if diff := cmp.Diff(want, *cfg, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
 		f := p.Last().String()
@@ -162,6 +163,24 @@ func TestConfigBoolsSayOnAndOff(t *testing.T) {
 		cfg, err := loadConfig(t, map[string]string{"DOCS_UI": raw}, false)
 		if err != nil || cfg.DocsUI != want {
 			t.Errorf("DOCS_UI=%s: DocsUI %v, %v; want %v", raw, cfg.DocsUI, err, want)
+		}
+	}
+}
+
+// TestParseByteSize: IMPORT_MAX_BYTES takes bytes or KiB, MiB, GiB; anything else stops the
+// start with a line naming the variable.
+func TestParseByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want int64
+	}{{"256MiB", 256 << 20}, {"1024", 1024}, {"2 GiB", 2 << 30}, {"64KiB", 64 << 10}} {
+		if got, err := parseByteSize("IMPORT_MAX_BYTES", tc.raw); err != nil || got != tc.want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", tc.raw, got, err, tc.want)
+		}
+	}
+	for _, raw := range []string{"", "0", "-1MiB", "256MB", "lots", "99999999999GiB"} {
+		if _, err := parseByteSize("IMPORT_MAX_BYTES", raw); err == nil || !strings.HasPrefix(err.Error(), "IMPORT_MAX_BYTES: ") {
+			t.Errorf("parseByteSize(%q) = %v; want an error naming the variable", raw, err)
 		}
 	}
 }

@@ -10,6 +10,7 @@
 //	subscriberd apikey list --newsletter ID
 //	subscriberd apikey rotate ID [--grace DURATION]
 //	subscriberd apikey revoke ID
+//	subscriberd import --newsletter ID [--status pending] FILE
 package main
 
 import (
@@ -60,6 +61,10 @@ commands:
   apikey rotate ID [--grace DURATION]     a new key like it; the old one expires after the
                                           grace (default 24h)
   apikey revoke ID
+  import --newsletter ID [--status pending] FILE
+                                          import a CSV or NDJSON file of subscribers,
+                                          showing progress; existing ones are left as
+                                          they are
 
 Run "PROG <command> -h" for its flags. Every setting is an environment variable
 (DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.
@@ -107,6 +112,8 @@ func runAs(ctx context.Context, prog string, args []string, getenv func(string) 
 		return newsletterCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "apikey":
 		return apikeyCmd(ctx, prog, rest, getenv, stdout, stderr)
+	case "import":
+		return importCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

@@ -154,6 +154,9 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
+		Imports:        repo.NewImports(db),
+		ImportMaxRows:  cfg.ImportMaxRows,
+		ImportMaxBytes: cfg.ImportMaxBytes,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 		KeyUsage:        accounts,
@@ -164,10 +167,12 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	workerDone := startWorker(workerCtx, db, mailer, metrics, log)
 	webhooksDone := startWebhookWorker(workerCtx, db, hooks, metrics, log)
+	importsDone := startImportWorker(workerCtx, db, cfg.ImportWorkers, metrics, log)
 	defer func() {
 		stopWorker()
 		<-workerDone
 		<-webhooksDone
+		<-importsDone
 	}()
 	// Expired Idempotency-Key records are purged in small batches, apart from the writes.
 	purgeDone := make(chan struct{})
@@ -236,6 +241,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	adminSrv.Close()           //nolint:errcheck // and nothing of it outlasts the grace
 	<-workerDone
 	<-webhooksDone
+	<-importsDone
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -1,0 +1,442 @@
+package repo
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/subscriberd/subscriberd/model"
+)
+
+// importRow is one import (docs/api-contract.md §15).
+type importRow struct {
+	bun.BaseModel `bun:"table:imports"`
+
+	ID            uuid.UUID  `bun:"id,pk,type:uuid"`
+	NewsletterID  uuid.UUID  `bun:"newsletter_id,type:uuid"`
+	State         string     `bun:"state"`
+	Format        string     `bun:"format"`
+	DefaultStatus string     `bun:"default_status"`
+	KeyPrefix     string     `bun:"key_prefix"`
+	Traceparent   string     `bun:"traceparent"`
+	RowCount      int64      `bun:"row_count"`
+	Processed     int64      `bun:"processed"`
+	Created       int64      `bun:"created"`
+	Existing      int64      `bun:"existing"`
+	Suppressed    int64      `bun:"suppressed"`
+	Invalid       int64      `bun:"invalid"`
+	Claim         *uuid.UUID `bun:"claim,type:uuid"`
+	LeaseUntil    *time.Time `bun:"lease_until"`
+	CreatedAt     time.Time  `bun:"created_at"`
+	UpdatedAt     time.Time  `bun:"updated_at"`
+	StartedAt     *time.Time `bun:"started_at"`
+	FinishedAt    *time.Time `bun:"finished_at"`
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func (r *importRow) toModel() model.Import {
+	return model.Import{
+		ID: r.ID, NewsletterID: r.NewsletterID, State: r.State, Format: r.Format,
+		DefaultStatus: model.Status(r.DefaultStatus),
+		Counts: model.ImportCounts{Rows: r.RowCount, Processed: r.Processed, Created: r.Created,
+			Existing: r.Existing, Suppressed: r.Suppressed, Invalid: r.Invalid},
+		CreatedAt: r.CreatedAt.UTC(), StartedAt: utcPtr(r.StartedAt), FinishedAt: utcPtr(r.FinishedAt),
+	}
+}
+
+// stagedRow is one row of an import as uploaded.
+type stagedRow struct {
+	bun.BaseModel `bun:"table:import_rows"`
+
+	ImportID uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo    int64     `bun:"row_no"`
+	Data     string    `bun:"data"`
+}
+
+// importErrorRow is the errors of one invalid row.
+type importErrorRow struct {
+	bun.BaseModel `bun:"table:import_errors"`
+
+	ImportID uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo    int64     `bun:"row_no"`
+	Errors   string    `bun:"errors"`
+}
+
+// Imports stores imports: their staged rows, their progress and their row errors.
+type Imports struct {
+	store
+}
+
+// NewImports returns the import store on db.
+func NewImports(db *DB) *Imports {
+	return &Imports{store: newStore(db)}
+}
+
+// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
+const sqliteStageBatch = 500
+
+// Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
+// them), durably, before it returns: on PostgreSQL in one transaction, the rows by COPY; on
+// SQLite in short transactions, the import invisible ("uploading") until its last row is
+// stored, so that a long upload never holds the database's write lock. When next fails (a
+// malformed file, a limit, a client that went away) nothing of the import remains, and its
+// error is returned as it is.
+func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]byte, error)) (model.Import, error) {
+	now := s.now()
+	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
+		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
+		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
+	if err := s.db.eng.stageImport(ctx, s, &row, next); err != nil {
+		return model.Import{}, err
+	}
+	return row.toModel(), nil
+}
+
+// finishStaged sets the row count of a staged import; an empty one is complete at once.
+func finishStaged(row *importRow, n int64, now time.Time) {
+	row.RowCount = n
+	row.State = model.ImportQueued
+	if n == 0 {
+		row.State = model.ImportCompleted
+		row.StartedAt, row.FinishedAt = &now, &now
+	}
+}
+
+// dropImport removes an import and its staged rows.
+func (s *Imports) dropImport(ctx context.Context, id uuid.UUID) error {
+	return translate(s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		if _, err := tx.NewDelete().Table("import_rows").Where("import_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Table("imports").Where("id = ?", id).Exec(ctx)
+		return err
+	}))
+}
+
+// SweepUploads drops the uploads (SQLite) that stopped arriving more than age ago: the
+// process that received them ended before it could drop them itself.
+func (s *Imports) SweepUploads(ctx context.Context, age time.Duration) error {
+	var ids []uuid.UUID
+	if err := s.idb.NewSelect().Table("imports").Column("id").
+		Where("state = ? AND updated_at < ?", model.ImportUploading, s.now().Add(-age)).
+		Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate(err)
+	}
+	for _, id := range ids {
+		if err := s.dropImport(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visible is the condition of the imports the API shows: not an upload still arriving.
+const visible = "state <> 'uploading'"
+
+// Get returns the newsletter's import id; an unknown one is model.ErrImportNotFound.
+func (s *Imports) Get(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
+	var row importRow
+	err := s.idb.NewSelect().Model(&row).Where("id = ? AND newsletter_id = ? AND "+visible, id, nl).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Import{}, fmt.Errorf("%w", model.ErrImportNotFound)
+	}
+	if err != nil {
+		return model.Import{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// List returns up to limit+1 of the newsletter's imports, newest first, after the position
+// after (nil: from the newest): one more than asked when another follows.
+func (s *Imports) List(ctx context.Context, nl uuid.UUID, limit int, after *model.Position) ([]model.Import, error) {
+	var rows []importRow
+	q := s.idb.NewSelect().Model(&rows).Where("newsletter_id = ? AND "+visible, nl).
+		OrderExpr("created_at DESC, id DESC").Limit(limit + 1)
+	if after != nil {
+		q = q.Where("(created_at < ? OR (created_at = ? AND id < ?))", after.CreatedAt.UTC(), after.CreatedAt.UTC(), after.ID)
+	}
+	if err := q.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.Import, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toModel()
+	}
+	return out, nil
+}
+
+// Errors returns up to limit+1 row errors of the newsletter's import id after the data row
+// afterRow, in row order; an unknown import is model.ErrImportNotFound.
+func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, afterRow int64) ([]model.ImportRowError, error) {
+	if _, err := s.Get(ctx, nl, id); err != nil {
+		return nil, err
+	}
+	var rows []importErrorRow
+	if err := s.idb.NewSelect().Model(&rows).Where("import_id = ? AND row_no > ?", id, afterRow).
+		OrderExpr("row_no").Limit(limit + 1).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.ImportRowError, len(rows))
+	for i, r := range rows {
+		out[i].Row = r.RowNo
+		if err := json.Unmarshal([]byte(r.Errors), &out[i].Errors); err != nil {
+			return nil, fmt.Errorf("row errors of import %s row %d: %w", id, r.RowNo, err)
+		}
+	}
+	return out, nil
+}
+
+// Cancel cancels the newsletter's queued or running import id: rows already created stay,
+// the others are dropped. A finished one is model.ErrImportFinished.
+func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
+	var row importRow
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+s.db.eng.forUpdate(), id, nl).Scan(ctx, &row)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrImportNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if row.State != model.ImportQueued && row.State != model.ImportRunning {
+			return fmt.Errorf("%w", model.ErrImportFinished)
+		}
+		now := s.now()
+		row.State, row.FinishedAt, row.Claim, row.LeaseUntil, row.UpdatedAt = model.ImportCancelled, &now, nil, nil, now
+		if _, err := tx.NewUpdate().Model(&row).Column("state", "finished_at", "claim", "lease_until", "updated_at").WherePK().Exec(ctx); err != nil {
+			return err
+		}
+		_, err = tx.NewDelete().Table("import_rows").Where("import_id = ?", id).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return model.Import{}, translate(err)
+	}
+	return row.toModel(), nil
+}
+
+// Claim takes the oldest import that is due for a worker, for lease: the oldest queued one of
+// a newsletter with no import running (a newer one waits even while another worker is
+// claiming the older), or a running one whose worker's lease ran out (it stopped or crashed;
+// the import resumes after its last committed batch). Imports another
+// worker is claiming are skipped, not waited for. ok is false when none is due.
+func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.ImportJob, ok bool, err error) {
+	now := s.now()
+	claim := uuid.Must(uuid.NewV7())
+	var rows []importRow
+	err = s.idb.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
+    started_at = coalesce(started_at, ?), updated_at = ?
+WHERE id = (
+    SELECT i.id FROM imports AS i
+    WHERE (i.state = 'queued'
+           AND NOT EXISTS (SELECT 1 FROM imports AS r WHERE r.newsletter_id = i.newsletter_id AND r.state = 'running')
+           AND NOT EXISTS (SELECT 1 FROM imports AS o WHERE o.newsletter_id = i.newsletter_id AND o.state = 'queued'
+                               AND (o.created_at, o.id) < (i.created_at, i.id)))
+       OR (i.state = 'running' AND i.lease_until < ?)
+    ORDER BY i.created_at, i.id
+    LIMIT 1`+s.db.eng.skipLocked()+`)
+RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
+	switch {
+	case sqlState(err) == "23505":
+		// Another worker started an import of the same newsletter meanwhile: this one waits.
+		return model.ImportJob{}, false, nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return model.ImportJob{}, false, translate(err)
+	case len(rows) == 0:
+		return model.ImportJob{}, false, nil
+	}
+	r := rows[0]
+	return model.ImportJob{Import: r.toModel(), Claim: claim, KeyPrefix: r.KeyPrefix, Traceparent: r.Traceparent}, true, nil
+}
+
+// Release gives up job's claim, so that another worker (or the next start) takes the import
+// up at once rather than after the lease.
+func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
+	_, err := s.idb.NewUpdate().Table("imports").Set("lease_until = ?", s.now()).
+		Where("id = ? AND claim = ? AND state = 'running'", job.ID, job.Claim).Exec(ctx)
+	return translate(err)
+}
+
+// Batch processes the next up to size rows of job in one transaction: it creates the
+// subscribers of the valid rows whose address the newsletter does not have yet (with their
+// events, webhook deliveries and, for pending ones, confirmation emails), records the errors
+// of the invalid rows, and advances the import's counts, extending the lease. It returns what
+// this batch counted and whether the import is finished (completed). A worker that no longer
+// holds the import gets model.ErrImportLost, and nothing of the batch is stored.
+func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, lease time.Duration) (model.ImportCounts, bool, error) {
+	var (
+		counts     model.ImportCounts
+		done       bool
+		pending    bool
+		delivering bool
+	)
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
+		var cur importRow
+		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrImportLost)
+		}
+		if err != nil {
+			return err
+		}
+		if cur.State != model.ImportRunning || cur.Claim == nil || *cur.Claim != job.Claim {
+			return fmt.Errorf("%w", model.ErrImportLost)
+		}
+		var staged []stagedRow
+		if err := tx.NewSelect().Model(&staged).Where("import_id = ? AND row_no > ?", job.ID, cur.Processed).
+			OrderExpr("row_no").Limit(size).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		now := s.now()
+		res, err := s.applyRows(ctx, tx, &cur, staged, now)
+		if err != nil {
+			return err
+		}
+		counts, pending, delivering = res.counts, res.pending, res.delivering
+		cur.Processed += counts.Processed
+		cur.Created += counts.Created
+		cur.Existing += counts.Existing
+		cur.Suppressed += counts.Suppressed
+		cur.Invalid += counts.Invalid
+		cur.UpdatedAt = now
+		leaseUntil := now.Add(lease)
+		cur.LeaseUntil = &leaseUntil
+		if cur.Processed >= cur.RowCount || len(staged) == 0 {
+			done = true
+			cur.State, cur.FinishedAt, cur.Claim, cur.LeaseUntil = model.ImportCompleted, &now, nil, nil
+		}
+		if _, err := tx.NewUpdate().Model(&cur).
+			Column("state", "processed", "created", "existing", "suppressed", "invalid", "claim", "lease_until", "updated_at", "finished_at").
+			WherePK().Exec(ctx); err != nil {
+			return err
+		}
+		if len(staged) > 0 {
+			// The staged rows are not needed once their outcome is committed.
+			if _, err := tx.NewDelete().Table("import_rows").
+				Where("import_id = ? AND row_no <= ?", job.ID, staged[len(staged)-1].RowNo).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return model.ImportCounts{}, false, translate(err)
+	}
+	if pending {
+		s.queued(emailQueue)
+	}
+	s.deliveriesQueued(delivering)
+	return counts, done, nil
+}
+
+type appliedRows struct {
+	counts              model.ImportCounts
+	pending, delivering bool
+}
+
+// applyRows decides the outcome of each staged row and stores it, in tx.
+func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, staged []stagedRow, now time.Time) (appliedRows, error) {
+	var out appliedRows
+	out.counts.Processed = int64(len(staged))
+	var errRows []importErrorRow
+	var valid []subscriberRow
+	for _, st := range staged {
+		ns, verr := model.ParseImportRow([]byte(st.Data), model.Status(imp.DefaultStatus))
+		if verr != nil {
+			msgs, _ := json.Marshal(verr.Fields)
+			errRows = append(errRows, importErrorRow{ImportID: imp.ID, RowNo: st.RowNo, Errors: string(msgs)})
+			continue
+		}
+		valid = append(valid, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
+			Email: ns.Email, EmailKey: model.EmailKey(ns.Email), FirstName: ns.FirstName, LastName: ns.LastName,
+			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now})
+	}
+	out.counts.Invalid = int64(len(errRows))
+	if len(errRows) > 0 {
+		if _, err := tx.NewInsert().Model(&errRows).Exec(ctx); err != nil {
+			return out, err
+		}
+	}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	// docs/api-contract.md §13: a suppressed address is not subscribed, and this is checked
+	// before the uniqueness rule. The check takes each address's lock, as a suppression does,
+	// so that one committing meanwhile is seen.
+	emails := make([]string, len(valid))
+	for i, c := range valid {
+		emails[i] = c.Email
+	}
+	var supp *model.SuppressedError
+	if err := s.checkNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
+		return out, err
+	}
+	cands := make([]subscriberRow, 0, len(valid))
+	seen := make(map[string]bool, len(valid))
+	var suppressed map[int]model.SuppressionReason
+	if supp != nil {
+		suppressed = supp.Reasons
+	}
+	for i, c := range valid {
+		if _, ok := suppressed[i]; ok {
+			out.counts.Suppressed++
+			continue
+		}
+		if seen[c.EmailKey] { // earlier in the file
+			out.counts.Existing++
+			continue
+		}
+		seen[c.EmailKey] = true
+		cands = append(cands, c)
+	}
+	if len(cands) == 0 {
+		return out, nil
+	}
+	// Keys in order, as insertMany takes them, so that concurrent writers never deadlock.
+	slices.SortFunc(cands, func(a, b subscriberRow) int { return strings.Compare(a.EmailKey, b.EmailKey) })
+	var inserted []uuid.UUID
+	if err := tx.NewInsert().Model(&cands).On("CONFLICT (newsletter_id, email_key) DO NOTHING").
+		Returning("id").Scan(ctx, &inserted); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return out, err
+	}
+	created := make(map[uuid.UUID]bool, len(inserted))
+	for _, id := range inserted {
+		created[id] = true
+	}
+	src := model.APISource(imp.KeyPrefix)
+	var evs []model.Event
+	var pendingRows []subscriberRow
+	for _, c := range cands {
+		if !created[c.ID] { // the newsletter has the address: nothing about it changes
+			out.counts.Existing++
+			continue
+		}
+		out.counts.Created++
+		evs = append(evs, model.NewEvent(model.EventCreated, c.toModel(), nil, src, now))
+		if c.Status == string(model.StatusPending) {
+			pendingRows = append(pendingRows, c)
+		}
+	}
+	var err error
+	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
+		return out, err
+	}
+	out.pending = len(pendingRows) > 0
+	return out, queueConfirmations(ctx, tx, pendingRows)
+}
