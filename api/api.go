@@ -80,6 +80,9 @@ type Metrics interface {
 	// BulkGateWait records how long a request stood at the bulk gate, and how that ended
 	// (GateAdmitted, GateAbandoned, GateTimedOut).
 	BulkGateWait(outcome string, d time.Duration)
+	// ScopeRefused counts a request refused because its key may only read, by the key's
+	// display prefix, never the key (docs/api-contract.md §16.2).
+	ScopeRefused(keyPrefix string)
 	// SuppressionsCreated counts n new suppression list entries with reason
 	// (docs/api-contract.md §13).
 	SuppressionsCreated(reason string, n int)
@@ -139,6 +142,9 @@ type Config struct {
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
 	CursorKey []byte
+	// KeyUsage, when set, records when each key was last used (docs/api-contract.md §16.2),
+	// written by RunKeyUsage or FlushKeyUsage, never by the request.
+	KeyUsage KeyUsageStore
 	// PageNonceKey signs the nonces of the confirm and decline pages (docs/api-contract.md
 	// §12.1). Every instance must have the same one (cmd/subscriberd reads it from the
 	// database); nil makes a random one, good for this process only.
@@ -154,6 +160,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics Metrics
 	keys    *keyCache
+	usage   *keyUsage
 	limiter Limiter
 	// dbOutage logs the database's outages: a line when requests start failing with
 	// model.ErrUnavailable, a summary every 30 s while they do, a line when one succeeds.
@@ -185,20 +192,20 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks,
-		Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
 	s.api = humago.New(s.mux, humaConfig())
-	// The order of docs/api-contract.md §5: client lockout, key, plan, key lockout and rate
-	// limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
+	// The order of docs/api-contract.md §5: client lockout, key, plan, the key's scope
+	// (§16.2), key lockout and rate limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
 	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()
+	s.documentScope()
 	// Paths in the document are absolute (/api/v1/...): the server is the origin that serves
 	// it, whatever name it is reached by, which keeps the docs page's requests same-origin.
 	s.api.OpenAPI().Servers = []*huma.Server{{URL: "/",
@@ -223,7 +230,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 func humaConfig() huma.Config {
-	cfg := huma.DefaultConfig("Subscriber Management API", "1.1.0")
+	cfg := huma.DefaultConfig("Subscriber Management API", "1.2.0")
 	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
 	cfg.CreateHooks = nil
 	cfg.OpenAPIPath = BasePath + "/openapi"
@@ -269,3 +276,4 @@ func (noMetrics) SuppressionsCreated(string, int)                               
 func (noMetrics) PagePost(string, string)                                            {}
 func (noMetrics) BulkGateWait(string, time.Duration)                                 {}
 func (noMetrics) PrivacyRequest(string, string)                                      {}
+func (noMetrics) ScopeRefused(string)                                                {}

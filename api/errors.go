@@ -19,6 +19,7 @@ const (
 	CodeValidation         = "validation_error"
 	CodeUnauthorized       = "unauthorized"
 	CodeAPIAccessDisabled  = "api_access_disabled"
+	CodeInsufficientScope  = "insufficient_scope"
 	CodeNotFound           = "not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodePayloadTooLarge    = "payload_too_large"

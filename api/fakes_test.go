@@ -384,6 +384,7 @@ func (m *fakeMetrics) Idempotency() map[string]int {
 // The bulk gate's metrics are checked with gateMetrics (gate_test.go).
 func (m *fakeMetrics) BulkGateWaiting(int)                {}
 func (m *fakeMetrics) BulkGateWait(string, time.Duration) {}
+func (m *fakeMetrics) ScopeRefused(string)                {}
 func (m *fakeMetrics) SuppressionsCreated(string, int)    {}
 func (m *fakeMetrics) PagePost(string, string)            {}
 

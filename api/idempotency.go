@@ -219,12 +219,15 @@ func runKeyed[O any](s *Server, ctx context.Context, req *keyedRequest, fn func(
 			return nil, err
 		}
 		out = o
-		location, body := outputParts(o)
+		location, body, status := outputParts(o)
 		var buf bytes.Buffer
 		if err := s.api.Marshal(&buf, "application/json", body); err != nil {
 			return nil, err
 		}
-		return &model.StoredResponse{Fingerprint: req.fp, Status: req.status, Location: location, Body: buf.Bytes()}, nil
+		if status == 0 {
+			status = req.status
+		}
+		return &model.StoredResponse{Fingerprint: req.fp, Status: status, Location: location, Body: buf.Bytes()}, nil
 	})
 	switch {
 	case errors.Is(err, model.ErrIdempotencyInUse):
@@ -239,20 +242,24 @@ func runKeyed[O any](s *Server, ctx context.Context, req *keyedRequest, fn func(
 	return out, nil
 }
 
-// outputParts are the Location header and the body of an operation's output, a pointer to a
-// struct with a Body field and, for a create, a Location field tagged header:"Location".
-func outputParts(out any) (location string, body any) {
+// outputParts are the Location header, the body and the status of an operation's output, a
+// pointer to a struct with a Body field and, for a create, a Location field tagged
+// header:"Location"; an operation whose success status varies (the upsert's 201 or 200) sets
+// it in a Status field, else status is 0.
+func outputParts(out any) (location string, body any, status int) {
 	v := reflect.ValueOf(out).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
 		switch f := t.Field(i); {
 		case f.Name == "Body":
 			body = v.Field(i).Interface()
+		case f.Name == "Status" && f.Type.Kind() == reflect.Int:
+			status = int(v.Field(i).Int())
 		case f.Tag.Get("header") == "Location":
 			location = v.Field(i).String()
 		}
 	}
-	return location, body
+	return location, body, status
 }
 
 // keyed returns the request and its Idempotency-Key when the middleware applies to it (when

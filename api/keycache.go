@@ -62,5 +62,10 @@ func (c *keyCache) put(hash []byte, p model.Principal, event []trace.EventOption
 			clear(c.entries)
 		}
 	}
-	c.entries[[32]byte(hash)] = keyEntry{p: p, event: event, expires: now.Add(c.ttl)}
+	expires := now.Add(c.ttl)
+	if !p.ExpiresAt.IsZero() && p.ExpiresAt.Before(expires) {
+		// A rotated key stops at its own expiry, not up to a TTL later (§16.2).
+		expires = p.ExpiresAt
+	}
+	c.entries[[32]byte(hash)] = keyEntry{p: p, event: event, expires: expires}
 }

@@ -86,15 +86,20 @@ func TestOpenAPILint(t *testing.T) {
 			if jerr := json.Unmarshal(out, &res); jerr != nil {
 				t.Fatalf("redocly's report: %v (%v)\n%s", jerr, err, out)
 			}
+			accepted := 0
 			for _, p := range res.Problems {
 				where := ""
 				if len(p.Location) > 0 {
 					where = p.Location[0].Pointer
 				}
+				if acceptedLintProblem(p.RuleID, where, p.Message) {
+					accepted++
+					continue
+				}
 				t.Errorf("%s %s at %s: %s", p.Severity, p.RuleID, where, p.Message)
 			}
-			if res.Totals.Errors+res.Totals.Warnings != 0 || err != nil {
-				t.Errorf("redocly: %d errors, %d warnings (%v); want none", res.Totals.Errors, res.Totals.Warnings, err)
+			if res.Totals.Errors+res.Totals.Warnings != accepted || err != nil {
+				t.Errorf("redocly: %d errors, %d warnings, %d of them accepted (%v); want none other", res.Totals.Errors, res.Totals.Warnings, accepted, err)
 			}
 		})
 		t.Run("spectral "+name, func(t *testing.T) {
@@ -120,4 +125,23 @@ func TestOpenAPILint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acceptedLintProblem reports the one Redocly warning the contract makes unavoidable: the
+// upsert's path, PUT /subscribers/by-email/{email} (docs/api-contract.md §16.1), has the shape
+// of GET /subscribers/{id}/events, GET …/export and POST …/erase, so no-ambiguous-paths flags
+// each pair. No request reaches both — their methods differ, and the upsert's route is taken
+// before the mux's — and the paths are the contract's, so these warnings, and only they, are
+// expected.
+func acceptedLintProblem(rule, pointer, message string) bool {
+	if rule != "no-ambiguous-paths" {
+		return false
+	}
+	for _, sub := range []string{"events", "export", "erase"} {
+		if pointer == "#/paths/~1api~1v1~1subscribers~1{id}~1"+sub &&
+			strings.Contains(message, "`/api/v1/subscribers/by-email/{email}` and `/api/v1/subscribers/{id}/"+sub+"`") {
+			return true
+		}
+	}
+	return false
 }

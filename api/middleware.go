@@ -179,6 +179,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // decision is the mux's own, made before authentication.
 func (s *Server) route(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, upsertPrefix) {
+			routeUpsert(mux, w, r) // the address may hold what the mux would clean away
+			return
+		}
 		if !cleanPath(r.URL.Path) {
 			writeError(w, newError(http.StatusNotFound, MsgRouteNotFound))
 			return
@@ -298,6 +302,9 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if !p.APIAccess {
 		s.writeErr(ctx, newError(http.StatusForbidden, MsgAccessDisabled))
 		return
+	}
+	if s.cfg.KeyUsage != nil {
+		s.usage.used(p.KeyID, time.Now())
 	}
 	next(huma.WithValue(ctx, principalKey, p))
 }

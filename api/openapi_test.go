@@ -78,7 +78,7 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 	}{
 		{[]string{"openapi"}, "3.1.0"},
 		{[]string{"info", "title"}, "Subscriber Management API"},
-		{[]string{"info", "version"}, "1.1.0"},
+		{[]string{"info", "version"}, "1.2.0"},
 		{[]string{"components", "securitySchemes", "bearer", "type"}, "http"},
 		{[]string{"components", "securitySchemes", "bearer", "scheme"}, "bearer"},
 	}
@@ -118,25 +118,28 @@ var documentedCodes = func() map[string]map[int][]string {
 			422: append([]string{"validation_error", "idempotency_key_reused"}, c422...)}
 	}
 	notFound := map[int][]string{404: {"not_found"}}
-	return map[string]map[int][]string{
-		"create-subscriber":        with(body("email_already_subscribed", "email_suppressed")),
-		"bulk-create-subscribers":  with(body("email_suppressed")),
-		"list-subscribers":         with(nil),
-		"get-subscriber":           with(notFound),
-		"update-subscriber":        with(merge(body("email_already_subscribed", "email_suppressed"), notFound)),
-		"unsubscribe-subscriber":   with(merge(idem, notFound)),
-		"list-subscriber-events":   with(notFound),
-		"export-subscriber":        with(notFound),
-		"erase-subscriber":         with(merge(idem, notFound)),
-		"create-webhook":           with(body()),
-		"list-webhooks":            with(nil),
-		"get-webhook":              with(notFound),
-		"delete-webhook":           with(merge(idem, notFound)),
-		"create-suppression":       with(body()),
-		"bulk-create-suppressions": with(body()),
-		"list-suppressions":        with(nil),
-		"get-suppression":          with(notFound),
-		"delete-suppression":       with(merge(idem, notFound)),
+	m := map[string]map[int][]string{
+		"create-subscriber":       with(body("email_already_subscribed", "email_suppressed")),
+		"bulk-create-subscribers": with(body("email_suppressed")),
+		"list-subscribers":        with(nil),
+		"get-subscriber":          with(notFound),
+		"update-subscriber":       with(merge(body("email_already_subscribed", "email_suppressed"), notFound)),
+		// Created as create, updated as update (no email: never taken); a create that loses
+		// its race upsertTries times answers as create would.
+		"upsert-subscriber-by-email": with(body("email_already_subscribed", "email_suppressed")),
+		"unsubscribe-subscriber":     with(merge(idem, notFound)),
+		"list-subscriber-events":     with(notFound),
+		"export-subscriber":          with(notFound),
+		"erase-subscriber":           with(merge(idem, notFound)),
+		"create-webhook":             with(body()),
+		"list-webhooks":              with(nil),
+		"get-webhook":                with(notFound),
+		"delete-webhook":             with(merge(idem, notFound)),
+		"create-suppression":         with(body()),
+		"bulk-create-suppressions":   with(body()),
+		"list-suppressions":          with(nil),
+		"get-suppression":            with(notFound),
+		"delete-suppression":         with(merge(idem, notFound)),
 		// Imports take no Idempotency-Key and read their file in the handler (§15).
 		"create-import":      with(map[int][]string{415: {"unsupported_media_type"}}),
 		"list-imports":       with(nil),
@@ -144,6 +147,13 @@ var documentedCodes = func() map[string]map[int][]string {
 		"list-import-errors": with(notFound),
 		"cancel-import":      with(merge(notFound, map[int][]string{409: {"import_finished"}})),
 	}
+	// A read-only key is refused every write (docs/api-contract.md §16.2).
+	for op, id := range operations {
+		if !strings.HasPrefix(op, "GET ") {
+			m[id][403] = []string{"api_access_disabled", "insufficient_scope"}
+		}
+	}
+	return m
 }()
 
 func merge(a, b map[int][]string) map[int][]string {
@@ -159,7 +169,7 @@ var documented = func() map[string][]int {
 	// answers 200 whatever it created (docs/api-contract.md §13).
 	// An upload answers 202: its rows are processed in the background (§15).
 	successes := map[string][]int{"create-suppression": {200, 201}, "bulk-create-suppressions": {200},
-		"create-import": {202}}
+		"create-import": {202}, "upsert-subscriber-by-email": {200, 201}}
 	out := map[string][]int{}
 	for id, codes := range documentedCodes {
 		success, ok := successes[id]
@@ -177,29 +187,30 @@ var documented = func() map[string][]int {
 
 // operations maps "METHOD path" in the document to its operation id.
 var operations = map[string]string{
-	"POST /api/v1/subscribers":            "create-subscriber",
-	"POST /api/v1/subscribers/bulk":       "bulk-create-subscribers",
-	"GET /api/v1/subscribers":             "list-subscribers",
-	"GET /api/v1/subscribers/{id}":        "get-subscriber",
-	"PUT /api/v1/subscribers/{id}":        "update-subscriber",
-	"DELETE /api/v1/subscribers/{id}":     "unsubscribe-subscriber",
-	"GET /api/v1/subscribers/{id}/events": "list-subscriber-events",
-	"GET /api/v1/subscribers/{id}/export": "export-subscriber",
-	"POST /api/v1/subscribers/{id}/erase": "erase-subscriber",
-	"POST /api/v1/webhooks":               "create-webhook",
-	"GET /api/v1/webhooks":                "list-webhooks",
-	"GET /api/v1/webhooks/{id}":           "get-webhook",
-	"DELETE /api/v1/webhooks/{id}":        "delete-webhook",
-	"POST /api/v1/suppressions":           "create-suppression",
-	"POST /api/v1/suppressions/bulk":      "bulk-create-suppressions",
-	"GET /api/v1/suppressions":            "list-suppressions",
-	"GET /api/v1/suppressions/{id}":       "get-suppression",
-	"DELETE /api/v1/suppressions/{id}":    "delete-suppression",
-	"POST /api/v1/imports":                "create-import",
-	"GET /api/v1/imports":                 "list-imports",
-	"GET /api/v1/imports/{id}":            "get-import",
-	"GET /api/v1/imports/{id}/errors":     "list-import-errors",
-	"DELETE /api/v1/imports/{id}":         "cancel-import",
+	"POST /api/v1/subscribers":                 "create-subscriber",
+	"POST /api/v1/subscribers/bulk":            "bulk-create-subscribers",
+	"GET /api/v1/subscribers":                  "list-subscribers",
+	"GET /api/v1/subscribers/{id}":             "get-subscriber",
+	"PUT /api/v1/subscribers/{id}":             "update-subscriber",
+	"PUT /api/v1/subscribers/by-email/{email}": "upsert-subscriber-by-email",
+	"DELETE /api/v1/subscribers/{id}":          "unsubscribe-subscriber",
+	"GET /api/v1/subscribers/{id}/events":      "list-subscriber-events",
+	"GET /api/v1/subscribers/{id}/export":      "export-subscriber",
+	"POST /api/v1/subscribers/{id}/erase":      "erase-subscriber",
+	"POST /api/v1/webhooks":                    "create-webhook",
+	"GET /api/v1/webhooks":                     "list-webhooks",
+	"GET /api/v1/webhooks/{id}":                "get-webhook",
+	"DELETE /api/v1/webhooks/{id}":             "delete-webhook",
+	"POST /api/v1/suppressions":                "create-suppression",
+	"POST /api/v1/suppressions/bulk":           "bulk-create-suppressions",
+	"GET /api/v1/suppressions":                 "list-suppressions",
+	"GET /api/v1/suppressions/{id}":            "get-suppression",
+	"DELETE /api/v1/suppressions/{id}":         "delete-suppression",
+	"POST /api/v1/imports":                     "create-import",
+	"GET /api/v1/imports":                      "list-imports",
+	"GET /api/v1/imports/{id}":                 "get-import",
+	"GET /api/v1/imports/{id}/errors":          "list-import-errors",
+	"DELETE /api/v1/imports/{id}":              "cancel-import",
 }
 
 func TestOpenAPIResponses(t *testing.T) {
@@ -315,6 +326,8 @@ func TestDocumentedStatusesAreSent(t *testing.T) {
 		{"list-subscribers", "GET", subs, "", []scenario{{name: "bad query", path: subs + "?page=x"}}},
 		{"get-subscriber", "GET", item, "", []scenario{{name: "unknown", path: subs + "/" + unknowID}}},
 		{"update-subscriber", "PUT", item, `{"name":"N"}`, append(slices.Clone(withBody), scenario{name: "unknown", path: subs + "/" + unknowID})},
+		{"upsert-subscriber-by-email", "PUT", subs + "/by-email/added1@example.com", `{"name":"N"}`,
+			append(slices.Clone(withBody), scenario{name: "new address", path: subs + "/by-email/n@example.com"})},
 		{"unsubscribe-subscriber", "DELETE", item, "", append([]scenario{{name: "not a UUID", path: subs + "/x"}}, idem...)},
 	}
 	for _, op := range ops {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -268,6 +269,7 @@ func (s *Server) register() {
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
 
+	s.registerUpsert(withBody)
 	s.registerEvents(common)
 	s.registerPrivacy(common)
 	s.registerWebhooks(common, withBody)
@@ -308,6 +310,10 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 		}
 		op = answersUsual(op, st)
 	}
+	// A read-only key may not write (scope.go, docs/api-contract.md §16.2).
+	if method != http.MethodGet && slices.Contains(errs, http.StatusForbidden) {
+		op = answers(op, http.StatusForbidden, CodeInsufficientScope)
+	}
 	// The edge refuses a declared Content-Length over MaxBodyBytes on every route, before
 	// routing (edge.go), a body or not.
 	return answersUsual(op, http.StatusRequestEntityTooLarge)
@@ -341,11 +347,17 @@ func (s *Server) create(ctx context.Context, p model.Principal, st Stores, in *c
 	if verr != nil {
 		return nil, verr
 	}
-	sub, err := st.Subscribers.Create(withSource(ctx, p), p.NewsletterID, ns)
+	return s.createNew(ctx, p, st.Subscribers, ns, "create")
+}
+
+// createNew is the create path on store, shared by create and the upsert (upsert.go):
+// operation names it in the metrics.
+func (s *Server) createNew(ctx context.Context, p model.Principal, store Store, ns model.NewSubscriber, operation string) (*createdOutput, error) {
+	sub, err := store.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.SubscribersCreated("create", string(sub.Status), 1)
+	s.metrics.SubscribersCreated(operation, string(sub.Status), 1)
 	return &createdOutput{
 		Location: BasePath + "/subscribers/" + sub.ID.String(),
 		Body:     SubscriberEnvelope{Success: true, Data: toSubscriber(sub)},

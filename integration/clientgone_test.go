@@ -31,6 +31,7 @@ func (c *statusCodes) AuthFailure(string)                     {}
 func (c *statusCodes) IdempotencyOutcome(string)              {}
 func (c *statusCodes) BulkGateWaiting(int)                    {}
 func (c *statusCodes) BulkGateWait(string, time.Duration)     {}
+func (c *statusCodes) ScopeRefused(string)                    {}
 func (c *statusCodes) SuppressionsCreated(string, int)        {}
 func (c *statusCodes) PagePost(string, string)                {}
 func (c *statusCodes) PrivacyRequest(string, string)          {}

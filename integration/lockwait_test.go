@@ -55,7 +55,7 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 			if i%4 == 0 {
 				status = "pending"
 			}
-			code, _, err := e.sendWith(impatient, "POST", "/subscribers", `{"email":"x@x.io","status":"`+status+`"}`)
+			code, _, err := e.sendThrough(impatient, "POST", "/subscribers", `{"email":"x@x.io","status":"`+status+`"}`)
 			mu.Lock()
 			defer mu.Unlock()
 			if now := time.Now(); now.After(lastGone) {
@@ -76,7 +76,7 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 	// the failure this guards against took the statement timeout (25 s) and more.
 	patient := &http.Client{Timeout: 30 * time.Second}
 	for _, path := range []string{"/subscribers", "/subscribers/" + existing} {
-		code, _, err := e.sendWith(patient, "GET", path, "")
+		code, _, err := e.sendThrough(patient, "GET", path, "")
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("GET %s after the clients left: %d, %v; want 200", path, code, err)
 		}
@@ -98,7 +98,7 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 	for _, w := range writes {
 		wg.Go(func() {
 			start := time.Now()
-			code, h, err := e.sendWith(patient, w.method, w.path, w.body)
+			code, h, err := e.sendThrough(patient, w.method, w.path, w.body)
 			took := time.Since(start)
 			switch {
 			case err != nil:
@@ -122,9 +122,9 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 	}
 }
 
-// sendWith makes one request with the env's key through client, and returns its status and
+// sendThrough makes one request with the env's key through client, and returns its status and
 // headers, or the client's error (a timeout: the client hung up).
-func (e *env) sendWith(client *http.Client, method, path, body string) (int, http.Header, error) {
+func (e *env) sendThrough(client *http.Client, method, path, body string) (int, http.Header, error) {
 	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"strings"
+	"time"
 )
 
 // API key format: "sk_" and KeyRandomLength base62 characters (about 238 bits).
@@ -53,4 +54,47 @@ func WellFormedKey(key string) bool {
 		}
 	}
 	return true
+}
+
+// Scope is what an API key may do (docs/api-contract.md §16.2).
+type Scope string
+
+// The scopes of a key: write is every operation; read only GET.
+const (
+	ScopeWrite Scope = "write"
+	ScopeRead  Scope = "read"
+)
+
+// Scopes are the valid scopes, the default first.
+var Scopes = []Scope{ScopeWrite, ScopeRead}
+
+// ParseScope returns the scope named s, and false when s names none.
+func ParseScope(s string) (Scope, bool) {
+	for _, sc := range Scopes {
+		if string(sc) == s {
+			return sc, true
+		}
+	}
+	return "", false
+}
+
+// MsgInsufficientScope is the message of the 403 a read key gets on a write.
+const MsgInsufficientScope = "This API key can only read."
+
+// Allows reports whether a key with this scope may make a request with method: a read key
+// only GET (and HEAD, its header-only form); a write key, and a key of no known scope (an
+// older store's, all of whose keys could write), everything.
+func (s Scope) Allows(method string) bool {
+	if s != ScopeRead {
+		return true
+	}
+	return method == "GET" || method == "HEAD"
+}
+
+// DefaultRotationGrace is how long a rotated key keeps working by default.
+const DefaultRotationGrace = 24 * time.Hour
+
+// Expired reports whether a key that expires at expiresAt (zero: never) no longer works at now.
+func Expired(expiresAt, now time.Time) bool {
+	return !expiresAt.IsZero() && !now.Before(expiresAt)
 }

@@ -72,6 +72,12 @@ type APIKey struct {
 	Label        string
 	CreatedAt    time.Time
 	RevokedAt    *time.Time
+	Scope        Scope
+	// ExpiresAt is when a rotated key stops working (docs/api-contract.md §16.2); nil for a
+	// key that was never rotated.
+	ExpiresAt *time.Time
+	// LastUsedAt is when the key last authenticated a request, to the minute; nil if never.
+	LastUsedAt *time.Time
 }
 
 // Principal is what a verified API key grants: the newsletter it acts for.
@@ -80,6 +86,9 @@ type Principal struct {
 	KeyPrefix    string // the key's display prefix, the source of the changes it makes
 	NewsletterID uuid.UUID
 	APIAccess    bool
+	Scope        Scope
+	// ExpiresAt, when not zero, is when the key stops working (a rotated key's grace ends).
+	ExpiresAt time.Time
 }
 
 // SplitName applies the storage rule: trim, then split at the first space into first and last

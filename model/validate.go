@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -198,6 +199,42 @@ func ParsePatch(obj map[string]any) (SubscriberPatch, *ValidationError) {
 		return SubscriberPatch{}, verr
 	}
 	return p, nil
+}
+
+// ParseUpsert validates an upsert by email (docs/api-contract.md §16.1): the address from the
+// path, by the §3 email rule (keyed email), and a body of name and status by the update's
+// rules, empty allowed; an email property is prohibited, as the address is the path's. It
+// returns the subscriber to create when the address is new (status active unless given) and
+// the patch to apply when it exists.
+func ParseUpsert(email string, obj map[string]any) (NewSubscriber, SubscriberPatch, *ValidationError) {
+	var verr *ValidationError
+	addr, msg := checkEmail(email, attrEmail)
+	if msg != "" {
+		verr = verr.Add(attrEmail, msg)
+	}
+	fields := obj
+	if _, ok := obj[attrEmail]; ok {
+		verr = verr.Add(attrEmail, fmt.Sprintf(msgProhibited, attrEmail))
+		fields = maps.Clone(obj)
+		delete(fields, attrEmail)
+	}
+	var p SubscriberPatch
+	if len(fields) > 0 { // none given: the subscriber is left as it is
+		var perr *ValidationError
+		p, perr = ParsePatch(fields)
+		verr = verr.Merge(perr)
+	}
+	if verr != nil {
+		return NewSubscriber{}, SubscriberPatch{}, verr
+	}
+	ns := NewSubscriber{Email: addr, Status: StatusActive}
+	if p.Name != nil {
+		ns.FirstName, ns.LastName = SplitName(*p.Name)
+	}
+	if p.Status != nil {
+		ns.Status = *p.Status
+	}
+	return ns, p, nil
 }
 
 func parseInput(obj map[string]any, prefix string) (NewSubscriber, *ValidationError) {

@@ -38,6 +38,20 @@ type apiKeyRow struct {
 	Label        string     `bun:"label"`
 	CreatedAt    time.Time  `bun:"created_at"`
 	RevokedAt    *time.Time `bun:"revoked_at"`
+	Scope        string     `bun:"scope"`
+	ExpiresAt    *time.Time `bun:"expires_at"`
+	LastUsedAt   *time.Time `bun:"last_used_at"`
+}
+
+func (r *apiKeyRow) toModel() model.APIKey {
+	k := model.APIKey{ID: r.ID, NewsletterID: r.NewsletterID, Prefix: r.Prefix, Label: r.Label,
+		CreatedAt: r.CreatedAt.UTC(), Scope: model.Scope(r.Scope)}
+	for _, t := range []struct{ from, to **time.Time }{{&r.RevokedAt, &k.RevokedAt}, {&r.ExpiresAt, &k.ExpiresAt}, {&r.LastUsedAt, &k.LastUsedAt}} {
+		if *t.from != nil {
+			*t.to = new((*t.from).UTC())
+		}
+	}
+	return k
 }
 
 // Accounts stores newsletters and their API keys.
@@ -115,11 +129,8 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 		return nil, translate(err)
 	}
 	out := make([]model.APIKey, len(rows))
-	for i, r := range rows {
-		out[i] = model.APIKey{ID: r.ID, NewsletterID: r.NewsletterID, Prefix: r.Prefix, Label: r.Label, CreatedAt: r.CreatedAt.UTC()}
-		if r.RevokedAt != nil {
-			out[i].RevokedAt = new(r.RevokedAt.UTC())
-		}
+	for i := range rows {
+		out[i] = rows[i].toModel()
 	}
 	return out, nil
 }
@@ -137,21 +148,95 @@ func (a *Accounts) Newsletter(ctx context.Context, id uuid.UUID) (model.Newslett
 	return row.toModel(), nil
 }
 
-// CreateKey makes a key for the newsletter and returns it with the only copy of the secret.
+// CreateKey makes a write key for the newsletter and returns it with the only copy of the
+// secret.
 func (a *Accounts) CreateKey(ctx context.Context, newsletterID uuid.UUID, label string) (model.APIKey, string, error) {
+	return a.CreateScopedKey(ctx, newsletterID, label, model.ScopeWrite)
+}
+
+// CreateScopedKey is CreateKey for a key of the given scope (docs/api-contract.md §16.2).
+func (a *Accounts) CreateScopedKey(ctx context.Context, newsletterID uuid.UUID, label string, scope model.Scope) (model.APIKey, string, error) {
 	if _, err := a.Newsletter(ctx, newsletterID); err != nil {
 		return model.APIKey{}, "", err
 	}
+	return insertKey(ctx, a.idb, newsletterID, label, scope, a.now())
+}
+
+// insertKey stores a new key and returns it with the only copy of its secret.
+func insertKey(ctx context.Context, db bun.IDB, newsletterID uuid.UUID, label string, scope model.Scope, now time.Time) (model.APIKey, string, error) {
 	secret, prefix, hash := model.NewKeySecret()
 	row := apiKeyRow{
 		ID: uuid.Must(uuid.NewV7()), NewsletterID: newsletterID, Prefix: prefix, Hash: hash,
-		Label: label, CreatedAt: time.Now().UTC(),
+		Label: label, CreatedAt: now, Scope: string(scope),
 	}
-	if _, err := a.idb.NewInsert().Model(&row).Exec(ctx); err != nil {
+	if _, err := db.NewInsert().Model(&row).Exec(ctx); err != nil {
 		return model.APIKey{}, "", translate(err)
 	}
-	return model.APIKey{ID: row.ID, NewsletterID: row.NewsletterID, Prefix: prefix, Hash: hash,
-		Label: label, CreatedAt: row.CreatedAt}, secret, nil
+	k := row.toModel()
+	k.Hash = hash
+	return k, secret, nil
+}
+
+// RotateKey makes the successor of the key id — a new key with the same newsletter, label and
+// scope — and sets the old key to expire grace from now (or keeps an earlier expiry it has),
+// in one transaction (docs/api-contract.md §16.2). It returns the new key with the only copy
+// of its secret, and the old key as it now is. An unknown id gives model.ErrKeyNotFound; a
+// revoked or expired key, model.ErrKeyRevoked.
+func (a *Accounts) RotateKey(ctx context.Context, id uuid.UUID, grace time.Duration) (next model.APIKey, secret string, old model.APIKey, err error) {
+	err = a.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		var err error
+		next, secret, old, err = rotateKey(ctx, tx, id, grace, a.now())
+		return err
+	})
+	if err != nil {
+		return model.APIKey{}, "", model.APIKey{}, err
+	}
+	return next, secret, old, nil
+}
+
+// rotateKey is RotateKey's unit of work on db, a transaction: one statement sets the old
+// key's expiry while it is live (and locks it until the successor is stored), then the
+// successor is inserted.
+func rotateKey(ctx context.Context, db bun.IDB, id uuid.UUID, grace time.Duration, now time.Time) (model.APIKey, string, model.APIKey, error) {
+	expires := now.Add(grace)
+	var row apiKeyRow
+	// A key rotated already keeps its earlier expiry: a second successor shortens nothing's life.
+	err := db.NewUpdate().Model(&row).
+		Set("expires_at = CASE WHEN expires_at IS NOT NULL AND expires_at < ? THEN expires_at ELSE ? END", expires, expires).
+		Where("id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)", id, now).
+		Returning("*").Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		exists, err := db.NewSelect().Model((*apiKeyRow)(nil)).Where("id = ?", id).Exists(ctx)
+		switch {
+		case err != nil:
+			return model.APIKey{}, "", model.APIKey{}, translate(err)
+		case exists:
+			return model.APIKey{}, "", model.APIKey{}, fmt.Errorf("%w", model.ErrKeyRevoked)
+		}
+		return model.APIKey{}, "", model.APIKey{}, fmt.Errorf("%w", model.ErrKeyNotFound)
+	}
+	if err != nil {
+		return model.APIKey{}, "", model.APIKey{}, translate(err)
+	}
+	next, secret, err := insertKey(ctx, db, row.NewsletterID, row.Label, model.Scope(row.Scope), now)
+	if err != nil {
+		return model.APIKey{}, "", model.APIKey{}, err
+	}
+	return next, secret, row.toModel(), nil
+}
+
+// TouchKeys records when keys were last used: each key's last_used_at becomes its time in
+// used, unless it holds a later one already (another instance's). Times are kept to the
+// minute (docs/api-contract.md §16.2).
+func (a *Accounts) TouchKeys(ctx context.Context, used map[uuid.UUID]time.Time) error {
+	for id, at := range used {
+		at = at.UTC().Truncate(time.Minute)
+		if _, err := a.idb.NewUpdate().Model((*apiKeyRow)(nil)).Set("last_used_at = ?", at).
+			Where("id = ? AND (last_used_at IS NULL OR last_used_at < ?)", id, at).Exec(ctx); err != nil {
+			return translate(err)
+		}
+	}
+	return nil
 }
 
 // RevokeKey revokes a key; revoking it again changes nothing. An unknown id gives
@@ -170,11 +255,12 @@ func (a *Accounts) RevokeKey(ctx context.Context, id uuid.UUID) error {
 
 // authenticateStmt is Authenticate's statement, prepared on PostgreSQL (see statement); its
 // span is named "SELECT", as bun named the raw statement.
-var authenticateStmt = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, n.api_access
+var authenticateStmt = newStatement("SELECT", "", `SELECT k.id, k.prefix, k.newsletter_id, k.hash, k.revoked_at, k.scope,
+    k.expires_at, n.api_access
 FROM api_keys AS k JOIN newsletters AS n ON n.id = k.newsletter_id WHERE k.hash = $1`)
 
 // Authenticate finds the live key with this hash and what it grants. An unknown key gives
-// model.ErrKeyNotFound; a revoked one model.ErrKeyRevoked (an ErrKeyNotFound too) with the
+// model.ErrKeyNotFound; a revoked or expired one model.ErrKeyRevoked (an ErrKeyNotFound too) with the
 // key's id, prefix and newsletter, for telemetry.
 func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Principal, error) {
 	var row struct {
@@ -183,6 +269,8 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 		NewsletterID uuid.UUID  `bun:"newsletter_id"`
 		Hash         []byte     `bun:"hash"`
 		RevokedAt    *time.Time `bun:"revoked_at"`
+		Scope        string     `bun:"scope"`
+		ExpiresAt    *time.Time `bun:"expires_at"`
 		APIAccess    bool       `bun:"api_access"`
 	}
 	err := a.db.eng.queryRow(ctx, a.idb, authenticateStmt, &row, hash)
@@ -197,8 +285,13 @@ func (a *Accounts) Authenticate(ctx context.Context, hash []byte) (model.Princip
 	if subtle.ConstantTimeCompare(row.Hash, hash) != 1 {
 		return model.Principal{}, fmt.Errorf("%w", model.ErrKeyNotFound)
 	}
-	p := model.Principal{KeyID: row.ID, KeyPrefix: row.Prefix, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess}
-	if row.RevokedAt != nil {
+	p := model.Principal{KeyID: row.ID, KeyPrefix: row.Prefix, NewsletterID: row.NewsletterID, APIAccess: row.APIAccess,
+		Scope: model.Scope(row.Scope)}
+	if row.ExpiresAt != nil {
+		p.ExpiresAt = row.ExpiresAt.UTC()
+	}
+	// An expired key (a rotated key whose grace is over) is a revoked one (§16.2).
+	if row.RevokedAt != nil || model.Expired(p.ExpiresAt, a.now()) {
 		return model.Principal{KeyID: p.KeyID, KeyPrefix: p.KeyPrefix, NewsletterID: p.NewsletterID}, fmt.Errorf("%w", model.ErrKeyRevoked)
 	}
 	return p, nil

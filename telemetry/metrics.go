@@ -119,6 +119,7 @@ type Metrics struct {
 	lockouts          *prometheus.CounterVec
 	idempotency       *prometheus.CounterVec   // see idempotency.go
 	gateWait          *prometheus.HistogramVec // see bulkgate.go
+	scopeRefusals     *prometheus.CounterVec   // see scope.go
 	gateWaiting       prometheus.Gauge
 	consent           consentMetrics         // see consent.go
 	importRows        *prometheus.CounterVec // see imports.go
@@ -150,7 +151,7 @@ func NewMetrics(version string) *Metrics {
 		}),
 		subscribersCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "subscribers_created_total",
-			Help: "Subscribers created, by initial status and operation (create, bulk).",
+			Help: "Subscribers created, by initial status and operation (create, bulk, upsert).",
 		}, []string{"status", "operation"}),
 		emailSends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "email_sends_total",
@@ -224,6 +225,7 @@ func NewMetrics(version string) *Metrics {
 	)
 	m.registerIdempotency()
 	m.registerBulkGate()
+	m.registerScope()
 	m.registerConsent()
 	m.registerImports()
 	m.registerPrivacy()
@@ -301,7 +303,7 @@ func observe(ctx context.Context, o prometheus.Observer, d time.Duration) {
 	o.Observe(d.Seconds())
 }
 
-// SubscribersCreated counts n subscribers created with status by operation ("create", "bulk").
+// SubscribersCreated counts n subscribers created with status by operation ("create", "bulk", "upsert").
 func (m *Metrics) SubscribersCreated(operation, status string, n int) {
 	m.subscribersCreated.WithLabelValues(status, operation).Add(float64(n))
 }

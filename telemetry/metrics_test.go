@@ -60,8 +60,13 @@ func TestRecordingMethods(t *testing.T) {
 	m.SuppressionsCreated("declined", 2)
 	m.SuppressionsCreated("bob@example.com", 1) // unbounded value: becomes "other"
 	m.PagePost(PageConfirm, PageRefused)
+	m.ScopeRefused("sk_AbCd")
+	m.ScopeRefused("sk_AbCd")
 
 	expected := `
+# HELP api_key_scope_refusals_total Requests refused with 403 insufficient_scope (a write with a read-only key), by the key's display prefix.
+# TYPE api_key_scope_refusals_total counter
+api_key_scope_refusals_total{key_prefix="sk_AbCd"} 2
 # HELP auth_failures_total Requests refused by authentication, by reason (missing, invalid, revoked, plan_disabled).
 # TYPE auth_failures_total counter
 auth_failures_total{reason="invalid"} 2
@@ -84,11 +89,11 @@ lockouts_total{scope="key"} 0
 # HELP rate_limit_redis_up 1 if the last exchange with the Redis rate-limit store succeeded, else 0.
 # TYPE rate_limit_redis_up gauge
 rate_limit_redis_up 0
-# HELP subscribers_created_total Subscribers created, by initial status and operation (create, bulk).
+# HELP subscribers_created_total Subscribers created, by initial status and operation (create, bulk, upsert).
 # TYPE subscribers_created_total counter
 subscribers_created_total{operation="bulk",status="pending"} 3
 `
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected),
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), "api_key_scope_refusals_total",
 		"auth_failures_total", "email_sends_total", "lockouts_total", "rate_limit_redis_up",
 		"subscribers_created_total"); err != nil {
 		t.Error(err)

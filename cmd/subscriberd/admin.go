@@ -219,19 +219,33 @@ type keyJSON struct {
 	ID        string     `json:"id"`
 	Prefix    string     `json:"prefix"`
 	Label     string     `json:"label"`
+	Scope     string     `json:"scope"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at"`
+	// ExpiresAt is when a rotated key stops working; LastUsedAt is to the minute.
+	ExpiresAt  *time.Time `json:"expires_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+}
+
+// scopeFlag parses --scope: read or write.
+func scopeFlag(cmd, v string) (model.Scope, error) {
+	sc, ok := model.ParseScope(v)
+	if !ok {
+		return "", fmt.Errorf("%s: --scope must be read or write, not %q", cmd, v)
+	}
+	return sc, nil
 }
 
 func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("apikey: want create, list or revoke")
+		return errors.New("apikey: want create, list, rotate or revoke")
 	}
 	fs, loader := cliFlags("apikey "+args[0], stderr, getenv)
 	switch args[0] {
 	case "create":
 		nl := fs.String("newsletter", "", "newsletter id")
 		label := fs.String("label", "", "a note on what the key is for")
+		scopeName := fs.String("scope", string(model.ScopeWrite), "read (GET operations only) or write (every operation)")
 		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
@@ -239,15 +253,41 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 		if err != nil {
 			return fmt.Errorf("apikey create: --newsletter must be a newsletter id (%s newsletter list shows them)", prog)
 		}
+		scope, err := scopeFlag("apikey create", *scopeName)
+		if err != nil {
+			return err
+		}
 		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
-			k, secret, err := a.CreateKey(ctx, id, *label)
+			k, secret, err := a.CreateScopedKey(ctx, id, *label, scope)
 			if errors.Is(err, model.ErrNewsletterNotFound) {
 				return fmt.Errorf("apikey create: no newsletter %s (%s newsletter list shows them)", id, prog)
 			}
 			if err != nil {
 				return err
 			}
-			return printJSON(stdout, map[string]string{"id": k.ID.String(), "prefix": k.Prefix, "key": secret})
+			return printJSON(stdout, map[string]string{"id": k.ID.String(), "prefix": k.Prefix, "key": secret, "scope": string(k.Scope)})
+		})
+	case "rotate":
+		grace := fs.Duration("grace", model.DefaultRotationGrace, "how long the old key keeps working (0s: it stops now)")
+		id, err := idArg(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if *grace < 0 {
+			return fmt.Errorf("apikey rotate: --grace must not be negative, not %s", *grace)
+		}
+		return withAccounts(ctx, prog, loader, stderr, func(a *repo.Accounts) error {
+			next, secret, old, err := a.RotateKey(ctx, id, *grace)
+			switch {
+			case errors.Is(err, model.ErrKeyRevoked):
+				return fmt.Errorf("apikey rotate: key %s is revoked or expired; create a new one with %s apikey create", id, prog)
+			case errors.Is(err, model.ErrKeyNotFound):
+				return fmt.Errorf("apikey rotate: no key %s (%s apikey list --newsletter ID shows them)", id, prog)
+			case err != nil:
+				return err
+			}
+			return printJSON(stdout, map[string]any{"id": next.ID.String(), "prefix": next.Prefix, "key": secret,
+				"scope": string(next.Scope), "replaces": old.ID.String(), "old_key_expires_at": old.ExpiresAt})
 		})
 	case "list":
 		nl := fs.String("newsletter", "", "newsletter id")
@@ -268,7 +308,8 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 			}
 			out := make([]keyJSON, len(keys))
 			for i, k := range keys {
-				out[i] = keyJSON{ID: k.ID.String(), Prefix: k.Prefix, Label: k.Label, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+				out[i] = keyJSON{ID: k.ID.String(), Prefix: k.Prefix, Label: k.Label, Scope: string(k.Scope),
+					CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt}
 			}
 			return printJSON(stdout, map[string]any{"keys": out})
 		})
@@ -286,7 +327,7 @@ func apikeyCmd(ctx context.Context, prog string, args []string, getenv func(stri
 			return printJSON(stdout, map[string]any{"id": id.String(), "revoked": true})
 		})
 	default:
-		return fmt.Errorf("apikey: unknown subcommand %q (want create, list or revoke)", args[0])
+		return fmt.Errorf("apikey: unknown subcommand %q (want create, list, rotate or revoke)", args[0])
 	}
 }
 

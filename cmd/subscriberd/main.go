@@ -6,8 +6,9 @@
 //	subscriberd newsletter create --name NAME [--api-access=false]
 //	subscriberd newsletter update ID [--api-access=BOOL] [--name NAME]
 //	subscriberd newsletter list
-//	subscriberd apikey create --newsletter ID [--label TEXT]
+//	subscriberd apikey create --newsletter ID [--label TEXT] [--scope read|write]
 //	subscriberd apikey list --newsletter ID
+//	subscriberd apikey rotate ID [--grace DURATION]
 //	subscriberd apikey revoke ID
 //	subscriberd import --newsletter ID [--status pending] FILE
 package main
@@ -54,8 +55,11 @@ commands:
   newsletter create --name NAME [--api-access=false]
   newsletter update ID [--api-access=BOOL] [--name NAME]
   newsletter list
-  apikey create --newsletter ID [--label TEXT]
-  apikey list --newsletter ID             prefix, label, created and revoked times; never the key
+  apikey create --newsletter ID [--label TEXT] [--scope read|write]
+  apikey list --newsletter ID             prefix, label, scope, created, revoked, expiry and
+                                          last-used times; never the key
+  apikey rotate ID [--grace DURATION]     a new key like it; the old one expires after the
+                                          grace (default 24h)
   apikey revoke ID
   import --newsletter ID [--status pending] FILE
                                           import a CSV or NDJSON file of subscribers,

@@ -160,6 +160,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		ImportMaxBytes: cfg.ImportMaxBytes,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
+		KeyUsage:        accounts,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 
@@ -183,6 +184,16 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	defer func() {
 		stopWorker()
 		<-purgeDone
+	}()
+	// When each key was last used is written apart from the requests (docs/api-contract.md §16.2).
+	usageDone := make(chan struct{})
+	go func() {
+		defer close(usageDone)
+		public.RunKeyUsage(workerCtx, 15*time.Second)
+	}()
+	defer func() {
+		stopWorker()
+		<-usageDone
 	}()
 
 	var draining atomic.Bool

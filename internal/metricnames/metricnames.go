@@ -47,6 +47,7 @@ func Names() []string {
 func TouchAll(m *telemetry.Metrics) {
 	m.ObserveRequest(context.Background(), "GET", telemetry.RouteUnmatched, 404, time.Millisecond)
 	m.SubscribersCreated("create", "pending", 1)
+	m.ScopeRefused("sk_0000")
 	m.EmailSend(context.Background(), telemetry.EmailSent, time.Millisecond)
 	m.BackendUp(true)
 	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })

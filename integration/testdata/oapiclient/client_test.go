@@ -5,6 +5,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"testing"
@@ -106,6 +107,31 @@ func TestClient(t *testing.T) {
 	dr, err := c.UnsubscribeSubscriberWithResponse(ctx, id, &UnsubscribeSubscriberParams{IdempotencyKey: str("unsubscribe-1")})
 	if err != nil || dr.JSON200 == nil || dr.JSON200.Data.Status != SubscriberStatusUnsubscribed {
 		t.Fatalf("unsubscribe: %v, %d %s", err, dr.StatusCode(), dr.Body)
+	}
+
+	// Upsert by email (1.2): the address in the path, as given (Unicode domain, upper case);
+	// created the first time (201 with Location), updated after (200), the name kept when only
+	// the status is given.
+	up, err := c.UpsertSubscriberByEmailWithResponse(ctx, "Max@bücher.example",
+		&UpsertSubscriberByEmailParams{IdempotencyKey: str("upsert-max")}, SubscriberUpsert{Name: nullable.NewNullableWithValue("Max Mustermann")})
+	if err != nil || up.JSON201 == nil {
+		t.Fatalf("upsert of a new address: %v, %d %s", err, up.StatusCode(), up.Body)
+	}
+	if d := up.JSON201.Data; d.Email != "Max@bücher.example" || d.Name != "Max Mustermann" || d.Status != SubscriberStatusActive ||
+		up.HTTPResponse.Header.Get("Location") != fmt.Sprintf("/api/v1/subscribers/%v", d.Id) {
+		t.Errorf("upsert created %+v, Location %q", d, up.HTTPResponse.Header.Get("Location"))
+	}
+	pendingUpsert := SubscriberUpsertStatusPending
+	up2, err := c.UpsertSubscriberByEmailWithResponse(ctx, "max@BÜCHER.example", nil, SubscriberUpsert{Status: &pendingUpsert})
+	if err != nil || up2.JSON200 == nil {
+		t.Fatalf("upsert of an existing address: %v, %d %s", err, up2.StatusCode(), up2.Body)
+	}
+	if d := up2.JSON200.Data; d.Id != up.JSON201.Data.Id || d.Name != "Max Mustermann" || d.Status != SubscriberStatusPending {
+		t.Errorf("upsert updated %+v, want the same subscriber, name kept, pending", d)
+	}
+	ue, err := c.UpsertSubscriberByEmailWithResponse(ctx, "not-an-address", nil, SubscriberUpsert{})
+	if err != nil || ue.JSON422 == nil || len(ue.JSON422.Errors["email"]) != 1 {
+		t.Fatalf("upsert of a bad address: %v, %d %s", err, ue.StatusCode(), ue.Body)
 	}
 
 	// A typed 422: field messages as a map of string arrays, no type assertion needed.
