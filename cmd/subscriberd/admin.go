@@ -28,31 +28,9 @@ func cliFlags(name string, stderr io.Writer, getenv func(string) string) (*flag.
 	return fs, bindConfig(fs, getenv, "DATABASE_URL", "DATA_DIR", "LOG_LEVEL", "LOG_FORMAT")
 }
 
-// withAccounts opens the database and runs fn. It never creates a database: a command run from
-// another directory, or with a mistyped DATABASE_URL, would otherwise act on a new empty store.
-// An existing database is migrated first, so a newcomer's first command works on a new server.
+// withAccounts runs fn on the accounts of the existing database (withDB).
 func withAccounts(ctx context.Context, prog string, loader *configLoader, stderr io.Writer, fn func(*repo.Accounts) error) error {
-	cfg, err := loader.load(nil)
-	if err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(stderr, cfg.LogLevel.String(), cfg.LogFormat)
-	if err != nil {
-		return err
-	}
-	exists, err := repo.DatabaseExists(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return cfg.dbErr(err)
-	}
-	if !exists {
-		return fmt.Errorf("no database at %s; set DATA_DIR or DATABASE_URL, or create it there with %s migrate", storeLocation(cfg.DatabaseURL), prog)
-	}
-	db, err := openDB(ctx, cfg, true, log)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	return fn(repo.NewAccounts(db))
+	return withDB(ctx, prog, loader, stderr, func(db *repo.DB, _ *slog.Logger) error { return fn(repo.NewAccounts(db)) })
 }
 
 // storeLocation names the database of dsn for a person: the SQLite file's absolute path, or the

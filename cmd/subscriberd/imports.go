@@ -156,7 +156,10 @@ func followImport(ctx context.Context, store *repo.Imports, imp model.Import, w 
 	}
 }
 
-// withDB opens the existing database (migrating it, as withAccounts does) and runs fn.
+// withDB opens the existing database and runs fn. It never creates a database: a command run
+// from another directory, or with a mistyped DATABASE_URL, would otherwise act on a new empty
+// store. An existing database is migrated first, so a newcomer's first command works on a new
+// server.
 func withDB(ctx context.Context, prog string, loader *configLoader, stderr io.Writer, fn func(*repo.DB, *slog.Logger) error) error {
 	cfg, err := loader.load(nil)
 	if err != nil {
