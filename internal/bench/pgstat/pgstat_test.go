@@ -9,7 +9,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/subscriberd/subscriberd/internal/testdb"
 )
+
+// pg is the test PostgreSQL (TEST_DATABASE_URL, else a container; see internal/testdb).
+var pg *testdb.Server
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
 func TestParseLSN(t *testing.T) {
 	for _, tc := range []struct {
@@ -175,10 +182,7 @@ func TestShorten(t *testing.T) {
 // connection that waits on a row lock, and checks that the WAL and the lock wait are seen
 // (and the statements, where the server has pg_stat_statements loaded).
 func TestWindowOnServer(t *testing.T) {
-	dsn := os.Getenv("TEST_DATABASE_URL")
-	if dsn == "" {
-		t.Fatal("TEST_DATABASE_URL is not set: this test needs a PostgreSQL server")
-	}
+	dsn := pg.Fresh(t)
 	ctx := context.Background()
 	p, err := Open(ctx, dsn)
 	if err != nil {
