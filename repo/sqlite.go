@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/sqlitedialect"
 	"github.com/uptrace/bun/migrate"
+	"go.opentelemetry.io/otel/trace"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -440,8 +441,13 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 		return translate(err)
 	}
 	defer func() {
-		if err != nil { // the client may be gone: the cleanup must not go with it
-			s.dropImport(context.WithoutCancel(ctx), row.ID) //nolint:errcheck // a leftover upload is dropped by the worker's sweep
+		if err != nil {
+			// The client may be gone, and the cleanup must not go with it: it gets a deadline
+			// of its own, under the upload's span. A cleanup that fails is left to the
+			// worker's sweep (SweepUploads).
+			cctx, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), 5*time.Second)
+			defer cancel()
+			s.dropImport(cctx, row.ID) //nolint:errcheck // see above
 		}
 	}()
 	var n int64
