@@ -31,7 +31,7 @@ import (
 //	TEST_DATABASE_URL=... go test -run '^$' -bench Telemetry -count 6 ./integration
 //
 // The read is the cheapest database round trip the API has, so the relative overhead is the
-// largest any operation sees. README.md, "Performance", reports the figures.
+// largest any operation sees. docs/benchmarks.md reports the figures.
 //
 // The "memory" variants replace PostgreSQL by an in-memory store, so they measure the CPU cost
 // of telemetry alone, without the noise of a shared database; against a real request that
