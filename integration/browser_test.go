@@ -38,9 +38,21 @@ func browser(t *testing.T) context.Context {
 		t.Skip("#### NO CHROMIUM: the confirm page was NOT loaded in a browser (install the Debian package " +
 			"`chromium`, or set CHROMIUM) ####")
 	}
+	// Chromium's helper processes may still write to the profile for a moment after the
+	// browser is killed, which makes t.TempDir's strict cleanup fail the test; the profile is
+	// removed here, with retries, after the browser is gone (cleanups run last-in first-out).
+	profile, err := os.MkdirTemp("", "subscriberd-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 50 && os.RemoveAll(profile) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(390, 844),
+		chromedp.UserDataDir(profile), chromedp.WindowSize(390, 844),
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
 		chromedp.Flag("proxy-server", "http://127.0.0.1:9"))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
