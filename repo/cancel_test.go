@@ -55,7 +55,8 @@ func TestStatementsCutShortLeaveThePoolClean(t *testing.T) {
 	}
 
 	// Cut: deadlines and cancellations at random points, while the server sleeps (before the
-	// first row) or streams 3,000 rows.
+	// first row) or streams 100,000 rows (tens of milliseconds even on a quiet machine: 3,000
+	// streamed so fast there that too few were cut).
 	const cuts = 300
 	var cut, finished atomic.Int64
 	var wg sync.WaitGroup
@@ -68,7 +69,7 @@ func TestStatementsCutShortLeaveThePoolClean(t *testing.T) {
 					ctx, cancel = context.WithCancel(context.Background())
 					time.AfterFunc(wait, cancel)
 				}
-				rows, sleep := 3000, time.Duration(0)
+				rows, sleep := 100_000, time.Duration(0)
 				if i%3 == 0 {
 					rows, sleep = 5, time.Duration(rand.N(8))*time.Millisecond
 				}
