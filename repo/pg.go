@@ -57,7 +57,12 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// waiting for a lock gives up sooner, at lock_timeout (55P03, also 503): a transaction
 	// left open on a row otherwise held every connection that wanted it, and with them the
 	// pool, for the whole statement timeout. The connector is wrapped (pgconn.go) so that a
-	// statement stops when its context ends.
+	// statement stops when its context ends: the connection is closed (pgdriver sends no
+	// cancel request). The server notices a closed connection only when it next writes to
+	// it, so a statement whose client had gone went on waiting for its lock and then
+	// committed; every second it now checks the connection while a statement runs
+	// (client_connection_check_interval) and ends the statement, rolled back, once the client
+	// has gone.
 	sqldb := sql.OpenDB(pgConnector{inner: pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
@@ -67,9 +72,10 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 		// estimate never beats a custom plan's) and plans those statements on every call.
 		// Statements sent over the simple protocol are planned per call whatever this says.
 		pgdriver.WithConnParams(map[string]any{
-			"statement_timeout": strconv.FormatInt(stmt.Milliseconds(), 10),
-			"lock_timeout":      strconv.FormatInt(lock.Milliseconds(), 10),
-			"plan_cache_mode":   "force_generic_plan",
+			"statement_timeout":                strconv.FormatInt(stmt.Milliseconds(), 10),
+			"lock_timeout":                     strconv.FormatInt(lock.Milliseconds(), 10),
+			"plan_cache_mode":                  "force_generic_plan",
+			"client_connection_check_interval": "1000",
 		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
