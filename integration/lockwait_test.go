@@ -43,7 +43,7 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// 64 creates of the address (active ones: one statement; pending ones: a transaction),
+	// 64 creates of the address (active and pending ones, one statement each),
 	// from clients that give up after 2 s, more than the pool has connections.
 	impatient := &http.Client{Timeout: 2 * time.Second}
 	var wg sync.WaitGroup
@@ -88,7 +88,7 @@ func TestRowLockHeldOpenDoesNotStarveThePool(t *testing.T) {
 	}
 
 	// A write that keeps waiting answers 503 with Retry-After once the lock timeout (5 s)
-	// ends: an active create (one statement), a pending one (a transaction), and a change of
+	// ends: an active create and a pending one (one statement each), and a change of
 	// another subscriber's email to the held address.
 	writes := []struct{ method, path, body string }{
 		{"POST", "/subscribers", `{"email":"x@x.io","status":"active"}`},

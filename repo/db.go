@@ -397,10 +397,11 @@ type engine interface {
 	// not subscribers.
 	listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error)
 
-	// insertWithEvent stores row unless its email is taken, with its created event and the
-	// event's deliveries, in one statement, and reports whether it stored it. ok is false when
-	// the engine has no such statement: the caller then writes them in a transaction.
-	insertWithEvent(ctx context.Context, db bun.IDB, s *store, row *subscriberRow, ev model.Event) (stored, ok bool, err error)
+	// create stores row, after the suppression check under the address's lock, with its
+	// created event, the event's deliveries and mail (when not nil), in one statement on s's
+	// connection (Subscribers.Create); done is false when the engine has no such statement,
+	// and the caller then writes them in a transaction.
+	create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (done bool, err error)
 	// rename applies a patch that sets at most the name without a transaction, when the
 	// engine can (see Subscribers.rename); done is false when it did not.
 	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)

@@ -122,9 +122,8 @@ func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q mod
 	return rows, err
 }
 
-func (e *pgEngine) insertWithEvent(ctx context.Context, db bun.IDB, s *store, row *subscriberRow, ev model.Event) (bool, bool, error) {
-	stored, err := s.insertWithEventPG(ctx, db, row, ev)
-	return stored, true, err
+func (*pgEngine) create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (bool, error) {
+	return true, s.createPG(ctx, row, ev, mail)
 }
 
 func (*pgEngine) rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
@@ -247,38 +246,67 @@ func (*pgEngine) wake(string)                                    {}
 // events column is a JSON array of type names).
 const queueDeliveriesSQL = queueDeliveriesFrom + `strpos(w.events, '"' || ev.type || '"') > 0`
 
-// insertWithEventPG stores row unless its email is taken, with its created event and the
-// event's deliveries, in one PostgreSQL statement (pgEngine.insertWithEvent): the
-// data-modifying parts of a statement take effect together or not at all, so a create needs
-// one round trip instead of a transaction's four. It reports whether row was stored; when it
-// was not, nothing was.
-func (s *store) insertWithEventPG(ctx context.Context, db bun.IDB, row *subscriberRow, ev model.Event) (bool, error) {
+// createPG is pgEngine.create: row, its created event, the event's deliveries and, when mail
+// is not nil, its confirmation email, in one statement (createStmt), after the suppression
+// check of docs/api-contract.md §13 under the address's lock (suppression_after_lock, see its
+// migration). The data-modifying parts of a statement take effect together or not at all, and
+// the lock holds until the statement's transaction commits (the statement's own, in
+// autocommit): a create is one round trip instead of a transaction's six.
+func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event, mail *outboxRow) error {
 	r := eventRows(ctx, []model.Event{ev})[0]
-	var n int
-	err := s.db.eng.queryRow(ctx, db, insertWithEventStmt, &n,
-		row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
-		r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt)
-	if err != nil {
-		return false, translate(err)
+	var mailID *uuid.UUID
+	var mailTrace string
+	if mail != nil {
+		mailID, mailTrace = &mail.ID, mail.Traceparent
 	}
-	return n > 0, nil
+	var out struct {
+		Reason  *string `bun:"reason"`
+		Created int     `bun:"created"`
+	}
+	err := s.atomic(ctx, func(ctx context.Context) error {
+		return s.db.eng.queryRow(ctx, s.idb, createStmt, &out,
+			row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
+			r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt,
+			row.NewsletterID.String()+"/"+model.NormalizeEmail(row.Email), model.EmailHash(row.Email),
+			mailID, mailTrace)
+	})
+	switch {
+	case err != nil:
+		return translate(err)
+	case out.Reason != nil:
+		return model.Suppressed(model.SuppressionReason(*out.Reason))
+	case out.Created == 0:
+		return fmt.Errorf("%w", model.ErrEmailTaken)
+	}
+	return nil
 }
 
-// insertWithEventStmt is insertWithEventPG's statement, prepared (see statement): $1 to $9 the
-// subscriber's columns, then the event's id, type, payload, traceparent and time (its
-// newsletter is the subscriber's). Its span is named for its main change, "INSERT
-// subscribers". The event's values are cast: in an INSERT … SELECT a parameter takes no type
-// from the target column.
-var insertWithEventStmt = newStatement("INSERT", "subscribers", `WITH s AS (
+// createStmt is createPG's statement, prepared (see statement): $1 to $9 the subscriber's
+// columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
+// the subscriber's); $15 and $16 the address's lock key and hash; $17 and $18 the confirmation
+// email's id (NULL: none) and traceparent. It returns the reason the address is suppressed for
+// (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
+// span is named for its main change, "INSERT subscribers". The values are cast: in an
+// INSERT … SELECT a parameter takes no type from the target column.
+var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
+    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea) AS reason),
+s AS (
     INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz
+    WHERE (SELECT reason FROM chk) IS NULL
     ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
 ev AS (
     INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
     SELECT $10::uuid, $2::uuid, s.id, $11::text, $12::text, $13::text, $14::timestamptz FROM s
     RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`)
-SELECT count(*) FROM s`)
+d AS (`+queueDeliveriesSQL+`),
+m AS (
+    INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
+        traceparent, created_at, updated_at)
+    SELECT $17::uuid, $2::uuid, s.id, '`+model.EmailKindConfirmation+`', '`+StatePending+`', 0, $9::timestamptz, '',
+        $18::text, $9::timestamptz, $9::timestamptz
+    FROM s WHERE $17::uuid IS NOT NULL)
+SELECT (SELECT reason FROM chk) AS reason, (SELECT count(*) FROM s) AS created`)
 
 // listDirectMaxOffset is the largest offset at which a page is read straight from the list
 // index. Beyond it, the page's ids come from an index-only walk and only those rows are read,

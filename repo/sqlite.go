@@ -268,8 +268,8 @@ func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q m
 	return rows, err
 }
 
-func (*sqliteEngine) insertWithEvent(context.Context, bun.IDB, *store, *subscriberRow, model.Event) (bool, bool, error) {
-	return false, false, nil
+func (*sqliteEngine) create(context.Context, *store, *subscriberRow, model.Event, *outboxRow) (bool, error) {
+	return false, nil
 }
 
 func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {

@@ -91,39 +91,41 @@ func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time
 }
 
 // Create stores one subscriber; a pending one gets its confirmation email queued in the same
-// transaction. An email already in the newsletter gives model.ErrEmailTaken.
+// transaction. A suppressed address gives a *model.SuppressedError (docs/api-contract.md §13,
+// checked first), an email already in the newsletter model.ErrEmailTaken.
 func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
 	row := s.newRow(nl, in, s.now())
 	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
+	var mail []outboxRow
+	if pending {
+		mail = confirmationRows(ctx, []subscriberRow{row})
+	}
 	var delivering bool
-	// Always a transaction: the suppression check's lock must hold until the insert commits.
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		delivering = false
-		// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-		if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
-			return err
-		}
-		// Not the engine's one-statement insertWithEvent: its prepared statement may need a
-		// connection of the pool to be prepared on, while this transaction holds the
-		// address's lock that the transactions holding the other connections wait for.
-		res, err := tx.NewInsert().Model(&row).
-			On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
-		if err != nil {
-			return translate(err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("%w", model.ErrEmailTaken)
-		}
-		// docs/api-contract.md §10.1: the event is part of the change.
-		if delivering, err = s.recordEvents(ctx, tx, []model.Event{ev}); err != nil {
-			return err
-		}
-		if pending {
-			return queueConfirmations(ctx, tx, []subscriberRow{row})
-		}
-		return nil
-	})
+	done, err := s.db.eng.create(ctx, &s.store, &row, ev, first(mail))
+	if !done {
+		// A transaction: the suppression check's lock must hold until the insert commits.
+		err = s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+			delivering = false
+			// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
+			if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
+				return err
+			}
+			res, err := tx.NewInsert().Model(&row).
+				On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
+			if err != nil {
+				return translate(err)
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return fmt.Errorf("%w", model.ErrEmailTaken)
+			}
+			// docs/api-contract.md §10.1: the event is part of the change.
+			if delivering, err = s.recordEvents(ctx, tx, []model.Event{ev}); err != nil {
+				return err
+			}
+			return insertOutbox(ctx, tx, mail)
+		})
+	}
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
@@ -132,6 +134,14 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	}
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
+}
+
+// first is a pointer to rows' first element, or nil when there is none.
+func first[T any](rows []T) *T {
+	if len(rows) == 0 {
+		return nil
+	}
+	return &rows[0]
 }
 
 // atomic runs fn, one statement that takes effect whole or not at all, on the store's
@@ -544,9 +554,12 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 // queueConfirmations inserts one due outbox row per subscriber, carrying the caller's trace
 // context so the send can link to the request that asked for it.
 func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) error {
-	if len(subs) == 0 {
-		return nil
-	}
+	return insertOutbox(ctx, db, confirmationRows(ctx, subs))
+}
+
+// confirmationRows are the outbox rows of subs' confirmation emails, carrying ctx's trace
+// context.
+func confirmationRows(ctx context.Context, subs []subscriberRow) []outboxRow {
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	rows := make([]outboxRow, len(subs))
@@ -562,6 +575,14 @@ func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) e
 			CreatedAt:     sub.UpdatedAt,
 			UpdatedAt:     sub.UpdatedAt,
 		}
+	}
+	return rows
+}
+
+// insertOutbox stores rows, when there are any.
+func insertOutbox(ctx context.Context, db bun.IDB, rows []outboxRow) error {
+	if len(rows) == 0 {
+		return nil
 	}
 	_, err := db.NewInsert().Model(&rows).Exec(ctx)
 	return translate(err)

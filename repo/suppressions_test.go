@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -168,5 +169,55 @@ func TestSuppressionUnsubscribes(t *testing.T) {
 	}
 	if want := `"source":{"kind":"suppression","reason":"complaint","api_key":"sk_1"}`; !bytes.Contains([]byte(payload), []byte(want)) {
 		t.Fatalf("event %s, want it to hold %s", payload, want)
+	}
+}
+
+// TestCreateWaitsForASuppressionInFlight: a create of an address whose suppression is being
+// committed meanwhile waits for the address's lock and then sees the suppression (§13), on
+// both engines. On PostgreSQL the create is one statement, whose own snapshot predates the
+// wait: it must read the list after the lock all the same.
+func TestCreateWaitsForASuppressionInFlight(t *testing.T) {
+	db, _, subs, nl := suppressionsDB(t)
+	ctx := context.Background()
+	for _, status := range []model.Status{model.StatusActive, model.StatusPending} {
+		email := "late-" + string(status) + "@example.com"
+		held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- db.InTx(ctx, func(tx repo.Tx) error {
+				if _, _, err := tx.Suppressions().Suppress(ctx, nl, model.NewSuppression{Email: email, Reason: model.ReasonManual,
+					Source: model.SuppressionSource{Kind: model.SuppressionSourceAPI, APIKey: "sk_1"}}); err != nil {
+					return err
+				}
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		<-held
+		created := make(chan error, 1)
+		go func() {
+			_, err := subs.Create(ctx, nl, model.NewSubscriber{Email: email, Status: status})
+			created <- err
+		}()
+		select {
+		case err := <-created:
+			t.Fatalf("%s: the create finished while the suppression held the address: %v", status, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		var supp *model.SuppressedError
+		if err := <-created; !errors.As(err, &supp) || supp.Reasons[0] != model.ReasonManual {
+			t.Fatalf("%s: create after the suppression committed: %v, want it suppressed (manual)", status, err)
+		}
+		var n int
+		if err := db.NewRaw("SELECT count(*) FROM subscribers WHERE email_key = ?", email).Scan(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("%s: %d subscribers of the suppressed address", status, n)
+		}
 	}
 }
