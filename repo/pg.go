@@ -531,6 +531,14 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return translate(err)
 	}
+	// The batches read and delete the staged rows by (import_id, row_no). Until the table is
+	// analyzed, PostgreSQL knows neither how many rows it holds nor for which import, and
+	// planned both on a freshly staged million rows as a scan and sort of the whole import:
+	// 21 ms and 10 ms a batch instead of 1 ms. A failure here costs only that: the import
+	// is stored, and autovacuum analyzes the table in its own time.
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn.ExecContext(actx, "ANALYZE import_rows") //nolint:errcheck // see above
 	return nil
 }
 
