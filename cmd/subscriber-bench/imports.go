@@ -23,6 +23,10 @@ const ImportScenario = "import_1m"
 
 // ImportRecord is the import scenario's result.
 type ImportRecord struct {
+	// Variant is "" for the scenario itself (active rows, no webhook endpoint), "webhook" with
+	// one endpoint subscribed to every event (delivered meanwhile by the service), and
+	// "pending_10pct" with every tenth row pending (its confirmation email queued).
+	Variant       string  `json:"variant,omitempty"`
 	Rows          int64   `json:"rows"`
 	UploadSeconds float64 `json:"upload_seconds"`
 	Seconds       float64 `json:"seconds"`
@@ -33,25 +37,78 @@ type ImportRecord struct {
 	CopySeconds float64 `json:"copy_seconds,omitempty"`
 }
 
-// importFile writes the scenario's CSV file of rows active rows, addresses unique to run.
-func importFile(w io.Writer, run string, rows int) error {
+// Import variants (ImportRecord.Variant).
+const (
+	importWebhook = "webhook"
+	importPending = "pending_10pct"
+)
+
+// importFile writes the scenario's CSV file of rows rows, addresses unique to run: all active,
+// or every tenth pending when pending is set.
+func importFile(w io.Writer, run string, rows int, pending bool) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	fmt.Fprintln(bw, "email,name")
+	fmt.Fprintln(bw, "email,name,status")
 	for i := range rows {
-		fmt.Fprintf(bw, "imp-%s-%d@example.com,Imported %d\n", run, i, i)
+		status := "active"
+		if pending && i%10 == 0 {
+			status = "pending"
+		}
+		fmt.Fprintf(bw, "imp-%s-%d@example.com,Imported %d,%s\n", run, i, i, status)
 	}
 	return bw.Flush()
 }
 
-// runImport runs the import scenario and records it in the report.
-func (b *bench) runImport(ctx context.Context) error {
-	rows := b.cfg.importRows
-	run := strings.ToLower(b.cfg.runID)
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(importFile(pw, run, rows)) }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(b.cfg.url, "/")+"/api/v1/imports", pr)
+// runImports runs the import scenario, then its variants with a webhook endpoint and with
+// 10 % pending rows, each into the benchmarked newsletter with addresses of its own.
+func (b *bench) runImports(ctx context.Context) error {
+	rec, err := b.runImport(ctx, "")
 	if err != nil {
 		return err
+	}
+	if b.db != nil {
+		d, err := b.copyBaseline(ctx, strings.ToLower(b.cfg.runID), int(rec.Rows))
+		if err != nil {
+			return err
+		}
+		rec.CopySeconds = d.Seconds()
+		fmt.Fprintf(b.log, "%s: COPY of the same file into a bare table %.1fs\n", ImportScenario, rec.CopySeconds)
+	}
+	b.rep.Import = &rec
+	rc, err := startReceiver(b.cfg.webhookReceiver)
+	if err != nil {
+		return err
+	}
+	defer rc.srv.Close()
+	if remove, err := b.addEndpoint(ctx, rc); err != nil {
+		fmt.Fprintf(b.log, "note: %s with a webhook endpoint not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", ImportScenario, err)
+	} else {
+		rec, err := b.runImport(ctx, importWebhook)
+		remove()
+		if err != nil {
+			return err
+		}
+		b.rep.ImportVariants = append(b.rep.ImportVariants, rec)
+	}
+	rec, err = b.runImport(ctx, importPending)
+	if err != nil {
+		return err
+	}
+	b.rep.ImportVariants = append(b.rep.ImportVariants, rec)
+	return nil
+}
+
+// runImport uploads one import file of the variant and waits for the import to complete.
+func (b *bench) runImport(ctx context.Context, variant string) (ImportRecord, error) {
+	rows := b.cfg.importRows
+	run := strings.ToLower(b.cfg.runID)
+	if variant != "" {
+		run += "-" + variant
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(importFile(pw, run, rows, variant == importPending)) }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(b.cfg.url, "/")+"/api/v1/imports", pr)
+	if err != nil {
+		return ImportRecord{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+b.cfg.key)
 	req.Header.Set("Content-Type", "text/csv")
@@ -60,7 +117,7 @@ func (b *bench) runImport(ctx context.Context) error {
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		stopRSS()
-		return fmt.Errorf("%s: upload: %w", ImportScenario, err)
+		return ImportRecord{}, fmt.Errorf("%s: upload: %w", ImportScenario, err)
 	}
 	var created struct {
 		Data struct {
@@ -71,15 +128,15 @@ func (b *bench) runImport(ctx context.Context) error {
 	res.Body.Close()
 	if res.StatusCode != http.StatusAccepted || err != nil {
 		stopRSS()
-		return fmt.Errorf("%s: upload answered %d (%v)", ImportScenario, res.StatusCode, err)
+		return ImportRecord{}, fmt.Errorf("%s: upload answered %d (%v)", ImportScenario, res.StatusCode, err)
 	}
-	rec := ImportRecord{Rows: int64(rows), UploadSeconds: time.Since(start).Seconds()}
+	rec := ImportRecord{Variant: variant, Rows: int64(rows), UploadSeconds: time.Since(start).Seconds()}
 	for {
 		time.Sleep(200 * time.Millisecond)
 		imp, err := b.getImport(ctx, created.Data.ID)
 		if err != nil {
 			stopRSS()
-			return err
+			return ImportRecord{}, err
 		}
 		if imp.State == "completed" || imp.State == "cancelled" {
 			rec.Created = imp.Counts.Created
@@ -89,17 +146,17 @@ func (b *bench) runImport(ctx context.Context) error {
 	rec.Seconds = time.Since(start).Seconds()
 	rec.RowsPerSec = float64(rows) / rec.Seconds
 	rec.PeakRSSMiB = stopRSS()
-	if b.db != nil {
-		d, err := b.copyBaseline(ctx, run, rows)
-		if err != nil {
-			return err
-		}
-		rec.CopySeconds = d.Seconds()
+	fmt.Fprintf(b.log, "%s%s: %d rows in %.1fs (%.0f rows/s; upload %.1fs), %d created, peak RSS %.0f MiB\n",
+		ImportScenario, variantSuffix(variant), rows, rec.Seconds, rec.RowsPerSec, rec.UploadSeconds, rec.Created, rec.PeakRSSMiB)
+	return rec, nil
+}
+
+// variantSuffix names an import variant after the scenario's name: "", or " (webhook)".
+func variantSuffix(variant string) string {
+	if variant == "" {
+		return ""
 	}
-	b.rep.Import = &rec
-	fmt.Fprintf(b.log, "%s: %d rows in %.1fs (%.0f rows/s; upload %.1fs), %d created, peak RSS %.0f MiB; COPY baseline %.1fs\n",
-		ImportScenario, rows, rec.Seconds, rec.RowsPerSec, rec.UploadSeconds, rec.Created, rec.PeakRSSMiB, rec.CopySeconds)
-	return nil
+	return " (" + variant + ")"
 }
 
 type importState struct {
@@ -138,11 +195,11 @@ func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (time.Du
 	}
 	defer conn.Close()
 	table := "bench_import_copy"
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+table+" (email text, name text)"); err != nil {
+	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+table+" (email text, name text, status text)"); err != nil {
 		return 0, err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(importFile(pw, run, rows)) }()
+	go func() { pw.CloseWithError(importFile(pw, run, rows, false)) }()
 	start := time.Now()
 	_, err = pgdriver.CopyFrom(ctx, conn, pr, "COPY "+table+" FROM STDIN (FORMAT csv, HEADER true)")
 	d := time.Since(start)

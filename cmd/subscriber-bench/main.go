@@ -466,7 +466,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		}
 	}
 	if cfg.importRows > 0 {
-		if err := b.runImport(ctx); err != nil {
+		if err := b.runImports(ctx); err != nil {
 			return b.rep, err
 		}
 	}

@@ -162,6 +162,17 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "- %s: %.1f MiB\n", r.During, r.PeakMiB)
 		}
 	}
+	if im := rep.Import; im != nil {
+		fmt.Fprintf(w, "\nImports (§15): %d rows in one CSV upload into the newsletter, timed from the upload's start "+
+			"until the import completed; the same run's COPY of the file into a bare table took %.1f s. "+
+			"Targets: at most 60 s, peak RSS under 128 MiB.\n\n", im.Rows, im.CopySeconds)
+		fmt.Fprintln(w, "| scenario | rows | seconds | rows/s | upload s | peak RSS MiB |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+		for _, r := range append([]ImportRecord{*im}, rep.ImportVariants...) {
+			fmt.Fprintf(w, "| %s%s | %d | %.1f | %.0f | %.1f | %.0f |\n", ImportScenario, variantSuffix(r.Variant),
+				r.Rows, r.Seconds, r.RowsPerSec, r.UploadSeconds, r.PeakRSSMiB)
+		}
+	}
 	if sc := rep.Scale; sc != nil {
 		fmt.Fprintf(w, "\nFirst page at %d subscribers against the measured run: p50 ×%.2f, p99 ×%.2f, req/s ×%.2f (target: p50 ≤ ×1.5).\n",
 			sc.Subscribers, sc.P50Ratio, sc.P99Ratio, sc.RateRatio)

@@ -33,6 +33,8 @@ type Report struct {
 	Reference *Reference `json:"reference,omitempty"`
 	// Import is the import scenario (-import-rows).
 	Import *ImportRecord `json:"import,omitempty"`
+	// ImportVariants are the import scenario with a webhook endpoint and with pending rows.
+	ImportVariants []ImportRecord `json:"import_variants,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -549,6 +551,10 @@ func printReport(w io.Writer, rep *Report) {
 	if im := rep.Import; im != nil {
 		fmt.Fprintf(w, "%s: %d rows imported in %.1fs (%.0f rows/s, target 60s), peak RSS %.0f MiB (target 128); COPY of the file into a bare table %.1fs\n",
 			ImportScenario, im.Rows, im.Seconds, im.RowsPerSec, im.PeakRSSMiB, im.CopySeconds)
+	}
+	for _, im := range rep.ImportVariants {
+		fmt.Fprintf(w, "%s%s: %d rows imported in %.1fs (%.0f rows/s), peak RSS %.0f MiB\n",
+			ImportScenario, variantSuffix(im.Variant), im.Rows, im.Seconds, im.RowsPerSec, im.PeakRSSMiB)
 	}
 
 	fmt.Fprintln(w)
