@@ -237,9 +237,10 @@ advisory locks). pg_stat_statements needs ` + "`shared_preload_libraries = 'pg_s
 the server; without it the statement columns show a dash and the report says so. Point
 ` + "`PG_ADMIN_URL`" + ` at a server that loads it to see them.
 
-**Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before its
-CPU per request was worked on (` + "`make bench BENCH_ARGS=--no-telemetry`" + ` in a clean clone of the
-commit before that work). ` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
+**Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before
+version 1.2 and the store and write-path work that came with it (` + "`make bench BENCH_ARGS=--no-telemetry`" + `
+in a clean checkout of the last commit before that work, on the same machine the same day).
+` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
 Its absolute figures compare only on the machine it ran on; the ratios are each run's own,
 against its own baseline.
 ` + whereCPUGoes
