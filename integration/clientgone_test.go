@@ -49,7 +49,7 @@ func (c *statusCodes) ObserveRequest(_ context.Context, _, _ string, code int, _
 func TestClientHangsUpMidBulk(t *testing.T) {
 	t.Parallel()
 	// The waiting insert stops when the request's context ends (its connection is closed,
-	// repo/pgconn.go); the short statement timeout only bounds the test should it not.
+	// package repo/pgconn); the short statement timeout only bounds the test should it not.
 	e := newEnv(t, func(o *envOptions) { o.statementTimeout = 2 * time.Second })
 	logs, serverLog, metrics := &logbuf.Buffer{}, &logbuf.Buffer{}, &statusCodes{}
 	h := api.New(api.Config{

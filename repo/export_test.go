@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/subscriberd/subscriberd/repo/pgconn"
 )
 
 // TraceQueries makes the spans of db's statements, bun's and prepared ones alike, with tp, for
@@ -20,5 +22,10 @@ func QueryRows(ctx context.Context, db *DB, text string, dest any, args ...any) 
 	return db.eng.queryRows(ctx, db.DB, newStatement("SELECT", "", text), dest, args...)
 }
 
-// CopyFrom is copyFrom: pgdriver.CopyFrom on a connection of a pool Open made.
-var CopyFrom = copyFrom
+// QueryRowsTx is QueryRows in the unit of work tx.
+func QueryRowsTx(ctx context.Context, tx Tx, text string, dest any, args ...any) error {
+	return tx.db.eng.queryRows(ctx, tx.tx, newStatement("SELECT", "", text), dest, args...)
+}
+
+// CopyFrom is pgconn.CopyFrom: pgdriver.CopyFrom on a connection of a pool Open made.
+var CopyFrom = pgconn.CopyFrom

@@ -20,10 +20,11 @@ import (
 	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/outbox"
+	"github.com/subscriberd/subscriberd/repo/pgconn"
 )
 
 // This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
-// connections stop a statement when its context ends, pgconn.go), the hot statements prepared
+// connections stop a statement when its context ends, package pgconn), the hot statements prepared
 // once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
 // advisory locks, and writes that PostgreSQL does in one statement where SQLite needs a
 // transaction. The workers poll: a NOTIFY would serialise the commits of the
@@ -56,14 +57,14 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// committed, so a retry met its own write. 57014 (query canceled) maps to 503. A statement
 	// waiting for a lock gives up sooner, at lock_timeout (55P03, also 503): a transaction
 	// left open on a row otherwise held every connection that wanted it, and with them the
-	// pool, for the whole statement timeout. The connector is wrapped (pgconn.go) so that a
+	// pool, for the whole statement timeout. The connector is wrapped (package pgconn) so that a
 	// statement stops when its context ends: the connection is closed (pgdriver sends no
 	// cancel request). The server notices a closed connection only when it next writes to
 	// it, so a statement whose client had gone went on waiting for its lock and then
 	// committed; every second it now checks the connection while a statement runs
 	// (client_connection_check_interval) and ends the statement, rolled back, once the client
 	// has gone.
-	sqldb := sql.OpenDB(pgConnector{inner: pgdriver.NewConnector(pgdriver.WithDSN(dsn),
+	sqldb := sql.OpenDB(pgconn.Wrap(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
 		// The prepared statements (prepared.go) run their generic plan from the first call:
@@ -81,7 +82,7 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
 		// server.address with the port) to our span of every query, growing it; the query
 		// hook sets the stable ones itself.
-		pgdriver.WithTracing(false))})
+		pgdriver.WithTracing(false))))
 	sqldb.SetMaxOpenConns(n)
 	sqldb.SetMaxIdleConns(n)
 	sqldb.SetConnMaxLifetime(30 * time.Minute)
@@ -515,7 +516,7 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	cr := &copyReader{next: next, id: row.ID.String()}
-	res, err := copyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection (pgconn.go)
+	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}

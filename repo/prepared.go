@@ -119,17 +119,32 @@ func (p *preparedStatements) runPrepared(ctx context.Context, db bun.IDB, st *st
 }
 
 // execPrepared runs st with args on db and scan on its rows, under ctx like every other
-// statement: when ctx ends, the statement stops and its connection is dropped (pgConn).
+// statement: when ctx ends, the statement stops and its connection is dropped (package pgconn).
 func (p *preparedStatements) execPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
 	scan func(context.Context, *sql.Rows) error) error {
-	stmt, err := p.prepared(ctx, st)
-	if err != nil {
-		return err
-	}
+	var stmt *sql.Stmt
 	if tx, ok := db.(bun.Tx); ok {
-		// The transaction's connection's own copy (prepared there if it is not yet), closed
-		// with the transaction.
-		stmt = tx.Tx.StmtContext(ctx, stmt)
+		if s, ok := p.stmts.Load(st); ok {
+			// The transaction's connection's own copy (prepared there if it is not yet),
+			// closed with the transaction.
+			stmt = tx.Tx.StmtContext(ctx, s.(*sql.Stmt))
+		} else {
+			// Never prepared on the pool yet: preparing it there would take a second
+			// connection while the transaction holds one, and a pool whose every connection
+			// is such a transaction would wait on itself. Prepared on the transaction's
+			// connection for this call only.
+			s, err := tx.Tx.PrepareContext(ctx, st.text)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			stmt = s
+		}
+	} else {
+		var err error
+		if stmt, err = p.prepared(ctx, st); err != nil {
+			return err
+		}
 	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {

@@ -3,8 +3,11 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
@@ -128,5 +131,45 @@ func TestPreparedOncePerConnection(t *testing.T) {
 	}
 	if prepared != 1 || plans != 8 {
 		t.Errorf("the connection holds the statement prepared %d times, run %d times; want 1 and 8", prepared, plans)
+	}
+}
+
+// A statement never prepared on the pool yet, run in units of work that hold every connection
+// of the pool, runs at once: it is prepared on each transaction's own connection, never on a
+// second one that no unit of work would give back.
+func TestFirstPrepareInsideEveryConnectionsTransaction(t *testing.T) {
+	if testdb.Store() != testdb.Postgres {
+		t.Skip("PostgreSQL only: SQLite's statements are bun's")
+	}
+	db, err := repo.Open(pg.Fresh(t), repo.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var begun sync.WaitGroup
+	begun.Add(2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			errs <- db.InTx(ctx, func(tx repo.Tx) error {
+				begun.Done()
+				begun.Wait() // both connections are now in a transaction
+				var got []int64
+				if err := repo.QueryRowsTx(ctx, tx, "SELECT $1::bigint AS n", &got, i); err != nil {
+					return err
+				}
+				if len(got) != 1 || got[0] != int64(i) {
+					return fmt.Errorf("got %v, want [%d]", got, i)
+				}
+				return nil
+			})
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a first prepare inside a transaction, with every connection in one: %v", err)
+		}
 	}
 }

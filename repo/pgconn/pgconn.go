@@ -1,23 +1,7 @@
-package repo
-
-import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
-	"errors"
-	"fmt"
-	"io"
-	"sync/atomic"
-	"time"
-
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
-	"github.com/uptrace/bun/driver/pgdriver"
-)
-
-// This file makes every PostgreSQL statement safe to run under its caller's context (habit
-// 17): pgdriver's connector, wrapped, hands database/sql connections that stop a statement
-// whose context ends and are never used again after a read or write was cut short.
+// Package pgconn makes every PostgreSQL statement of the store's pool safe to run under its
+// caller's context (habit 17): pgdriver's connector, wrapped, hands database/sql connections
+// that stop a statement whose context ends and are never used again after a read or write was
+// cut short. Package repo's PostgreSQL engine (pg.go) is its one user.
 //
 // The gap in pgdriver (v1.2.18), as it could be reported upstream:
 //
@@ -43,15 +27,36 @@ import (
 // timeout, a protocol error: anything but a pgdriver.Error short of FATAL) marks the
 // connection broken and closes it. A broken connection reports IsValid() == false and
 // ResetSession fails with driver.ErrBadConn, so database/sql drops it rather than pooling it,
-// and nothing is read from it again. The server notices the closed connection and ends the
-// statement; one waiting on a lock ends at the latest at lock_timeout (see openPostgres).
+// and nothing is read from it again. The server notices the closed connection when it next
+// writes to it, or within client_connection_check_interval while a statement runs (repo's
+// openPostgres sets it), and ends the statement.
+package pgconn
 
-// pgConnector is pgdriver's connector, its connections wrapped in pgConn.
-type pgConnector struct {
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+)
+
+// Wrap returns pgdriver's connector inner with its connections wrapped (see the package note),
+// for sql.OpenDB.
+func Wrap(inner *pgdriver.Connector) driver.Connector { return connector{inner: inner} }
+
+// connector is pgdriver's connector, its connections wrapped in pgConn.
+type connector struct {
 	inner *pgdriver.Connector
 }
 
-func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	cn, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, withContextErr(ctx, err)
@@ -59,7 +64,7 @@ func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return &pgConn{cn: cn.(*pgdriver.Conn)}, nil
 }
 
-func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
+func (c connector) Driver() driver.Driver { return c.inner.Driver() }
 
 // pgConn is one pgdriver connection that is dropped once a statement on it was cut short
 // (see the note above). It implements what pgdriver's Conn implements, no more.
@@ -286,12 +291,12 @@ func (r *pgRows) Close() error {
 	return r.c.check(r.ctx, r.done(), err)
 }
 
-// copyFrom is pgdriver.CopyFrom on conn, a connection of a pool opened by openPostgres:
+// CopyFrom is pgdriver.CopyFrom on conn, a connection of a pool whose connector Wrap made:
 // pgdriver's COPY functions need its own connection type, which pgConn wraps. The COPY runs
 // on conn's pgdriver connection, in conn's transaction if one is open, watched as conn's
 // statements are: when ctx ends, or the COPY fails other than by the server's answer, conn is
 // dropped.
-func copyFrom(ctx context.Context, conn bun.Conn, r io.Reader, query string, args ...any) (res sql.Result, err error) {
+func CopyFrom(ctx context.Context, conn bun.Conn, r io.Reader, query string, args ...any) (res sql.Result, err error) {
 	err = conn.Raw(func(dc any) error {
 		c, ok := dc.(*pgConn)
 		if !ok {
