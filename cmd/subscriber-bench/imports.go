@@ -61,19 +61,19 @@ func importFile(w io.Writer, run string, rows int, pending bool) error {
 // runImports runs the import scenario, then its variants with a webhook endpoint and with
 // 10 % pending rows, each into the benchmarked newsletter with addresses of its own.
 func (b *bench) runImports(ctx context.Context) error {
-	rec, err := b.runImport(ctx, "")
+	plain, err := b.runImport(ctx, "")
 	if err != nil {
 		return err
 	}
 	if b.db != nil {
-		d, err := b.copyBaseline(ctx, strings.ToLower(b.cfg.runID), int(rec.Rows))
+		d, err := b.copyBaseline(ctx, strings.ToLower(b.cfg.runID), int(plain.Rows))
 		if err != nil {
 			return err
 		}
-		rec.CopySeconds = d.Seconds()
-		fmt.Fprintf(b.log, "%s: COPY of the same file into a bare table %.1fs\n", ImportScenario, rec.CopySeconds)
+		plain.CopySeconds = d.Seconds()
+		fmt.Fprintf(b.log, "%s: COPY of the same file into a bare table %.1fs\n", ImportScenario, plain.CopySeconds)
 	}
-	b.rep.Import = &rec
+	b.rep.Import = &plain
 	rc, err := startReceiver(b.cfg.webhookReceiver)
 	if err != nil {
 		return err
@@ -82,18 +82,18 @@ func (b *bench) runImports(ctx context.Context) error {
 	if remove, err := b.addEndpoint(ctx, rc); err != nil {
 		fmt.Fprintf(b.log, "note: %s with a webhook endpoint not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", ImportScenario, err)
 	} else {
-		rec, err := b.runImport(ctx, importWebhook)
+		hooked, err := b.runImport(ctx, importWebhook)
 		remove()
 		if err != nil {
 			return err
 		}
-		b.rep.ImportVariants = append(b.rep.ImportVariants, rec)
+		b.rep.ImportVariants = append(b.rep.ImportVariants, hooked)
 	}
-	rec, err = b.runImport(ctx, importPending)
+	pending, err := b.runImport(ctx, importPending)
 	if err != nil {
 		return err
 	}
-	b.rep.ImportVariants = append(b.rep.ImportVariants, rec)
+	b.rep.ImportVariants = append(b.rep.ImportVariants, pending)
 	return nil
 }
 
