@@ -17,8 +17,9 @@ fmt:
 # bench builds and starts the service on a fresh local database with limits off, seeds 100k
 # subscribers and runs every load scenario beside its raw-SQL baseline, and a few of them on
 # three more instances with telemetry off, fully on and at the production setting (issues 6
-# and 20; about 10 minutes here). BENCH_ARGS
-# passes options: BENCH_ARGS="--million", "--passes 3", "--profile", "--no-telemetry",
+# and 20), then imports a million rows three times (plain, with a webhook endpoint, 10 %
+# pending): about 30 minutes on 2 cores, 50 with --passes 3. BENCH_ARGS passes options:
+# BENCH_ARGS="--million", "--passes 3", "--profile", "--no-telemetry",
 # "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
 bench:
 	./scripts/bench.sh $(BENCH_ARGS)
