@@ -213,33 +213,10 @@ func ParseSuppression(obj map[string]any) (NewSuppression, *ValidationError) {
 // ParseSuppressionBulk validates a bulk suppression body: 1 to MaxBulkSuppressions objects,
 // each as ParseSuppression, no two with the same address; keys "<index>.<field>".
 func ParseSuppressionBulk(items []any) ([]NewSuppression, *ValidationError) {
-	var verr *ValidationError
-	switch {
-	case len(items) < 1:
-		return nil, verr.Add(attrBody, msgBulkMin)
-	case len(items) > MaxBulkSuppressions:
-		return nil, verr.Add(attrBody, fmt.Sprintf(msgBulkMax, MaxBulkSuppressions))
-	}
-	out := make([]NewSuppression, len(items))
-	seen := make(map[string]struct{}, len(items))
-	for i, item := range items {
-		prefix := strconv.Itoa(i) + "."
-		obj, ok := item.(map[string]any)
-		if !ok {
-			verr = verr.Add(strconv.Itoa(i), fmt.Sprintf(msgObject, strconv.Itoa(i)))
-			continue
-		}
-		ns, emailOK, itemErr := parseSuppressionItem(obj, prefix)
-		verr = verr.Merge(itemErr)
-		if emailOK {
-			key := NormalizeEmail(ns.Email)
-			if _, dup := seen[key]; dup {
-				verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
-			}
-			seen[key] = struct{}{}
-		}
-		out[i] = ns
-	}
+	out, verr := parseBulk(items, MaxBulkSuppressions, NormalizeEmail, func(obj map[string]any, prefix string) (NewSuppression, string, bool, *ValidationError) {
+		ns, emailOK, verr := parseSuppressionItem(obj, prefix)
+		return ns, ns.Email, emailOK, verr
+	})
 	if verr != nil {
 		return nil, verr
 	}

@@ -115,37 +115,48 @@ func ParseCreate(obj map[string]any) (NewSubscriber, *ValidationError) {
 // rules, so that the caller can add the emails already taken to the same 422 (§3: every
 // failing field at once).
 func ParseBulk(items []any) ([]NewSubscriber, *ValidationError) {
+	return parseBulk(items, MaxBulkItems, EmailKey, func(obj map[string]any, prefix string) (NewSubscriber, string, bool, *ValidationError) {
+		ns, emailOK, verr := parseItem(obj, prefix)
+		if !emailOK {
+			ns.Email = ""
+		}
+		return ns, ns.Email, emailOK, verr
+	})
+}
+
+// parseBulk is the shape every bulk body shares: 1 to max objects, each validated by item with
+// keys "<prefix><field>" (prefix "<index>."), no two whose valid email has the same key. item
+// returns the parsed value, its email and whether the email passed its rules. Duplicates are
+// judged on the email alone, whatever else the item gets wrong, so that every failing field is
+// reported at once. It returns every item, and the errors.
+func parseBulk[T any](items []any, max int, key func(string) string,
+	item func(obj map[string]any, prefix string) (T, string, bool, *ValidationError)) ([]T, *ValidationError) {
 	var verr *ValidationError
 	switch {
 	case len(items) < 1:
 		return nil, verr.Add(attrBody, msgBulkMin)
-	case len(items) > MaxBulkItems:
-		return nil, verr.Add(attrBody, fmt.Sprintf(msgBulkMax, MaxBulkItems))
+	case len(items) > max:
+		return nil, verr.Add(attrBody, fmt.Sprintf(msgBulkMax, max))
 	}
-	out := make([]NewSubscriber, len(items))
+	out := make([]T, len(items))
 	seen := make(map[string]struct{}, len(items))
-	for i, item := range items {
+	for i, it := range items {
 		prefix := strconv.Itoa(i) + "."
-		obj, ok := item.(map[string]any)
+		obj, ok := it.(map[string]any)
 		if !ok {
 			verr = verr.Add(strconv.Itoa(i), fmt.Sprintf(msgObject, strconv.Itoa(i)))
 			continue
 		}
-		ns, emailOK, itemErr := parseItem(obj, prefix)
+		v, email, emailOK, itemErr := item(obj, prefix)
 		verr = verr.Merge(itemErr)
-		if !emailOK {
-			ns.Email = ""
-		}
-		// Duplicates are judged on the email alone, whatever else the item gets wrong, so
-		// every failing field is reported at once.
 		if emailOK {
-			key := EmailKey(ns.Email)
-			if _, dup := seen[key]; dup {
+			k := key(email)
+			if _, dup := seen[k]; dup {
 				verr = verr.Add(prefix+attrEmail, fmt.Sprintf(msgDistinct, prefix+attrEmail))
 			}
-			seen[key] = struct{}{}
+			seen[k] = struct{}{}
 		}
-		out[i] = ns
+		out[i] = v
 	}
 	return out, verr
 }
