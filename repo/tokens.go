@@ -102,26 +102,11 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := c.now()
-		var subscriberID uuid.UUID
-		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrTokenInvalid)
-		}
+		t, err := c.lockToken(ctx, tx, hash)
 		if err != nil {
-			return translate(err)
+			return err
 		}
-		// Lock the subscriber first, as every other writer does, then read the token as it
-		// stands under that lock: a concurrent change or confirmation has finished by then.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
-			return translate(err)
-		}
-		var t tokenRow
-		if err := tx.NewRaw(tokenQuery, hash).Scan(ctx, &t); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w", model.ErrTokenInvalid)
-			}
-			return translate(err)
-		}
+		subscriberID := t.SubscriberID
 		out = t.confirmation(true, false)
 		confirm, replay := t.usable(now)
 		switch {
@@ -164,6 +149,25 @@ WHERE subscriber_id = ? AND retired_at IS NULL AND hash <> ?`, now, subscriberID
 	return out, nil
 }
 
+// lockToken finds the token hash's subscriber, locks the subscriber first, as every other
+// writer does, then reads the token as it stands under that lock: a concurrent change,
+// confirmation or decline has finished by then. An unknown token is model.ErrTokenInvalid.
+func (c *Confirmations) lockToken(ctx context.Context, tx bun.IDB, hash []byte) (tokenRow, error) {
+	var t tokenRow
+	var subscriberID uuid.UUID
+	err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
+	if err == nil {
+		_, err = tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx)
+	}
+	if err == nil {
+		err = tx.NewRaw(tokenQuery, hash).Scan(ctx, &t)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("%w", model.ErrTokenInvalid)
+	}
+	return t, translate(err)
+}
+
 // Decline is "I did not sign up" (docs/api-contract.md §12.2): in one transaction the token's
 // pending subscriber becomes unsubscribed with the event subscriber.unsubscribed (source
 // decline_link with the client ctx carries), its unsent confirmation emails are cancelled and
@@ -176,25 +180,11 @@ func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirm
 	err := c.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering, created = false, false
 		now := c.now()
-		var subscriberID uuid.UUID
-		err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrTokenInvalid)
-		}
+		t, err := c.lockToken(ctx, tx, hash)
 		if err != nil {
-			return translate(err)
+			return err
 		}
-		// The subscriber's lock first, as every writer takes it; then the token under it.
-		if _, err := tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx); err != nil {
-			return translate(err)
-		}
-		var t tokenRow
-		if err := tx.NewRaw(tokenQuery, hash).Scan(ctx, &t); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w", model.ErrTokenInvalid)
-			}
-			return translate(err)
-		}
+		subscriberID := t.SubscriberID
 		out = t.confirmation(false, true)
 		if t.declined() {
 			return nil // a repeat: the same page again
