@@ -98,11 +98,13 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
 	var mail []outboxRow
+	var confirmation *outboxRow
 	if pending {
 		mail = confirmationRows(ctx, []subscriberRow{row})
+		confirmation = &mail[0]
 	}
 	var delivering bool
-	done, err := s.db.eng.create(ctx, &s.store, &row, ev, first(mail))
+	done, err := s.db.eng.create(ctx, &s.store, &row, ev, confirmation)
 	if !done {
 		// A transaction: the suppression check's lock must hold until the insert commits.
 		err = s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
@@ -134,14 +136,6 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	}
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
-}
-
-// first is a pointer to rows' first element, or nil when there is none.
-func first[T any](rows []T) *T {
-	if len(rows) == 0 {
-		return nil
-	}
-	return &rows[0]
 }
 
 // atomic runs fn, one statement that takes effect whole or not at all, on the store's
