@@ -115,7 +115,7 @@ func TestAttributesSizeBoundary(t *testing.T) {
 				remaining--
 			}
 			key := "k" + string(rune('a'+i))
-			overhead := len(`"`+key+`":""`)
+			overhead := len(`"` + key + `":""`)
 			n := min(1000, remaining-overhead)
 			b.WriteString(`"` + key + `":"` + strings.Repeat("x", n) + `"`)
 			remaining -= overhead + n
@@ -196,7 +196,7 @@ func TestParseAttributesPatchAndMerge(t *testing.T) {
 		{name: "empty patch changes nothing", stored: stored, patch: `{}`,
 			want: `{"plan":"free","seats":5,"trial":true}`, previous: map[string]any{}},
 		{name: "set, remove, keep", stored: stored, patch: `{"plan":"pro","trial":null,"company":"Acme"}`,
-			want: `{"company":"Acme","plan":"pro","seats":5}`,
+			want:     `{"company":"Acme","plan":"pro","seats":5}`,
 			previous: map[string]any{"plan": "free", "trial": true, "company": nil}},
 		{name: "same values change nothing", stored: stored, patch: `{"plan":"free","seats":5.0,"gone":null}`,
 			want: `{"plan":"free","seats":5,"trial":true}`, previous: map[string]any{}},
