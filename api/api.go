@@ -42,6 +42,9 @@ type Store interface {
 	Get(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
 	Update(ctx context.Context, newsletterID, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error)
 	Unsubscribe(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
+	// Upsert creates the subscriber with in.Email (created true) or applies p to the one that
+	// has it, in one unit of work under the address's lock (docs/api-contract.md §16.1).
+	Upsert(ctx context.Context, newsletterID uuid.UUID, in model.NewSubscriber, p model.SubscriberPatch) (sub model.Subscriber, created bool, err error)
 }
 
 // Stores are the stores a handler uses: the pool's (Config's), or, for a request with an

@@ -132,7 +132,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
-		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
+		Idempotency:    api.IdempotencyOf(e.idem),
 		CursorKey:      cursorKey,
 		PageNonceKey:   nonceKey,
 		Imports:        repo.NewImports(db),
@@ -279,11 +279,4 @@ func (e *env) count(query string, args ...any) int {
 		e.t.Fatal(err)
 	}
 	return n
-}
-
-// requestStores are the stores an idempotent request uses, as cmd/subscriberd gives them: those
-// of its unit of work.
-func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
-		Suppressions: tx.Suppressions(), Privacy: tx.Privacy()}
 }
