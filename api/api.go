@@ -254,7 +254,8 @@ func humaConfig() huma.Config {
 	// Every tag an operation uses, described (the linters of api.TestOpenAPILint ask for it).
 	cfg.Tags = []*huma.Tag{
 		{Name: "Subscribers", Description: "The subscribers of the key's newsletter: create, bulk create, list, look up, " +
-			"update, unsubscribe, and each one's history of events."},
+			"update, create or update by email (upsert), unsubscribe, each one's history of events, and the export and " +
+			"erasure of a person's data."},
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},
