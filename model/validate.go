@@ -517,7 +517,14 @@ func validDomain(domain string) bool {
 	}
 	// A top-level label of digits only is an IP address, not a domain.
 	tld := labels[len(labels)-1]
-	return strings.TrimFunc(tld, func(r rune) bool { return r >= '0' && r <= '9' }) != ""
+	if strings.TrimFunc(tld, func(r rune) bool { return r >= '0' && r <= '9' }) == "" {
+		return false
+	}
+	// docs/api-contract.md §18: the domain must pass the IDNA processing that keys the
+	// address and names it in the SMTP envelope, and still be a domain in the form the
+	// envelope names (a mapping may empty a label or leave a top level of digits).
+	ascii, _, err := processDomain(strings.ToLower(domain))
+	return err == nil && dnsShape(ascii)
 }
 
 // msgQueryPageMax refuses a page number too large for an int; any smaller one past the end
