@@ -147,6 +147,20 @@ func LegacyEmailHash(email string) []byte {
 	return h[:]
 }
 
+// EmailHashes are the hashes an entry of the suppression list may hold for email: EmailHash,
+// then LegacyEmailHash when it differs. An erased entry made before 1.3 holds the hash of the
+// 1.2 key, and must keep matching every address it matched (docs/api-contract.md §18). The
+// 1.2 key of an address keys to the address's own key, so an entry with the hash of a 1.3
+// key that matches the second hash is of the same address: matching both never matches
+// another address.
+func EmailHashes(email string) [][]byte {
+	h, l := EmailHash(email), LegacyEmailHash(email)
+	if string(h) == string(l) {
+		return [][]byte{h}
+	}
+	return [][]byte{h, l}
+}
+
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
