@@ -75,7 +75,7 @@ func emailKeyFull(l string) string {
 func LegacyEmailKey(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // EnvelopeAddress is the address as the SMTP envelope names it: the local part as given and
-// the domain in its A-label form, from the same IDNA processing as EmailKey's (so
+// the domain in its A-label form (an ASCII domain without A-labels as given), from the same IDNA processing as EmailKey's (so
 // EmailKey(EnvelopeAddress(a)) == EmailKey(a)). It fails for an address without a local part
 // and a domain, or whose domain fails IDNA processing.
 func EnvelopeAddress(addr string) (string, error) {
@@ -84,9 +84,16 @@ func EnvelopeAddress(addr string) (string, error) {
 	if at <= 0 || at == len(addr)-1 {
 		return "", errors.New("address without a local part and a domain")
 	}
-	a, _, err := processDomain(strings.ToLower(addr[at+1:]))
+	domain := addr[at+1:]
+	lower := strings.ToLower(domain)
+	a, _, err := processDomain(lower)
 	if err != nil {
 		return "", err
+	}
+	if isASCII(domain) && !strings.Contains(lower, "xn--") {
+		// An ASCII domain without A-labels maps to itself lower-cased; it goes as given, as
+		// before 1.3 (a domain's case means nothing to DNS).
+		a = domain
 	}
 	return addr[:at] + "@" + a, nil
 }
@@ -110,6 +117,30 @@ func processDomain(domain string) (ascii, unicode string, err error) {
 		return "", "", errIDNA
 	}
 	return ascii, unicode, nil
+}
+
+// domainPassesIDNA reports whether domain (whose labels ValidEmail checked already) passes
+// processDomain and has dnsShape afterwards. The usual domain, ASCII without an A-label, is
+// decided without the IDNA tables: of all the processing, only the rule against "--" in the
+// third and fourth places (CheckHyphens) can refuse what ValidEmail's label rules let through
+// (FuzzEmailAddress holds the two ways to one answer).
+func domainPassesIDNA(domain string) bool {
+	lower := strings.ToLower(domain)
+	if isASCII(lower) && !strings.Contains(lower, "xn--") {
+		for _, l := range strings.Split(lower, ".") {
+			if len(l) > 4 && l[2] == '-' && l[3] == '-' {
+				return false
+			}
+		}
+		return dnsShape(lower)
+	}
+	return domainPassesIDNAFull(lower)
+}
+
+// domainPassesIDNAFull is domainPassesIDNA of a lower-cased domain without the shortcut.
+func domainPassesIDNAFull(lower string) bool {
+	ascii, _, err := processDomain(lower)
+	return err == nil && dnsShape(ascii)
 }
 
 // dnsShape reports whether the A-label form a has at least two non-empty labels of ASCII
