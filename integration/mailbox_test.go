@@ -76,6 +76,10 @@ func TestMailboxSpellingsAreOneAddress(t *testing.T) {
 			if got := r.fieldErrors(t)["1.email"]; len(got) != 1 || got[0] != "The 1.email field has a duplicate value." {
 				t.Errorf("bulk of both spellings: 1.email = %v; want a duplicate value", got)
 			}
+			// In one import file: the second row is an address earlier in the file.
+			loc := f.upload("application/x-ndjson", `{"email":`+jsonString(sp.first)+"}\n"+`{"email":`+jsonString(sp.second)+"}\n", "").
+				want(t, http.StatusAccepted, "").header.Get("Location")
+			wantCounts(t, f.waitImport(t, loc, "completed"), map[string]float64{"rows": 2, "created": 1, "existing": 1})
 
 			found := e.do("GET", "/subscribers?email="+urlQuery(sp.second), nil).want(t, http.StatusOK, "").body["data"].([]any)
 			if len(found) != 1 || found[0].(map[string]any)["id"] != id || found[0].(map[string]any)["email"] != strings.TrimSpace(sp.first) {
