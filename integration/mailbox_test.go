@@ -335,6 +335,9 @@ VALUES (?, ?, ?, 'confirmation', 'pending', 0, ?, '', '', ?, ?)`, mailID, e.nl, 
 	e.insert12Suppression(t, e.nl, "m@example.com", "complaint", 3*h)
 	e.insert12Suppression(t, e.nl, "gone@ｅｘａｍｐｌｅ.ｃｏｍ", "erased", 2*h)
 	e.insert12Suppression(t, e.nl, "er@bücher.example", "erased", 2*h)
+	// An older entry in another spelling of an address erased later: what stays keeps no address.
+	e.insert12Suppression(t, e.nl, "e2@ｅｘａｍｐｌｅ.ｃｏｍ", "manual", 5*h)
+	e.insert12Suppression(t, e.nl, "e2@example.com", "erased", 1*h)
 
 	if _, err := repo.Migrate(ctx, e.db); err != nil {
 		t.Fatal(err)
@@ -432,7 +435,14 @@ WHERE ev.subscriber_id = ?`, d.id); n != 1 {
 			t.Errorf("%s: %v; want suppressed (%s)", addr, got, reason)
 		}
 	}
-	list := e.do("GET", "/suppressions?email=m@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)
+	if n := e.count("SELECT count(*) FROM suppressions WHERE email LIKE 'e2@%'"); n != 0 {
+		t.Errorf("an erased address is still on the list in another spelling")
+	}
+	list := e.do("GET", "/suppressions?email=e2@ｅｘａｍｐｌｅ.ｃｏｍ", nil).want(t, http.StatusOK, "").body["data"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["reason"] != "erased" || list[0].(map[string]any)["email"] != nil {
+		t.Errorf("entries of e2@example.com = %v; want one erased entry", list)
+	}
+	list = e.do("GET", "/suppressions?email=m@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)
 	if len(list) != 1 || list[0].(map[string]any)["id"] != mOld.String() {
 		t.Errorf("entries of m@example.com = %v; want the older one only", list)
 	}

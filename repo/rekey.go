@@ -118,6 +118,9 @@ ORDER BY id LIMIT ?`, after, rekeyPage).Scan(ctx, &rows)
 	return res, nil
 }
 
+// suppressionColumns are suppressionRow's columns.
+const suppressionColumns = `id, newsletter_id, email, email_key, email_hash, reason, source, created_at`
+
 // older reports whether a was created before b (the smaller id on a tie).
 func older(aAt time.Time, aID uuid.UUID, bAt time.Time, bID uuid.UUID) bool {
 	if !aAt.Equal(bAt) {
@@ -135,7 +138,7 @@ func (s *store) rekeySubscriber(ctx context.Context, nl, id uuid.UUID) (bool, er
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		dup, delivering = false, false
 		var cur subscriberRow
-		if err := tx.NewRaw("SELECT * FROM subscribers WHERE id = ?", id).Scan(ctx, &cur); err != nil {
+		if err := tx.NewRaw("SELECT "+subscriberColumns+" FROM subscribers WHERE id = ?", id).Scan(ctx, &cur); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil // erased meanwhile
 			}
@@ -151,7 +154,7 @@ func (s *store) rekeySubscriber(ctx context.Context, nl, id uuid.UUID) (bool, er
 			return translate(err)
 		}
 		var rows []subscriberRow
-		err := tx.NewRaw(`SELECT * FROM subscribers WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
+		err := tx.NewRaw(`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
 ORDER BY id`+s.db.eng.forUpdate(), nl, id, key).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return translate(err)
@@ -217,13 +220,14 @@ func (s *store) unsubscribeDuplicate(ctx context.Context, tx bun.IDB, row *subsc
 
 // rekeySuppression gives entry id of nl's suppression list its address's key and hash, under
 // the address's locks; where an entry already holds the new hash the older of the two stays
-// and the newer is deleted. It reports whether one was deleted.
+// and the newer is deleted (if the newer was an erased one, the older becomes erased). It
+// reports whether one was deleted.
 func (s *store) rekeySuppression(ctx context.Context, nl, id uuid.UUID) (bool, error) {
 	var merged bool
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		merged = false
 		var cur suppressionRow
-		if err := tx.NewRaw("SELECT * FROM suppressions WHERE id = ?", id).Scan(ctx, &cur); err != nil {
+		if err := tx.NewRaw("SELECT "+suppressionColumns+" FROM suppressions WHERE id = ?", id).Scan(ctx, &cur); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil
 			}
@@ -239,7 +243,7 @@ func (s *store) rekeySuppression(ctx context.Context, nl, id uuid.UUID) (bool, e
 			return translate(err)
 		}
 		var rows []suppressionRow
-		err := tx.NewRaw(`SELECT * FROM suppressions WHERE newsletter_id = ? AND (id = ? OR email_hash = ?)
+		err := tx.NewRaw(`SELECT `+suppressionColumns+` FROM suppressions WHERE newsletter_id = ? AND (id = ? OR email_hash = ?)
 ORDER BY id`+s.db.eng.forUpdate(), nl, id, hash).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return translate(err)
@@ -255,20 +259,28 @@ ORDER BY id`+s.db.eng.forUpdate(), nl, id, hash).Scan(ctx, &rows)
 		if self == nil || self.Email == nil {
 			return nil
 		}
-		if holder != nil {
-			merged = true
-			lost := self
-			if older(self.CreatedAt, self.ID, holder.CreatedAt, holder.ID) {
-				lost = holder
-			}
-			if _, err := tx.NewRaw("DELETE FROM suppressions WHERE id = ?", lost.ID).Exec(ctx); err != nil {
-				return translate(err)
-			}
-			if lost == self {
-				return nil
-			}
+		if holder == nil {
+			_, err = tx.NewRaw("UPDATE suppressions SET email_key = ?, email_hash = ? WHERE id = ?", key, hash, id).Exec(ctx)
+			return translate(err)
 		}
-		_, err = tx.NewRaw("UPDATE suppressions SET email_key = ?, email_hash = ? WHERE id = ?", key, hash, id).Exec(ctx)
+		merged = true
+		kept, lost := holder, self
+		if older(self.CreatedAt, self.ID, holder.CreatedAt, holder.ID) {
+			kept, lost = self, holder
+		}
+		if _, err := tx.NewRaw("DELETE FROM suppressions WHERE id = ?", lost.ID).Exec(ctx); err != nil {
+			return translate(err)
+		}
+		if lost.Reason == string(model.ReasonErased) && kept.Reason != string(model.ReasonErased) {
+			// The address was erased (§14): the entry that stays keeps no address either, as
+			// an erasure makes of an existing entry.
+			_, err = tx.NewRaw("UPDATE suppressions SET email = NULL, email_key = NULL, email_hash = ?, reason = ?, source = ? WHERE id = ?",
+				hash, lost.Reason, lost.Source, kept.ID).Exec(ctx)
+			return translate(err)
+		}
+		if kept == self {
+			_, err = tx.NewRaw("UPDATE suppressions SET email_key = ?, email_hash = ? WHERE id = ?", key, hash, id).Exec(ctx)
+		}
 		return translate(err)
 	})
 	return merged, err
