@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,5 +472,58 @@ WHERE ev.subscriber_id = ?`, d.id); n != 1 {
 	}
 	if got := status(late); got != "unsubscribed" {
 		t.Errorf("a duplicate written by a 1.2 instance during the roll-out is %s after the next run; want unsubscribed", got)
+	}
+}
+
+// TestMailboxRekeyWhileServing runs the re-key while the API creates the plain spelling of
+// each full-width address a 1.2 instance stored: whichever comes first, each mailbox ends with
+// exactly one holder of its key, the older (1.2) subscriber, active; a create that won the race
+// is unsubscribed as a duplicate, one that lost it got 422 email_already_subscribed.
+func TestMailboxRekeyWhileServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	const n = 30
+	old := make([]uuid.UUID, n)
+	for i := range n {
+		old[i] = e.insert12(t, e.nl, row12{fmt.Sprintf("c%d@ｅｘａｍｐｌｅ.ｃｏｍ", i), "active", time.Hour})
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	errs := make(chan error, n+1)
+	wg.Go(func() {
+		if _, err := repo.Rekey(ctx, e.db); err != nil {
+			errs <- err
+		}
+	})
+	for i := range n {
+		wg.Go(func() {
+			code, body, err := e.sendWith("POST", "/subscribers", map[string]any{"email": fmt.Sprintf("c%d@example.com", i)})
+			if err != nil || code != http.StatusCreated && code != http.StatusUnprocessableEntity {
+				errs <- fmt.Errorf("create c%d: %d %s %v", i, code, body, err)
+			}
+			if code == http.StatusCreated {
+				won.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d of %d creates came before the re-key of their address", won.Load(), n)
+	for i := range n {
+		key := fmt.Sprintf("c%d@example.com", i)
+		var holder []uuid.UUID
+		if err := e.db.NewRaw("SELECT id FROM subscribers WHERE newsletter_id = ? AND email_key = ?", e.nl, key).Scan(ctx, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if len(holder) != 1 || holder[0] != old[i] {
+			t.Errorf("%s is held by %v; want the older subscriber %s", key, holder, old[i])
+		}
+		if n := e.count("SELECT count(*) FROM subscribers WHERE newsletter_id = ? AND email = ? AND status <> 'unsubscribed'", e.nl, key); n != 0 {
+			t.Errorf("the plain spelling %s is subscribed beside the older full-width one", key)
+		}
 	}
 }
