@@ -75,8 +75,8 @@ func emailKeyFull(l string) string {
 func LegacyEmailKey(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // EnvelopeAddress is the address as the SMTP envelope names it: the local part as given and
-// the domain in its A-label form (an ASCII domain without A-labels as given), from the same IDNA processing as EmailKey's (so
-// EmailKey(EnvelopeAddress(a)) == EmailKey(a)). It fails for an address without a local part
+// the domain in its A-label form (an ASCII domain without A-labels as given), from the same
+// IDNA processing as EmailKey's (so EmailKey(EnvelopeAddress(a)) == EmailKey(a)). It fails for an address without a local part
 // and a domain, or whose domain fails IDNA processing.
 func EnvelopeAddress(addr string) (string, error) {
 	addr = strings.TrimSpace(addr)
