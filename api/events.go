@@ -63,10 +63,6 @@ type EventSubscriber struct {
 // object per kind, told apart by kind. It only documents: the service sends the stored event.
 type EventSource struct{}
 
-// sourceDuplicateAddress is the kind of the source of a subscriber unsubscribed because an
-// older subscriber of its newsletter holds the same address (docs/api-contract.md §18).
-const sourceDuplicateAddress = "duplicate_address"
-
 // Schema implements huma.SchemaProvider: a oneOf of the kinds the service sends, with a
 // discriminator on kind. An erasure (§14) removes ip and user_agent from the sources that
 // have them, so neither is required.
@@ -105,8 +101,8 @@ func (EventSource) Schema(r huma.Registry) *huma.Schema {
 				map[string]*huma.Schema{"reason": {Type: huma.TypeString, Enum: reasons, Description: "The suppression's reason."},
 					"api_key": str("The display prefix of the key that suppressed the address; absent when the service did.")},
 				[]string{"reason"}},
-			{sourceDuplicateAddress, "EventSourceDuplicateAddress", "An older subscriber of the newsletter holds the same address (§18); this one was unsubscribed.",
-				map[string]*huma.Schema{"kept": {Type: huma.TypeString, Format: "uuid", Description: "The id of the subscriber that keeps the address."}},
+			{model.SourceDuplicateAddress, "EventSourceDuplicateAddress", "The 1.3 upgrade unsubscribed this subscriber: an older subscriber of the newsletter holds the same address (§18).",
+				map[string]*huma.Schema{"kept": {Type: huma.TypeString, Format: "uuid", Description: "The id of the older subscriber, which kept the address."}},
 				[]string{"kept"}},
 		}
 		src := &huma.Schema{Description: "Who or what made the change, by kind.",

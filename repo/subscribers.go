@@ -426,6 +426,12 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return err
 			}
 		}
+		if p.Email == nil && p.Status != nil && *p.Status != model.StatusUnsubscribed &&
+			strings.HasPrefix(row.EmailKey, duplicateKeyPrefix) {
+			// It lost its address to an older subscriber in the 1.3 upgrade (Rekey,
+			// docs/api-contract.md §18): that one holds the address.
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
 		retire, queue := p.ConfirmationEffect(before)
 		if queue && p.Status != nil && *p.Status == model.StatusPending {
 			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
