@@ -406,7 +406,16 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 		{s("SubscriberUpdate", "minProperties"), float64(1)},
 		{s("SubscriberUpdate", "additionalProperties"), false},
 		{s("Subscriber", "properties", "status", "enum"), strs(model.Statuses...)},
-		{s("Subscriber", "required"), []any{"id", "email", "name", "status", "created_at"}},
+		{s("Subscriber", "required"), []any{"id", "email", "name", "status", "created_at", "attributes", "tags"}},
+		{s("Subscriber", "properties", "tags", "items", "type"), "string"},
+		{s("Subscriber", "properties", "attributes", "type"), "object"},
+		{s("Subscriber", "properties", "attributes", "additionalProperties"), map[string]any{"anyOf": []any{
+			map[string]any{"type": "string", "maxLength": float64(model.MaxAttributeValueLength)},
+			map[string]any{"type": "number"}, map[string]any{"type": "boolean"}}}},
+		{s("SubscriberInput", "properties", "tags", "maxItems"), float64(model.MaxTags)},
+		{s("SubscriberUpdate", "properties", "attributes", "additionalProperties"), map[string]any{"anyOf": []any{
+			map[string]any{"type": []any{"string", "null"}, "maxLength": float64(model.MaxAttributeValueLength)}, map[string]any{"type": []any{"number", "null"}},
+			map[string]any{"type": []any{"boolean", "null"}}}}},
 		{s("Error", "required"), []any{"success", "code", "message"}},
 		{s("Pagination", "properties", "limit", "maximum"), float64(model.MaxLimit)},
 		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "maxItems"}, float64(model.MaxBulkItems)},
@@ -436,7 +445,7 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 	}
 	for _, name := range []string{"Subscriber", "Error", "ValidationError", "RateLimitError", "RetryAfter"} {
 		props := slices.Sorted(maps.Keys(at(t, doc, s(name, "properties")...).(map[string]any)))
-		want := map[string][]string{"Subscriber": {"created_at", "email", "id", "name", "status"}, "Error": {"code", "message", "success"},
+		want := map[string][]string{"Subscriber": {"attributes", "created_at", "email", "id", "name", "status", "tags"}, "Error": {"code", "message", "success"},
 			"ValidationError": {"code", "errors", "message", "success"}, "RateLimitError": {"code", "errors", "message", "success"},
 			"RetryAfter": {"retry_after"}}[name]
 		if diff := cmp.Diff(want, props); diff != "" {

@@ -17,24 +17,69 @@ import (
 
 // Subscriber is the public shape of a subscriber.
 type Subscriber struct {
-	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
-	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
-	Name      string `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
-	Status    string `json:"status" enum:"active,pending,unsubscribed"`
-	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
+	ID         string       `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
+	Email      string       `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
+	Name       string       `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
+	Status     string       `json:"status" enum:"active,pending,unsubscribed"`
+	CreatedAt  string       `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
+	Attributes AttributeMap `json:"attributes"`
+	Tags       []string     `json:"tags" doc:"The subscriber's tags, lower-cased, sorted by code point; [] when none." example:"[\"beta\",\"webinar-2026-11\"]"`
+}
+
+// AttributeMap is a subscriber's attributes (docs/api-contract.md §19.1): string, number or
+// boolean values by key; {} when none.
+type AttributeMap map[string]any
+
+// Schema implements huma.SchemaProvider.
+func (AttributeMap) Schema(huma.Registry) *huma.Schema { return attributesSchema(false) }
+
+// attributesSchema is the schema of attributes: values are strings, numbers or booleans, or
+// also null (remove) in an update's merge patch.
+func attributesSchema(patch bool) *huma.Schema {
+	// null is each type's nullable (in the 3.0 document too), not a fourth branch.
+	values := []*huma.Schema{
+		{Type: huma.TypeString, MaxLength: ptr(model.MaxAttributeValueLength), Nullable: patch},
+		{Type: huma.TypeNumber, Nullable: patch},
+		{Type: huma.TypeBoolean, Nullable: patch},
+	}
+	desc := "What an integration knows about the person: string (at most 1,000 characters), number or boolean " +
+		"values, at most 50 keys, each matching `" + model.AttributeKeyPattern + "`; at most 8,192 bytes as compact JSON."
+	if patch {
+		desc += " A JSON merge patch: each key given is set, a key given as null is removed, the others stay."
+	}
+	return &huma.Schema{Type: huma.TypeObject, Description: desc, MaxProperties: ptr(model.MaxAttributes),
+		AdditionalProperties: &huma.Schema{AnyOf: values},
+		Examples:             []any{map[string]any{"plan": "pro", "seats": 5, "trial": false}}}
+}
+
+// tagsSchema is the schema of a set of tags given in a body.
+func tagsSchema(desc string) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeArray, MaxItems: ptr(model.MaxTags), Description: desc,
+		Items:    &huma.Schema{Type: huma.TypeString, MinLength: ptr(1), MaxLength: ptr(model.MaxTagLength)},
+		Examples: []any{[]string{"beta", "webinar-2026-11"}}}
 }
 
 // timeLayout is RFC 3339 with a numeric offset and whole seconds: 2026-06-11T17:00:00+00:00.
 const timeLayout = "2006-01-02T15:04:05-07:00"
 
 func toSubscriber(m model.Subscriber) Subscriber {
-	return Subscriber{
+	out := Subscriber{
 		ID:        m.ID.String(),
 		Email:     m.Email,
 		Name:      m.Name(),
 		Status:    string(m.Status),
 		CreatedAt: m.CreatedAt.UTC().Format(timeLayout),
+		// §19.1: always sent, {} and [] when none.
+		Attributes: AttributeMap(m.Attributes),
+		Tags:       m.Tags,
 	}
+	if out.Attributes == nil {
+		out.Attributes = AttributeMap{}
+	}
+	if out.Tags == nil {
+		out.Tags = []string{}
+	}
+	return out
 }
 
 // SubscriberEnvelope is the success body carrying one subscriber.
@@ -152,6 +197,8 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 					Examples: []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
+				"attributes": attributesSchema(required == nil),
+				"tags":       tagsSchema(tagsDesc(required == nil)),
 			},
 		}
 		if required != nil { // on create an omitted status means active; on update it keeps its value
@@ -162,6 +209,16 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tagsDesc describes the tags of a create or (update) an update.
+func tagsDesc(update bool) string {
+	d := "Labels, each trimmed, 1 to 64 characters with no comma, stored lower-cased; at most 100. " +
+		"A tag given twice counts once."
+	if update {
+		d += " Replaces the whole set; POST /subscribers/{id}/tags adds and removes."
+	}
+	return d
+}
 
 // Query and path parameters are taken as strings and checked by model, so that a bad value
 // gets the contract's 400 rather than a generic one; their schemas document the rules.
@@ -272,7 +329,7 @@ func (s *Server) register() {
 			"or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
 	registerKeyed(s, answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
-		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
+		"Any of `email`, `name`, `status`, `attributes` (a merge patch) and `tags` (the whole set); omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
 		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed), s.update)

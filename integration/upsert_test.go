@@ -36,7 +36,7 @@ func TestUpsertCreatesANewAddress(t *testing.T) {
 	if got, want := r.header.Get("Location"), "/api/v1/subscribers/"+id; got != want {
 		t.Errorf("Location = %q, want %q", got, want)
 	}
-	want := map[string]any{"id": id, "email": "Ann@Example.com", "name": "Ann Lee", "status": "active", "created_at": d["created_at"]}
+	want := map[string]any{"id": id, "email": "Ann@Example.com", "name": "Ann Lee", "status": "active", "created_at": d["created_at"], "attributes": map[string]any{}, "tags": []any{}}
 	if diff := cmp.Diff(want, d); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
 	}

@@ -273,7 +273,7 @@ func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event
 			row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
 			r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt,
 			row.NewsletterID.String()+"/"+row.EmailKey, hashes[0],
-			mailID, mailTrace, hashes[len(hashes)-1])
+			mailID, mailTrace, hashes[len(hashes)-1], row.Attributes, pgTextArray(row.Tags))
 	})
 	switch {
 	case err != nil:
@@ -290,15 +290,17 @@ func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
 // the subscriber's); $15 and $16 the address's lock key and hash, $19 its 1.2 key's hash
 // (model.EmailHashes; $16 again when the same); $17 and $18 the confirmation email's id
-// (NULL: none) and traceparent. It returns the reason the address is suppressed for
-// (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
+// (NULL: none) and traceparent; $20 and $21 the attributes and tags. It returns the reason
+// the address is suppressed for (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
 // span is named for its main change, "INSERT subscribers". The values are cast: in an
 // INSERT … SELECT a parameter takes no type from the target column.
 var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
     SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea, $19::bytea) AS reason),
 s AS (
-    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
+        attributes, tags)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz,
+        $20::jsonb, $21::text[]
     WHERE (SELECT reason FROM chk) IS NULL
     ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
 ev AS (
@@ -345,7 +347,8 @@ func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {
 // after. A keyset page reads the list index from that position on, like a first page.
 const (
 	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
+    NULL::jsonb AS attributes, NULL::text[] AS tags
 FROM subscriber_counts WHERE newsletter_id = $1`
 	listOrderPostgres = `
 ORDER BY created_at DESC, id DESC`
@@ -354,28 +357,28 @@ ORDER BY created_at DESC, id DESC`
 var (
 	listFirstPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1
     ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3
 )` + listOrderPostgres)
 
 	listFirstStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND status = $2
     ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
 )` + listOrderPostgres)
 
 	listAfterPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND (created_at, id) < ($3, $4)
     ORDER BY created_at DESC, id DESC LIMIT $2
 )` + listOrderPostgres)
 
 	listAfterStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND status = $2 AND (created_at, id) < ($4, $5)
     ORDER BY created_at DESC, id DESC LIMIT $3
 )` + listOrderPostgres)
@@ -401,12 +404,13 @@ func listDeepPostgres(status model.Status) string {
 
 const (
 	listDeepTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
+    NULL::jsonb AS attributes, NULL::text[] AS tags
 FROM subscriber_counts WHERE newsletter_id = ?0`
 
 	listDeepAllPostgres = listDeepTotalPostgres + `
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
@@ -414,7 +418,7 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FR
 
 	listDeepStatusPostgres = listDeepTotalPostgres + ` AND status = ?1
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0 AND status = ?1
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3

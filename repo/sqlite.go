@@ -398,11 +398,11 @@ const eventMatchSQLite = `instr(w.events, '"' || ev.type || '"') > 0`
 // listSQLite reads the total and the page in one statement (SQLite lacks LATERAL, so the
 // page is a plain subquery). One statement reads one snapshot, so page and total agree.
 const listSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
         ORDER BY created_at DESC, id DESC
@@ -413,11 +413,11 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
 const listAfterSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
         ORDER BY created_at DESC, id DESC

@@ -28,10 +28,9 @@ type subscriberRow struct {
 	Status       string    `bun:"status"`
 	CreatedAt    time.Time `bun:"created_at"`
 	UpdatedAt    time.Time `bun:"updated_at"`
-	// The 1.3 columns (docs/api-contract.md §19), read only where a statement selects every
-	// column (SELECT *), and never written through this row, until their wiring.
-	Attributes string `bun:"attributes,scanonly"`
-	Tags       string `bun:"tags,scanonly"`
+	// The 1.3 columns (docs/api-contract.md §19).
+	Attributes attributesColumn `bun:"attributes"`
+	Tags       tagsColumn       `bun:"tags"`
 }
 
 func (r *subscriberRow) toModel() model.Subscriber {
@@ -44,6 +43,8 @@ func (r *subscriberRow) toModel() model.Subscriber {
 		Status:       model.Status(r.Status),
 		CreatedAt:    r.CreatedAt.UTC(),
 		UpdatedAt:    r.UpdatedAt.UTC(),
+		Attributes:   r.Attributes.model(),
+		Tags:         r.Tags.model(),
 	}
 }
 
@@ -91,6 +92,8 @@ func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time
 		Status:       string(in.Status),
 		CreatedAt:    now,
 		UpdatedAt:    now,
+		Attributes:   attributesOf(in.Attributes),
+		Tags:         tagsOf(in.Tags),
 	}
 }
 
@@ -352,7 +355,7 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 }
 
 // subscriberColumns are subscriberRow's columns, for the prepared statements that read it.
-const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`
+const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at, attributes, tags`
 
 // The prepared reads of one subscriber (see statement): by id, and by email key through the
 // unique index. Their spans are named as bun's query builder named them.

@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Attributes and tags (docs/api-contract.md §19), sentence by sentence, on the store under
+// test (TEST_STORE).
+
+// TestAttributesAndTagsOnCreate: create takes both, normalises the tags, and every answer that
+// returns the subscriber sends both ({} and [] when none).
+func TestAttributesAndTagsOnCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com",
+		"attributes": map[string]any{"plan": "pro", "seats": 5, "trial": false, "ratio": 1.5},
+		"tags":       []any{" Beta", "vip", "beta", "Zoë"}}).want(t, http.StatusCreated, "").data(t)
+	wantAttrs := map[string]any{"plan": "pro", "seats": float64(5), "trial": false, "ratio": 1.5}
+	wantTags := []any{"beta", "vip", "zoë"}
+	if diff := cmp.Diff(wantAttrs, d["attributes"]); diff != "" {
+		t.Errorf("attributes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantTags, d["tags"]); diff != "" {
+		t.Errorf("tags (-want +got):\n%s", diff)
+	}
+	id := d["id"].(string)
+	if diff := cmp.Diff(d, e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)); diff != "" {
+		t.Errorf("GET differs (-create +get):\n%s", diff)
+	}
+	list := e.do("GET", "/subscribers", nil).want(t, http.StatusOK, "")
+	if diff := cmp.Diff([]any{d}, list.body["data"]); diff != "" {
+		t.Errorf("list (-want +got):\n%s", diff)
+	}
+	if got := e.do("GET", "/subscribers?email=ann@example.com", nil).want(t, http.StatusOK, "").body["data"]; !cmp.Equal([]any{d}, got) {
+		t.Errorf("lookup by email = %v, want %v", got, d)
+	}
+	if got := e.do("DELETE", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t); !cmp.Equal(got["tags"], wantTags) || !cmp.Equal(got["attributes"], wantAttrs) {
+		t.Errorf("DELETE answered %v", got)
+	}
+
+	// None given: {} and [].
+	n := e.do("POST", "/subscribers", map[string]any{"email": "bob@example.com"}).want(t, http.StatusCreated, "").data(t)
+	if !cmp.Equal(n["attributes"], map[string]any{}) || !cmp.Equal(n["tags"], []any{}) {
+		t.Errorf("without attributes and tags: %v, %v; want {} and []", n["attributes"], n["tags"])
+	}
+	bulk := e.do("POST", "/subscribers/bulk", []any{
+		map[string]any{"email": "c1@example.com", "tags": []any{"x"}},
+		map[string]any{"email": "c2@example.com", "attributes": map[string]any{"k": true}},
+	}).want(t, http.StatusCreated, "").body["data"].(map[string]any)["created"].([]any)
+	c1, c2 := bulk[0].(map[string]any), bulk[1].(map[string]any)
+	if !cmp.Equal(c1["tags"], []any{"x"}) || !cmp.Equal(c1["attributes"], map[string]any{}) ||
+		!cmp.Equal(c2["tags"], []any{}) || !cmp.Equal(c2["attributes"], map[string]any{"k": true}) {
+		t.Errorf("bulk created %v", bulk)
+	}
+	if got := e.do("GET", "/subscribers/"+c2["id"].(string), nil).want(t, http.StatusOK, "").data(t); !cmp.Equal(got, c2) {
+		t.Errorf("GET of a bulk item = %v, want %v", got, c2)
+	}
+	// The counts of GET /tags are kept by the stores' triggers.
+	if n := e.count("SELECT coalesce(sum(n), 0) FROM subscriber_tag_counts WHERE tag = 'beta'"); n != 1 {
+		t.Errorf("beta counted %d times, want 1", n)
+	}
+}
+
+// TestAttributesAndTagsRules: §19.1's rules and messages on create, one and bulk; nothing is
+// stored.
+func TestAttributesAndTagsRules(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	many := map[string]any{}
+	for i := range 51 {
+		many[fmt.Sprintf("k%d", i)] = i
+	}
+	tooManyTags := make([]any, 101)
+	for i := range tooManyTags {
+		tooManyTags[i] = fmt.Sprintf("t%d", i)
+	}
+	long := make([]byte, 1001)
+	for i := range long {
+		long[i] = 'a'
+	}
+	big := map[string]any{}
+	for i := range 9 {
+		big[fmt.Sprintf("k%d", i)] = string(long[:1000])
+	}
+	for _, tc := range []struct {
+		name string
+		body any
+		want map[string][]string
+	}{
+		{"attributes not an object", map[string]any{"email": "a@x.io", "attributes": []any{}},
+			map[string][]string{"attributes": {"The attributes field must be an object."}}},
+		{"null value on create", map[string]any{"email": "a@x.io", "attributes": map[string]any{"plan": nil}},
+			map[string][]string{"attributes.plan": {"The attributes.plan field must be a string, number or boolean."}}},
+		{"object value", map[string]any{"email": "a@x.io", "attributes": map[string]any{"plan": map[string]any{}}},
+			map[string][]string{"attributes.plan": {"The attributes.plan field must be a string, number or boolean."}}},
+		{"long value", map[string]any{"email": "a@x.io", "attributes": map[string]any{"plan": string(long)}},
+			map[string][]string{"attributes.plan": {"The attributes.plan field must not be greater than 1000 characters."}}},
+		{"control in value", map[string]any{"email": "a@x.io", "attributes": map[string]any{"plan": "a\u200bb"}},
+			map[string][]string{"attributes.plan": {"The attributes.plan field contains invalid characters."}}},
+		{"bad key", map[string]any{"email": "a@x.io", "attributes": map[string]any{"Plan": "x"}},
+			map[string][]string{"attributes": {"The attributes field has an invalid key."}}},
+		{"51 keys", map[string]any{"email": "a@x.io", "attributes": many},
+			map[string][]string{"attributes": {"The attributes field must not have more than 50 keys."}}},
+		{"over 8192 bytes", map[string]any{"email": "a@x.io", "attributes": big},
+			map[string][]string{"attributes": {"The attributes field must not be greater than 8192 bytes."}}},
+		{"tags not an array", map[string]any{"email": "a@x.io", "tags": "beta"},
+			map[string][]string{"tags": {"The tags field must be an array."}}},
+		{"tag not a string", map[string]any{"email": "a@x.io", "tags": []any{"a", 1}},
+			map[string][]string{"tags.1": {"The tags.1 field must be a string."}}},
+		{"empty tag", map[string]any{"email": "a@x.io", "tags": []any{"  "}},
+			map[string][]string{"tags.0": {"The tags.0 field must be between 1 and 64 characters."}}},
+		{"comma in tag", map[string]any{"email": "a@x.io", "tags": []any{"a,b"}},
+			map[string][]string{"tags.0": {"The tags.0 field contains invalid characters."}}},
+		{"101 tags", map[string]any{"email": "a@x.io", "tags": tooManyTags},
+			map[string][]string{"tags": {"The tags field must not have more than 100 items."}}},
+	} {
+		r := e.do("POST", "/subscribers", tc.body).want(t, http.StatusUnprocessableEntity, "validation_error")
+		if diff := cmp.Diff(tc.want, r.fieldErrors(t)); diff != "" {
+			t.Errorf("%s: errors (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	r := e.do("POST", "/subscribers/bulk", []any{
+		map[string]any{"email": "a@x.io"},
+		map[string]any{"email": "b@x.io", "tags": []any{""}},
+		map[string]any{"email": "c@x.io", "attributes": map[string]any{"plan": []any{}}},
+	}).want(t, http.StatusUnprocessableEntity, "validation_error")
+	want := map[string][]string{
+		"1.tags.0":          {"The 1.tags.0 field must be between 1 and 64 characters."},
+		"2.attributes.plan": {"The 2.attributes.plan field must be a string, number or boolean."},
+	}
+	if diff := cmp.Diff(want, r.fieldErrors(t)); diff != "" {
+		t.Errorf("bulk errors (-want +got):\n%s", diff)
+	}
+	if n := e.count("SELECT count(*) FROM subscribers"); n != 0 {
+		t.Errorf("%d subscribers stored by refused requests", n)
+	}
+}
+
+// concurrently runs fn(i) for i in 0..n-1 at once.
+func concurrently(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); fn(i) }()
+	}
+	wg.Wait()
+}
