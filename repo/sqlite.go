@@ -181,12 +181,6 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// The queues with wakers.
-const (
-	emailQueue   = "email"
-	webhookQueue = "webhook"
-)
-
 // sqliteEngine is the engine of an SQLite file. It wakes the workers at once: per queue
 // (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
 // queued into it. An SQLite file has one writer process, so every insert happens in this
