@@ -48,25 +48,17 @@ type engine interface {
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
-	// stageImport stores a new import with the rows next yields (Imports.Stage), and
-	// skipLocked is the clause with which an import claim passes over rows another worker
-	// holds.
+	// stageImport stores a new import with the rows next yields (Imports.Stage).
 	stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error
-	skipLocked() string
 
-	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
-	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does
-	// not wait for the key-share locks of rows referencing it being inserted).
-	forUpdate() string
-	forNoKeyUpdate() string
-	// forShare is the clause that keeps the rows a SELECT reads from changing until the
-	// transaction ends (Privacy.Export).
-	forShare() string
+	// raw is query, a statement the stores write once for both engines, with PostgreSQL's
+	// row-lock clauses (FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, SKIP LOCKED) where it needs
+	// them, as the engine runs it on db: as written on PostgreSQL, without those clauses on
+	// SQLite, whose immediate transactions hold the database's write lock.
+	raw(db bun.IDB, query string, args ...any) *bun.RawQuery
 	// bytesContain is the condition that the bytes of column col contain those of the one
 	// parameter (Privacy.Erase's search of stored responses).
 	bytesContain(col string) string
-	// lockRows is q locking the rows it reads as forUpdate does.
-	lockRows(q *bun.SelectQuery) *bun.SelectQuery
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber
 	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
 	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error

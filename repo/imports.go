@@ -206,7 +206,7 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+s.db.eng.forUpdate(), id, nl).Scan(ctx, &row)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+" FOR UPDATE", id, nl).Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportNotFound)
 		}
@@ -239,7 +239,7 @@ func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.Imp
 	now := s.now()
 	claim := uuid.Must(uuid.NewV7())
 	var rows []importRow
-	err = s.idb.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
+	err = s.db.eng.raw(s.idb, `UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
     started_at = coalesce(started_at, ?), updated_at = ?
 WHERE id = (
     SELECT i.id FROM imports AS i
@@ -249,7 +249,7 @@ WHERE id = (
                                AND (o.created_at, o.id) < (i.created_at, i.id)))
        OR (i.state = 'running' AND i.lease_until < ?)
     ORDER BY i.created_at, i.id
-    LIMIT 1`+s.db.eng.skipLocked()+`)
+    LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
 	switch {
 	case sqlState(err) == "23505":
@@ -288,7 +288,7 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
 		var cur importRow
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? FOR NO KEY UPDATE", job.ID).Scan(ctx, &cur)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}

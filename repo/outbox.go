@@ -156,7 +156,7 @@ WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 // and e are both still pending.
 func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmail) error {
 	var status, state, email string
-	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+o.db.eng.forUpdate(), e.SubscriberID).Scan(ctx, &status, &email)
+	err := o.db.eng.raw(tx, "SELECT status, email FROM subscribers WHERE id = ? FOR UPDATE", e.SubscriberID).Scan(ctx, &status, &email)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 	}

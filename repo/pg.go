@@ -197,13 +197,12 @@ ORDER BY c.id, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
 	return rows, err
 }
 
-func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
-func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
-func (*pgEngine) forShare() string       { return " FOR SHARE" }
+// raw runs query as it is written, row locks and all.
+func (*pgEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
+	return db.NewRaw(query, args...)
+}
 
 func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col + ") > 0" }
-
-func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
 
 // lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
 // collision only makes two unrelated changes wait for each other.
@@ -492,9 +491,6 @@ SELECT count(*) FROM s`)
 func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
 	return s.stagePostgres(ctx, row, next)
 }
-
-// skipLocked passes over the rows another worker's claim holds.
-func (*pgEngine) skipLocked() string { return " FOR UPDATE SKIP LOCKED" }
 
 func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
 	conn, err := s.db.Conn(ctx)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -359,15 +360,31 @@ ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, 
 	return rows, err
 }
 
-// No lock clauses: SQLite's immediate transaction already holds the write lock.
-func (*sqliteEngine) forUpdate() string      { return "" }
-func (*sqliteEngine) forNoKeyUpdate() string { return "" }
-func (*sqliteEngine) forShare() string       { return "" }
+// raw runs query without its row-lock clauses, which SQLite does not have: an immediate
+// transaction already holds the write lock, which excludes every other writer, and a read
+// outside one sees committed rows only.
+func (*sqliteEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
+	return db.NewRaw(withoutRowLocks(query), args...)
+}
+
+// rowLock matches a row-lock clause of PostgreSQL's in a statement.
+var rowLock = regexp.MustCompile(`\s+FOR\s+(?:NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)(?:\s+SKIP\s+LOCKED|\s+NOWAIT)?\b`)
+
+// lockFree holds the statements withoutRowLocks made: each store's statement is a constant,
+// rewritten once.
+var lockFree sync.Map // string → string
+
+// withoutRowLocks is query with its row-lock clauses removed.
+func withoutRowLocks(query string) string {
+	if q, ok := lockFree.Load(query); ok {
+		return q.(string)
+	}
+	q := rowLock.ReplaceAllString(query, "")
+	lockFree.Store(query, q)
+	return q
+}
 
 func (*sqliteEngine) bytesContain(col string) string { return "instr(" + col + ", ?) > 0" }
-
-// lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
-func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
 
 // lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
@@ -425,9 +442,6 @@ ORDER BY s.created_at DESC, s.id DESC`
 func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
 	return s.stageSQLite(ctx, row, next)
 }
-
-// skipLocked is nothing: the immediate transaction already excludes every other writer.
-func (*sqliteEngine) skipLocked() string { return "" }
 
 func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
 	row.State = model.ImportUploading

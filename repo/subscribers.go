@@ -350,6 +350,10 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 // subscriberColumns are subscriberRow's columns, for the prepared statements that read it.
 const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`
 
+// lockSubscriber reads the newsletter's (?) subscriber id (?) and locks its row until the
+// transaction ends: the first lock every writer of a subscriber takes.
+const lockSubscriber = `SELECT ` + subscriberColumns + ` FROM subscribers WHERE newsletter_id = ? AND id = ? FOR UPDATE`
+
 // The prepared reads of one subscriber (see statement): by id, and by email key through the
 // unique index. Their spans are named as bun's query builder named them.
 var (
@@ -385,7 +389,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	src := model.SourceFrom(ctx)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		queued, delivering = false, false
-		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
+		sel := s.db.eng.raw(tx, lockSubscriber, nl, id)
 		if p.Email != nil {
 			// Lock, in id order, the subscriber and whoever holds the new email now, before
 			// writing either: two PUTs swapping two subscribers' emails then queue on the same
@@ -406,7 +410,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return fmt.Errorf("%w", model.ErrEmailTaken)
 			}
 		}
-		err := sel.Scan(ctx)
+		err := sel.Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}
@@ -479,8 +483,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	return row.toModel(), nil
 }
 
-// lockForEmailChange locks (where the engine has row locks; see engine.forUpdate)
-// the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
+// lockForEmailChange locks (where the engine has row locks; see engine.raw) the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
 // tells whether the subscriber exists and whether key belongs to another one. A row that
 // changed its email while we waited for it is re-read by PostgreSQL and drops out if it no
 // longer holds key.
@@ -491,9 +494,9 @@ func (s *Subscribers) lockForEmailChange(ctx context.Context, tx bun.IDB, nl, id
 		return false, false, translate(err)
 	}
 	var ids []uuid.UUID
-	err = tx.NewRaw(`SELECT id FROM subscribers
+	err = s.db.eng.raw(tx, `SELECT id FROM subscribers
 WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
-ORDER BY id`+s.db.eng.forUpdate(), nl, id, key).Scan(ctx, &ids)
+ORDER BY id FOR UPDATE`, nl, id, key).Scan(ctx, &ids)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, false, translate(err)
 	}
@@ -516,8 +519,8 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := s.now()
-		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
-		err := sel.Scan(ctx)
+		sel := s.db.eng.raw(tx, lockSubscriber, nl, id)
+		err := sel.Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}

@@ -65,7 +65,7 @@ func (w *Webhooks) Create(ctx context.Context, nl uuid.UUID, in model.NewWebhook
 		Secret: model.NewWebhookSecret(), Status: model.WebhookEnabled, BusyUntil: now, LastClaimedAt: now,
 		CreatedAt: now, UpdatedAt: now}
 	err = w.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		if _, err := tx.NewRaw("SELECT 1 FROM newsletters WHERE id = ?"+w.db.eng.forUpdate(), nl).Exec(ctx); err != nil {
+		if _, err := w.db.eng.raw(tx, "SELECT 1 FROM newsletters WHERE id = ? FOR UPDATE", nl).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var n int
@@ -266,7 +266,7 @@ func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []m
 	err := d.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		disabled = false
 		var failingSince *time.Time
-		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+d.db.eng.forNoKeyUpdate(), endpoint).
+		err := d.db.eng.raw(tx, "SELECT failing_since FROM webhook_endpoints WHERE id = ? FOR NO KEY UPDATE", endpoint).
 			Scan(ctx, &failingSince)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // deleted: its deliveries went with it
