@@ -56,9 +56,9 @@ type engine interface {
 	// them, as the engine runs it on db: as written on PostgreSQL, without those clauses on
 	// SQLite, whose immediate transactions hold the database's write lock.
 	raw(db bun.IDB, query string, args ...any) *bun.RawQuery
-	// bytesContain is the condition that the bytes of column col contain those of the one
-	// parameter (Privacy.Erase's search of stored responses).
-	bytesContain(col string) string
+	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
+	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
+	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
 	// lockEmailKey makes two transactions that give the same new email key to a subscriber
 	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
 	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error

@@ -202,7 +202,18 @@ func (*pgEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
 	return db.NewRaw(query, args...)
 }
 
-func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col + ") > 0" }
+// deleteResponsesContaining looks for each needle with position(), bytea's substring search.
+func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error {
+	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
+	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
+		for _, n := range needles {
+			q = q.WhereOr("position(? IN body) > 0", n)
+		}
+		return q
+	})
+	_, err := q.Exec(ctx)
+	return err
+}
 
 // lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
 // collision only makes two unrelated changes wait for each other.

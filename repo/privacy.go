@@ -223,15 +223,7 @@ func (p *Privacy) deleteStoredResponses(ctx context.Context, db bun.IDB, nl, id 
 			}
 		}
 	}
-	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
-	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
-		for _, n := range needles {
-			q = q.WhereOr(p.db.eng.bytesContain("body"), n)
-		}
-		return q
-	})
-	_, err := q.Exec(ctx)
-	return translate(err)
+	return translate(p.db.eng.deleteResponsesContaining(ctx, db, nl, needles))
 }
 
 func containsBytes(list [][]byte, b []byte) bool {

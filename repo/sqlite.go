@@ -384,7 +384,18 @@ func withoutRowLocks(query string) string {
 	return q
 }
 
-func (*sqliteEngine) bytesContain(col string) string { return "instr(" + col + ", ?) > 0" }
+// deleteResponsesContaining looks for each needle with instr(), which searches a blob's bytes.
+func (*sqliteEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error {
+	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
+	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
+		for _, n := range needles {
+			q = q.WhereOr("instr(body, ?) > 0", n)
+		}
+		return q
+	})
+	_, err := q.Exec(ctx)
+	return err
+}
 
 // lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
