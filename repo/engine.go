@@ -59,12 +59,10 @@ type engine interface {
 	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
 	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
 	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
-	// lockEmailKey makes two transactions that give the same new email key to a subscriber
-	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
-	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
-	// lockEmailKeys is lockEmailKey for several keys at once, taken in the order given
-	// (sorted by the caller): the suppression check and the suppressions themselves
-	// (docs/api-contract.md §13) take them until commit.
+	// lockEmailKeys makes transactions that write the same email keys of nl wait for each
+	// other until commit, the keys taken in the order given (sorted by the caller): a new
+	// email nobody holds yet (Subscribers.Update), the suppression check and the suppressions
+	// themselves (docs/api-contract.md §13).
 	lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error
 	// lockIdempotencyKey takes, in the transaction of Idempotency.Run, the right to run the
 	// request of (nl, key): it returns the stored response of a request with the key that

@@ -215,18 +215,9 @@ func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl u
 	return err
 }
 
-// lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
-// collision only makes two unrelated changes wait for each other.
-func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
-	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", nl.String()+"/"+key).Exec(ctx)
-	return err
-}
-
-// lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
-// dropped connection releases at once: no marker is ever left behind. A request that finished
-// between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
-// lockEmailKeys takes the advisory locks of lockEmailKey, one statement for all keys, in the
-// order of keys.
+// lockEmailKeys takes a transaction-scoped advisory lock of each of the newsletter's keys, one
+// statement for all, in the order of keys. A hash collision only makes two unrelated changes
+// wait for each other.
 func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
 	full := make([]string, len(keys))
 	for i, k := range keys {
@@ -237,6 +228,9 @@ FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).E
 	return err
 }
 
+// lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
+// dropped connection releases at once: no marker is ever left behind. A request that finished
+// between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
 func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
 	var locked bool
 	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {

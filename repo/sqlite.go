@@ -397,10 +397,7 @@ func (*sqliteEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, 
 	return err
 }
 
-// lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
-func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
-
-// lockEmailKeys has nothing to do either.
+// lockEmailKeys has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKeys(context.Context, bun.IDB, uuid.UUID, []string) error { return nil }
 
 // lockIdempotencyKey looks the key up: the immediate transaction serialises every writer, so

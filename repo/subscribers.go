@@ -490,7 +490,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 func (s *Subscribers) lockForEmailChange(ctx context.Context, tx bun.IDB, nl, id uuid.UUID, key string) (found, taken bool, err error) {
 	// Two changes to the same new email (that nobody holds yet, so no row to lock) queue here,
 	// instead of the second failing on the unique key after the first commits.
-	if err := s.db.eng.lockEmailKey(ctx, tx, nl, key); err != nil {
+	if err := s.db.eng.lockEmailKeys(ctx, tx, nl, []string{key}); err != nil {
 		return false, false, translate(err)
 	}
 	var ids []uuid.UUID
