@@ -358,12 +358,14 @@ func utcNow() time.Time { return time.Now().UTC() }
 // a serialization failure or a busy SQLite database (see retry). Nothing may be answered to a
 // client from inside fn.
 func (s *store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.IDB) error) error {
-	if s.unit != nil {
-		return fn(ctx, s.idb)
-	}
-	return retry(ctx, func(ctx context.Context) error {
-		return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
-	})
+	return runInTx(ctx, s.idb, fn)
+}
+
+// atomic runs fn, one statement that takes effect whole or not at all, on the store's
+// connection: in its unit of work as it is, or on the pool, run again after a deadlock or
+// a busy database (see runAtomic).
+func (s *store) atomic(ctx context.Context, fn func(ctx context.Context) error) error {
+	return runAtomic(ctx, s.idb, fn)
 }
 
 // queued wakes the workers of queue (on SQLite; see engine.wake) after a commit that queued

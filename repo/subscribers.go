@@ -138,16 +138,6 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	return row.toModel(), nil
 }
 
-// atomic runs fn, one statement that takes effect whole or not at all, on the store's
-// connection: in its unit of work as it is, or on the pool, run again after a deadlock or
-// a busy database (see retry).
-func (s *store) atomic(ctx context.Context, fn func(ctx context.Context) error) error {
-	if s.unit != nil {
-		return fn(ctx)
-	}
-	return retry(ctx, fn)
-}
-
 // CreateMany stores 1 to 100 subscribers all or nothing, in one transaction with one multi-row
 // insert, and queues a confirmation email for each pending one. When any email already exists
 // in the newsletter nothing is stored and the error is a *model.EmailTakenError naming the
