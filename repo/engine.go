@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun/migrate"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // engine is the seam between the stores and the database engine: everything that differs
@@ -46,8 +47,8 @@ type engine interface {
 
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
 	// Deliveries.Claim) without waiting on another worker's claim.
-	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
-	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
+	claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
+	claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error)
 	// stageImport stores a new import with the rows next yields (Imports.Stage).
 	stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error
 
@@ -80,3 +81,90 @@ const (
 	emailQueue   = "email"
 	webhookQueue = "webhook"
 )
+
+// The claims of the workers (engine.claimEmails, engine.claimDeliveries): what they return,
+// and what both engines' statements share.
+
+// claimedRow is a claimed outbox row with what the email needs.
+type claimedRow struct {
+	ID             uuid.UUID `bun:"id,type:uuid"`
+	NewsletterID   uuid.UUID `bun:"newsletter_id,type:uuid"`
+	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
+	Kind           string    `bun:"kind"`
+	Attempts       int       `bun:"attempts"`
+	Unanswered     int       `bun:"unanswered"`
+	Traceparent    string    `bun:"traceparent"`
+	CreatedAt      time.Time `bun:"created_at"`
+	Email          string    `bun:"email"`
+	FirstName      string    `bun:"first_name"`
+	LastName       string    `bun:"last_name"`
+	NewsletterName string    `bun:"newsletter_name"`
+}
+
+// claimRow is one due delivery of a claimed endpoint, with what its request needs.
+type claimRow struct {
+	EndpointID  uuid.UUID `bun:"endpoint_id,type:uuid"`
+	URL         string    `bun:"url"`
+	Secret      string    `bun:"secret"`
+	EventID     uuid.UUID `bun:"event_id,type:uuid"`
+	Attempts    int       `bun:"attempts"`
+	Type        string    `bun:"type"`
+	Payload     string    `bun:"payload"`
+	Traceparent string    `bun:"traceparent"`
+}
+
+// dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a
+// due delivery. The test reads the endpoint's first pending delivery from
+// webhook_deliveries_endpoint_due_idx, one probe per endpoint; an EXISTS here becomes a
+// semi-join that PostgreSQL plans as a scan of the whole outbox, whose delivered rows stay
+// until autovacuum comes, up to a minute of churn on every claim.
+const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
+    SELECT d.next_attempt_at FROM webhook_deliveries AS d
+    WHERE d.endpoint_id = w.id AND d.state = 'pending'
+    ORDER BY d.next_attempt_at LIMIT 1) <= ?0`
+
+// newsletterLeasedC and newsletterLeasedW count the endpoints of the newsletter of the
+// endpoint row c or w that are leased now (?0).
+const (
+	newsletterLeasedC = `(SELECT count(*) FROM webhook_endpoints AS b
+        WHERE b.newsletter_id = c.newsletter_id AND b.status = 'enabled' AND b.busy_until > ?0)`
+	newsletterLeasedW = `(SELECT count(*) FROM webhook_endpoints AS b
+        WHERE b.newsletter_id = w.newsletter_id AND b.status = 'enabled' AND b.busy_until > ?0)`
+)
+
+// claimableEndpoints is the query of the ids of the endpoints a claim takes (the arguments of
+// deliveryClaim.args): up to ?1 due endpoints (dueEndpoint), the one claimed longest ago
+// first, such that no newsletter holds more than ?4 leased at once. Among the first ?5 due
+// endpoints of newsletters below their bound (the only rows it locks, FOR NO KEY UPDATE SKIP
+// LOCKED: see pgEngine.claimDeliveries; SQLite runs it without), each newsletter gets what
+// its bound leaves. A newsletter at its bound takes no candidate's place, so its endpoints,
+// first in round-robin order since they are not claimed, cannot hide the others'.
+const claimableEndpoints = `
+    SELECT r.id FROM (
+        SELECT c.id, c.last_claimed_at,
+            row_number() OVER (PARTITION BY c.newsletter_id ORDER BY c.last_claimed_at) + ` + newsletterLeasedC + ` AS n
+        FROM (
+            SELECT w.id, w.newsletter_id, w.last_claimed_at FROM webhook_endpoints AS w
+            WHERE ` + dueEndpoint + ` AND ` + newsletterLeasedW + ` < ?4
+            ORDER BY w.last_claimed_at
+            LIMIT ?5 FOR NO KEY UPDATE SKIP LOCKED
+        ) AS c
+    ) AS r
+    WHERE r.n <= ?4
+    ORDER BY r.last_claimed_at
+    LIMIT ?1`
+
+// deliveryClaim is what one claim asks for (Deliveries.Claim).
+type deliveryClaim struct {
+	endpoints, perEndpoint, perNewsletter int
+	lease                                 time.Duration
+}
+
+// args are the claim's query arguments: ?0 now, ?1 endpoints, ?2 deliveries per endpoint, ?3
+// the lease's end, ?4 endpoints per newsletter, ?5 candidates looked at (enough that one
+// newsletter's endpoints, up to model.MaxWebhooks, cannot fill them), ?6 when the claim goes
+// stale without a heartbeat.
+func (c deliveryClaim) args(now time.Time) []any {
+	return []any{now, c.endpoints, c.perEndpoint, now.Add(c.lease), c.perNewsletter, c.endpoints + model.MaxWebhooks,
+		now.Add(outbox.StaleAfter(c.lease))}
+}

@@ -141,9 +141,9 @@ func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) 
 
 // claimEmails chooses and leases the due emails in one statement; rows another claim holds are
 // skipped, not waited for (FOR UPDATE SKIP LOCKED).
-func (*pgEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+func (*pgEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
 	var rows []claimedRow
-	err := s.idb.NewRaw(`
+	err := db.NewRaw(`
 WITH due AS (
     SELECT id FROM email_outbox
     WHERE state = 'pending' AND next_attempt_at <= ?0
@@ -172,10 +172,10 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease), now.Add(outbox.StaleAf
 // whenever writes are busy). Two instances claiming at the same moment each count the other's
 // leases only once committed, so a newsletter may briefly hold one endpoint more per instance
 // than perNewsletter.
-func (*pgEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
+func (*pgEngine) claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
-	err := s.idb.NewRaw(`
-WITH ep AS (`+claimableEndpoints(" FOR NO KEY UPDATE SKIP LOCKED")+`
+	err := db.NewRaw(`
+WITH ep AS (`+claimableEndpoints+`
 ), claimed AS (
     UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
     FROM ep WHERE w.id = ep.id

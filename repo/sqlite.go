@@ -293,9 +293,9 @@ func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventR
 // claimEmails leases the due emails with one UPDATE … RETURNING and reads what they need, in
 // one immediate transaction: it holds the database's write lock, so no other claim runs
 // meanwhile and none needs SKIP LOCKED.
-func (*sqliteEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+func (*sqliteEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
 	var rows []claimedRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?3, updated_at = ?1
@@ -325,16 +325,19 @@ ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
 	return rows, err
 }
 
+// claimableEndpointsSQLite is claimableEndpoints without its row locks (see raw).
+var claimableEndpointsSQLite = withoutRowLocks(claimableEndpoints)
+
 // claimDeliveries leases the endpoints with one UPDATE … RETURNING and reads their due
 // deliveries, in one immediate transaction (see claimEmails), which no other claim runs
 // beside: a newsletter's bound holds exactly.
-func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
+func (*sqliteEngine) claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
-WHERE id IN (`+claimableEndpoints("")+`)
+WHERE id IN (`+claimableEndpointsSQLite+`)
 RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
