@@ -32,11 +32,13 @@ type engine interface {
 	// not subscribers.
 	listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error)
 
-	// create stores row, after the suppression check under the address's lock, with its
-	// created event, the event's deliveries and mail (when not nil), in one statement on s's
-	// connection (Subscribers.Create); done is false when the engine has no such statement,
-	// and the caller then writes them in a transaction.
-	create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (done bool, err error)
+	// create stores c's subscriber with its created event, the event's deliveries and its
+	// confirmation email, all or nothing, after the suppression check of
+	// docs/api-contract.md §13 under the address's lock (Subscribers.Create): a suppressed
+	// address fails with a *model.SuppressedError, one the newsletter has with
+	// model.ErrEmailTaken, and nothing is stored. It reports whether it queued a webhook
+	// delivery, when the engine knows (its workers need waking).
+	create(ctx context.Context, db bun.IDB, c creation) (delivering bool, err error)
 	// rename applies a patch that sets at most the name without a transaction, when the
 	// engine can (see Subscribers.rename); done is false when it did not.
 	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)
@@ -81,6 +83,22 @@ const (
 	emailQueue   = "email"
 	webhookQueue = "webhook"
 )
+
+// creation is one subscriber to create (engine.create): the values of its row; its created
+// event, whose newsletter and subscriber are the row's; its confirmation email when MailID
+// is not nil, due at UpdatedAt; and, for the suppression check (docs/api-contract.md §13), the
+// address's key, the one store.lockEmails locks (lockEmailKeys), and its model.EmailHash.
+type creation struct {
+	ID, NewsletterID            uuid.UUID
+	Email, EmailKey             string
+	FirstName, LastName, Status string
+	CreatedAt, UpdatedAt        time.Time
+	Event                       eventRow
+	LockKey                     string
+	EmailHash                   []byte
+	MailID                      *uuid.UUID
+	MailTraceparent             string
+}
 
 // The event log as the engines write it (engine.insertEvents, and the writes of one statement
 // that record their event).

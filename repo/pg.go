@@ -123,10 +123,6 @@ func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q mod
 	return rows, err
 }
 
-func (*pgEngine) create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (bool, error) {
-	return true, s.createPG(ctx, row, ev, mail)
-}
-
 func (*pgEngine) rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
 	return s.rename(ctx, nl, id, name)
 }
@@ -251,42 +247,38 @@ func (*pgEngine) wake(string)                                    {}
 // events column is a JSON array of type names).
 const queueDeliveriesSQL = queueDeliveriesFrom + `strpos(w.events, '"' || ev.type || '"') > 0`
 
-// createPG is pgEngine.create: row, its created event, the event's deliveries and, when mail
-// is not nil, its confirmation email, in one statement (createStmt), after the suppression
-// check of docs/api-contract.md §13 under the address's lock (suppression_after_lock, see its
+// create writes c, its created event, the event's deliveries and, when c has one, its
+// confirmation email, in one statement (createStmt), after the suppression check of
+// docs/api-contract.md §13 under the address's lock (suppression_after_lock, see its
 // migration). The data-modifying parts of a statement take effect together or not at all, and
 // the lock holds until the statement's transaction commits (the statement's own, in
-// autocommit): a create is one round trip instead of a transaction's six.
-func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event, mail *outboxRow) error {
-	r := eventRows(ctx, []model.Event{ev})[0]
-	var mailID *uuid.UUID
-	var mailTrace string
-	if mail != nil {
-		mailID, mailTrace = &mail.ID, mail.Traceparent
-	}
+// autocommit): a create is one round trip instead of a transaction's six. Whether it queued a
+// delivery is not asked: the workers poll.
+func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, error) {
 	var out struct {
 		Reason  *string `bun:"reason"`
 		Created int     `bun:"created"`
 	}
-	err := s.atomic(ctx, func(ctx context.Context) error {
-		return s.db.eng.queryRow(ctx, s.idb, createStmt, &out,
-			row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
-			r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt,
-			row.NewsletterID.String()+"/"+model.NormalizeEmail(row.Email), model.EmailHash(row.Email),
-			mailID, mailTrace)
+	ev := c.Event
+	err := runAtomic(ctx, db, func(ctx context.Context) error {
+		return e.queryRow(ctx, db, createStmt, &out,
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt,
+			ev.ID, ev.Type, ev.Payload, ev.Traceparent, ev.CreatedAt,
+			c.NewsletterID.String()+"/"+c.LockKey, c.EmailHash,
+			c.MailID, c.MailTraceparent)
 	})
 	switch {
 	case err != nil:
-		return translate(err)
+		return false, err
 	case out.Reason != nil:
-		return model.Suppressed(model.SuppressionReason(*out.Reason))
+		return false, model.Suppressed(model.SuppressionReason(*out.Reason))
 	case out.Created == 0:
-		return fmt.Errorf("%w", model.ErrEmailTaken)
+		return false, fmt.Errorf("%w", model.ErrEmailTaken)
 	}
-	return nil
+	return false, nil
 }
 
-// createStmt is createPG's statement, prepared (see statement): $1 to $9 the subscriber's
+// createStmt is pgEngine.create's statement, prepared (see statement): $1 to $9 the subscriber's
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
 // the subscriber's); $15 and $16 the address's lock key and hash; $17 and $18 the confirmation
 // email's id (NULL: none) and traceparent. It returns the reason the address is suppressed for
@@ -308,7 +300,7 @@ d AS (`+queueDeliveriesSQL+`),
 m AS (
     INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
         traceparent, created_at, updated_at)
-    SELECT $17::uuid, $2::uuid, s.id, '`+model.EmailKindConfirmation+`', '`+StatePending+`', 0, $9::timestamptz, '',
+    SELECT $17::uuid, $2::uuid, s.id, '`+model.EmailKindConfirmation+`', 'pending', 0, $9::timestamptz, '',
         $18::text, $9::timestamptz, $9::timestamptz
     FROM s WHERE $17::uuid IS NOT NULL)
 SELECT (SELECT reason FROM chk) AS reason, (SELECT count(*) FROM s) AS created`)

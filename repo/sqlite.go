@@ -263,8 +263,60 @@ func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q m
 	return rows, err
 }
 
-func (*sqliteEngine) create(context.Context, *store, *subscriberRow, model.Event, *outboxRow) (bool, error) {
-	return false, nil
+// create makes the check and the writes of PostgreSQL's one statement as statements of one
+// immediate transaction, which holds the write lock from its start: no suppression can commit
+// between the check and the insert, as none can under suppression_after_lock's lock.
+func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, error) {
+	var delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
+		var reason string
+		err := e.queryRow(ctx, tx, suppressionReasonSQLite, &reason, c.NewsletterID, c.EmailHash)
+		switch {
+		case err == nil:
+			return model.Suppressed(model.SuppressionReason(reason))
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		res, err := e.exec(ctx, tx, insertSubscriberSQLite,
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
+		if delivering, err = e.insertEvents(ctx, tx, []eventRow{c.Event}); err != nil {
+			return err
+		}
+		if c.MailID == nil {
+			return nil
+		}
+		_, err = e.exec(ctx, tx, insertConfirmationSQLite, *c.MailID, c.NewsletterID, c.ID, c.UpdatedAt, c.MailTraceparent)
+		return err
+	})
+	return delivering, err
+}
+
+// The statements of create: the reason the address (its newsletter and email_hash) is
+// suppressed for, as suppression_after_lock reads it; the subscriber's insert, which a taken
+// address skips; the confirmation email's (id, newsletter, subscriber, due time, traceparent).
+var (
+	suppressionReasonSQLite = newStatement("SELECT", "suppressions",
+		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash = $2`)
+	insertSubscriberSQLite = newStatement("INSERT", "subscribers",
+		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (newsletter_id, email_key) DO NOTHING`)
+	insertConfirmationSQLite = newStatement("INSERT", "email_outbox",
+		`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
+    traceparent, created_at, updated_at)
+VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', 'pending', 0, $4, '', $5, $4, $4)`)
+)
+
+// exec runs st, which returns no row, through bun, its span named as st's (see queryRow).
+func (*sqliteEngine) exec(ctx context.Context, db bun.IDB, st *statement, args ...any) (sql.Result, error) {
+	return db.NewRaw(st.bunText, args...).Exec(withStatement(ctx, st))
 }
 
 func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {

@@ -97,37 +97,17 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	row := s.newRow(nl, in, s.now())
 	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
-	var mail []outboxRow
-	var confirmation *outboxRow
+	// docs/api-contract.md §13: the address's lock and the suppression check come first, as
+	// in every write that subscribes an address (store.checkNotSuppressed); §10.1: the event
+	// is part of the change.
+	c := creation{ID: row.ID, NewsletterID: nl, Email: row.Email, EmailKey: row.EmailKey, FirstName: row.FirstName,
+		LastName: row.LastName, Status: row.Status, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
+		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: model.NormalizeEmail(row.Email), EmailHash: model.EmailHash(row.Email)}
 	if pending {
-		mail = confirmationRows(ctx, []subscriberRow{row})
-		confirmation = &mail[0]
+		mail := confirmationRows(ctx, []subscriberRow{row})[0]
+		c.MailID, c.MailTraceparent = &mail.ID, mail.Traceparent
 	}
-	var delivering bool
-	done, err := s.db.eng.create(ctx, &s.store, &row, ev, confirmation)
-	if !done {
-		// A transaction: the suppression check's lock must hold until the insert commits.
-		err = s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-			delivering = false
-			// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-			if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
-				return err
-			}
-			res, err := tx.NewInsert().Model(&row).
-				On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
-			if err != nil {
-				return translate(err)
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				return fmt.Errorf("%w", model.ErrEmailTaken)
-			}
-			// docs/api-contract.md §10.1: the event is part of the change.
-			if delivering, err = s.recordEvents(ctx, tx, []model.Event{ev}); err != nil {
-				return err
-			}
-			return insertOutbox(ctx, tx, mail)
-		})
-	}
+	delivering, err := s.db.eng.create(ctx, s.idb, c)
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
