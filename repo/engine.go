@@ -39,9 +39,11 @@ type engine interface {
 	// model.ErrEmailTaken, and nothing is stored. It reports whether it queued a webhook
 	// delivery, when the engine knows (its workers need waking).
 	create(ctx context.Context, db bun.IDB, c creation) (delivering bool, err error)
-	// rename applies a patch that sets at most the name without a transaction, when the
-	// engine can (see Subscribers.rename); done is false when it did not.
-	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)
+	// rename sets the names of r's subscriber, with its updated event and the event's
+	// deliveries, all or nothing, only while the row still holds every value r read
+	// (Subscribers.rename): renamed is false, and nothing changed, when it did not. It reports
+	// whether it queued a webhook delivery, when the engine knows.
+	rename(ctx context.Context, db bun.IDB, r renaming) (renamed, delivering bool, err error)
 	// insertEvents appends rows to the event log and queues their webhook deliveries, in
 	// the caller's transaction, and reports whether it queued any delivery (when the engine
 	// knows: its workers need waking).
@@ -98,6 +100,18 @@ type creation struct {
 	EmailHash                   []byte
 	MailID                      *uuid.UUID
 	MailTraceparent             string
+}
+
+// renaming is a change of a subscriber's names (engine.rename): the subscriber, the values
+// read that it must still hold (email, names, status and update time), its new names and
+// update time, and its updated event.
+type renaming struct {
+	NewsletterID, ID                   uuid.UUID
+	Email, FirstName, LastName, Status string
+	UpdatedAt                          time.Time
+	NewFirstName, NewLastName          string
+	NewUpdatedAt                       time.Time
+	Event                              eventRow
 }
 
 // The event log as the engines write it (engine.insertEvents, and the writes of one statement

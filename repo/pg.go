@@ -123,10 +123,6 @@ func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q mod
 	return rows, err
 }
 
-func (*pgEngine) rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
-	return s.rename(ctx, nl, id, name)
-}
-
 // insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL).
 // Whether it queued any is not asked: the workers poll.
 func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error) {
@@ -412,61 +408,22 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FR
 ) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
 )
 
-// renameTries is how many times rename reads and writes again when the subscriber changed
-// between the two, before it leaves the patch to Update's locking transaction.
-const renameTries = 3
-
-// rename applies, on PostgreSQL (pgEngine.rename), a patch that sets at most the name,
-// without a transaction of its own: it reads the subscriber, then writes the new name with its event and the event's
-// deliveries in one statement that matches only while the row still holds every value it read
-// (the values the event records as the subscriber and its previous name). Such a patch has no
-// confirmation effect and no email to keep unique, so it needs no lock: two round trips instead
-// of a transaction's five. When another change came in between, it reads again; after
-// renameTries misses it reports done false, and Update takes the locking path.
-func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error) {
-	src := model.SourceFrom(ctx)
-	db := s.idb
-	err = s.atomic(ctx, func(ctx context.Context) error {
-		for range renameTries {
-			var before subscriberRow
-			err := s.db.eng.queryRow(ctx, db, getSubscriber, &before, nl, id)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w", model.ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			row := before
-			if name != nil {
-				row.FirstName, row.LastName = model.SplitName(*name)
-			}
-			changed := model.Changes(before.toModel(), row.toModel())
-			if len(changed) == 0 {
-				sub, done = before.toModel(), true
-				return nil // the values already there: nothing to write, no event (§10.1)
-			}
-			row.UpdatedAt = s.now()
-			ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
-			var n int
-			if err := s.db.eng.queryRow(ctx, db, renameWithEventStmt, &n,
-				nl, id, before.Email, before.FirstName, before.LastName, before.Status, before.UpdatedAt,
-				row.FirstName, row.LastName, row.UpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent); err != nil {
-				return err
-			}
-			if n == 1 {
-				sub, done = row.toModel(), true
-				return nil
-			}
-		}
-		return nil
+// rename writes the new name with its event and the event's deliveries in one statement
+// (renameWithEventStmt) that matches only while the row still holds every value r read. It
+// needs no lock and no transaction of its own. Whether it queued a delivery is not asked: the
+// workers poll.
+func (e *pgEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool, bool, error) {
+	var n int
+	ev := r.Event
+	err := runAtomic(ctx, db, func(ctx context.Context) error {
+		return e.queryRow(ctx, db, renameWithEventStmt, &n,
+			r.NewsletterID, r.ID, r.Email, r.FirstName, r.LastName, r.Status, r.UpdatedAt,
+			r.NewFirstName, r.NewLastName, r.NewUpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent)
 	})
-	if err != nil {
-		return model.Subscriber{}, false, translate(err)
-	}
-	return sub, done, nil
+	return n == 1, false, err
 }
 
-// renameWithEventStmt is rename's write, prepared (see statement): $1 and $2 the subscriber,
+// renameWithEventStmt is pgEngine.rename's write, prepared (see statement): $1 and $2 the subscriber,
 // $3 to $7 the email, names, status and update time read, $8 to $10 the new names and update
 // time, then the event's id, type, payload and traceparent. It returns 1 when the row still
 // held what was read and was changed, with its event and deliveries, else 0 and changes

@@ -319,9 +319,32 @@ func (*sqliteEngine) exec(ctx context.Context, db bun.IDB, st *statement, args .
 	return db.NewRaw(st.bunText, args...).Exec(withStatement(ctx, st))
 }
 
-func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {
-	return model.Subscriber{}, false, nil
+// rename changes the row when it still holds what r read, then records the event and its
+// deliveries, in one immediate transaction.
+func (e *sqliteEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool, bool, error) {
+	var renamed, delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		renamed, delivering = false, false
+		res, err := e.exec(ctx, tx, renameSQLite, r.NewsletterID, r.ID, r.Email, r.FirstName, r.LastName, r.Status,
+			r.UpdatedAt, r.NewFirstName, r.NewLastName, r.NewUpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		renamed = true
+		delivering, err = e.insertEvents(ctx, tx, []eventRow{r.Event})
+		return err
+	})
+	return renamed, delivering, err
 }
+
+// renameSQLite is rename's change: $1 and $2 the subscriber, $3 to $7 the email, names,
+// status and update time read, $8 to $10 the new names and update time.
+var renameSQLite = newStatement("UPDATE", "subscribers", `UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
+WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
+    AND status = $6 AND updated_at = $7`)
 
 // insertEvents inserts the events, then their deliveries from them, and reports whether it
 // queued any, for the caller to wake the workers after its commit.

@@ -350,7 +350,7 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
 	if p.Email == nil && p.Status == nil {
-		if sub, done, err := s.db.eng.rename(ctx, s, nl, id, p.Name); done || err != nil {
+		if sub, done, err := s.rename(ctx, nl, id, p.Name); done || err != nil {
 			return sub, err
 		}
 	}
@@ -451,6 +451,53 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	}
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
+}
+
+// renameTries is how many times rename reads and writes again when the subscriber changed
+// between the two, before it leaves the patch to Update's locking transaction.
+const renameTries = 3
+
+// rename applies a patch that sets at most the name without a transaction of its own: it
+// reads the subscriber, then has the engine write the new name with its event and the
+// event's deliveries only while the row still holds every value it read (the values the
+// event records as the subscriber and its previous name; engine.rename). Such a patch has no
+// confirmation effect and no email to keep unique, so it needs no lock: on PostgreSQL two
+// round trips instead of a transaction's five. When another change came in between, it reads
+// again; after renameTries misses it reports done false, and Update takes the locking path.
+func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
+	src := model.SourceFrom(ctx)
+	for range renameTries {
+		var before subscriberRow
+		err := s.db.eng.queryRow(ctx, s.idb, getSubscriber, &before, nl, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return model.Subscriber{}, false, fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return model.Subscriber{}, false, translate(err)
+		}
+		row := before
+		if name != nil {
+			row.FirstName, row.LastName = model.SplitName(*name)
+		}
+		changed := model.Changes(before.toModel(), row.toModel())
+		if len(changed) == 0 {
+			return before.toModel(), true, nil // the values already there: nothing to write, no event (§10.1)
+		}
+		row.UpdatedAt = s.now()
+		ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
+		renamed, delivering, err := s.db.eng.rename(ctx, s.idb, renaming{NewsletterID: nl, ID: id,
+			Email: before.Email, FirstName: before.FirstName, LastName: before.LastName, Status: before.Status,
+			UpdatedAt: before.UpdatedAt, NewFirstName: row.FirstName, NewLastName: row.LastName, NewUpdatedAt: row.UpdatedAt,
+			Event: ev})
+		if err != nil {
+			return model.Subscriber{}, false, translate(err)
+		}
+		if renamed {
+			s.deliveriesQueued(delivering)
+			return row.toModel(), true, nil
+		}
+	}
+	return model.Subscriber{}, false, nil
 }
 
 // lockForEmailChange locks (where the engine has row locks; see engine.raw) the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
