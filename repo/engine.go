@@ -69,10 +69,11 @@ type engine interface {
 	// email nobody holds yet (Subscribers.Update), the suppression check and the suppressions
 	// themselves (docs/api-contract.md §13).
 	lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error
-	// lockIdempotencyKey takes, in the transaction of Idempotency.Run, the right to run the
-	// request of (nl, key): it returns the stored response of a request with the key that
-	// finished first, or model.ErrIdempotencyInUse while one still runs.
-	lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error)
+	// lockIdempotencyKey takes, in the transaction tx of Idempotency.Run, the right to run
+	// the request of (nl, key) until tx ends, or fails with model.ErrIdempotencyInUse while
+	// another request with the key runs. A request with the key that finished first is
+	// caught by the record's insert (Idempotency.Run), on both engines.
+	lockIdempotencyKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
 
 	// listen returns a channel signalled (coalesced) after each commit of this process that
 	// queued into queue, until ctx ends, or nil when the workers poll; wake signals it.

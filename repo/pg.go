@@ -2,8 +2,10 @@ package repo
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -223,15 +225,27 @@ FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).E
 // lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
 // dropped connection releases at once: no marker is ever left behind. A request that finished
 // between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
-func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
+func (e *pgEngine) lockIdempotencyKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
 	var locked bool
 	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {
-		return nil, err
+		return err
 	}
 	if !locked {
-		return nil, fmt.Errorf("%w", model.ErrIdempotencyInUse)
+		return fmt.Errorf("%w", model.ErrIdempotencyInUse)
 	}
-	return nil, nil
+	return nil
+}
+
+// tryLockPG takes the transaction-scoped advisory lock of a key if it is free, prepared.
+var tryLockPG = newStatement("SELECT", "", `SELECT pg_try_advisory_xact_lock($1)`)
+
+// advisoryKey is the 64-bit advisory lock id of (nl, key). Two keys sharing one (a chance of
+// 2⁻⁶⁴) only make one of them wait or answer 409 once.
+func advisoryKey(nl uuid.UUID, key string) int64 {
+	h := sha256.New()
+	h.Write(nl[:])
+	h.Write([]byte(key))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8])) //nolint:gosec // a hash, any bits will do
 }
 
 // listen is nil: on PostgreSQL the workers poll, since writers may be other instances.
