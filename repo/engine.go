@@ -28,9 +28,10 @@ type engine interface {
 	queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
 
 	// listPage reads one page of a newsletter's subscribers and the total matching q in one
-	// statement (Subscribers.List): the first row carries the total, rows without an id are
-	// not subscribers.
-	listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error)
+	// statement (Subscribers.List) into dest, a pointer to a slice of rows with the columns
+	// total, id, email, first_name, last_name, status and created_at: the first row carries
+	// the total, rows without an id are not subscribers.
+	listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error
 
 	// create stores c's subscriber with its created event, the event's deliveries and its
 	// confirmation email, all or nothing, after the suppression check of

@@ -113,16 +113,13 @@ func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, des
 	return e.prep.queryRows(ctx, db, st, dest, args...)
 }
 
-func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
-	var rows []pageRow
+func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	if q.After == nil && q.Offset() > listDirectMaxOffset {
 		// Not prepared: see listDeepPostgres.
-		err := db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, &rows)
-		return rows, err
+		return db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, dest)
 	}
 	st, args := listPostgres(nl, q)
-	err := e.queryRows(ctx, db, st, &rows, args...)
-	return rows, err
+	return e.queryRows(ctx, db, st, dest, args...)
 }
 
 // insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL).

@@ -248,7 +248,7 @@ func (*sqliteEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, d
 	return err
 }
 
-func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
+func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	var statusFilter, afterTime, afterID any
 	if q.Status != "" {
 		statusFilter = string(q.Status)
@@ -258,9 +258,7 @@ func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q m
 		stmt = listAfterSQLite
 		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
 	}
-	var rows []pageRow
-	err := db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
-	return rows, err
+	return db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, dest)
 }
 
 // create makes the check and the writes of PostgreSQL's one statement as statements of one

@@ -269,8 +269,8 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	}
 	// The total is the sum of the newsletter's counter rows (see the migration), read in the
 	// same statement, hence the same snapshot, as the page.
-	rows, err := s.db.eng.listPage(ctx, s.idb, nl, q)
-	if err != nil {
+	var rows []pageRow
+	if err := s.db.eng.listPage(ctx, s.idb, &rows, nl, q); err != nil {
 		return nil, 0, translate(err)
 	}
 	if len(rows) == 0 {
