@@ -54,8 +54,10 @@ type engine interface {
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error)
-	// stageImport stores a new import with the rows next yields (Imports.Stage).
-	stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error
+	// stageImport stores a new import with every row st yields, durably, before it returns
+	// (Imports.Stage), through the store's writes of the import st carries. When st.next
+	// fails, nothing of the import remains and next's error is returned as it is.
+	stageImport(ctx context.Context, db *bun.DB, st staging) error
 
 	// raw is query, a statement the stores write once for both engines, with PostgreSQL's
 	// row-lock clauses (FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, SKIP LOCKED) where it needs
@@ -114,6 +116,21 @@ type renaming struct {
 	NewFirstName, NewLastName          string
 	NewUpdatedAt                       time.Time
 	Event                              eventRow
+}
+
+// staging is an import to stage (engine.stageImport): its id; the rows next yields (a row's
+// JSON object; io.EOF ends them), which the engine stores in import_rows numbered from 1; and
+// the store's writes of the import's own row. insert stores it, hidden from the API while
+// uploading (when the engine stages in several transactions); alive records that rows still
+// arrive (an upload SweepUploads leaves alone); finish completes it with its row count; drop
+// removes it with its rows.
+type staging struct {
+	id     uuid.UUID
+	next   func() ([]byte, error)
+	insert func(ctx context.Context, db bun.IDB, uploading bool) error
+	alive  func(ctx context.Context, db bun.IDB) error
+	finish func(ctx context.Context, db bun.IDB, rows int64) error
+	drop   func(ctx context.Context) error
 }
 
 // The event log as the engines write it (engine.insertEvents, and the writes of one statement

@@ -87,9 +87,6 @@ func NewImports(db *DB) *Imports {
 	return &Imports{store: newStore(db)}
 }
 
-// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
-const sqliteStageBatch = 500
-
 // Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
 // them), durably, before it returns: on PostgreSQL in one transaction, the rows by COPY; on
 // SQLite in short transactions, the import invisible ("uploading") until its last row is
@@ -101,7 +98,26 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
-	if err := s.db.eng.stageImport(ctx, s, &row, next); err != nil {
+	err := s.db.eng.stageImport(ctx, s.db.DB, staging{id: row.ID, next: next,
+		insert: func(ctx context.Context, db bun.IDB, uploading bool) error {
+			if uploading {
+				row.State = model.ImportUploading
+			}
+			_, err := db.NewInsert().Model(&row).Exec(ctx)
+			return translate(err)
+		},
+		alive: func(ctx context.Context, db bun.IDB) error {
+			_, err := db.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
+			return err
+		},
+		finish: func(ctx context.Context, db bun.IDB, n int64) error {
+			finishStaged(&row, n, s.now())
+			_, err := db.NewUpdate().Model(&row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+			return translate(err)
+		},
+		drop: func(ctx context.Context) error { return s.dropImport(ctx, row.ID) },
+	})
+	if err != nil {
 		return model.Import{}, err
 	}
 	return row.toModel(), nil

@@ -453,12 +453,8 @@ SELECT count(*) FROM s`)
 
 // stageImport stages an import in one transaction on a connection of its own, the rows by COPY
 // (Imports.Stage).
-func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
-	return s.stagePostgres(ctx, row, next)
-}
-
-func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
-	conn, err := s.db.Conn(ctx)
+func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return translate(err)
 	}
@@ -473,10 +469,10 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
 		return translate(err)
 	}
-	if _, err := conn.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
+	if err := st.insert(ctx, conn, false); err != nil {
+		return err
 	}
-	cr := &copyReader{next: next, id: row.ID.String()}
+	cr := &copyReader{next: st.next, id: st.id.String()}
 	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
@@ -485,10 +481,8 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	n, _ := res.RowsAffected()
-	now := s.now()
-	finishStaged(row, n, now)
-	if _, err := conn.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx); err != nil {
-		return translate(err)
+	if err := st.finish(ctx, conn, n); err != nil {
+		return err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return translate(err)

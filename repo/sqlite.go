@@ -520,14 +520,9 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // stageImport stages an import in short transactions, the import hidden until its last row is
 // stored, so that a long upload never holds the write lock (Imports.Stage).
-func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
-	return s.stageSQLite(ctx, row, next)
-}
-
-func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
-	row.State = model.ImportUploading
-	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
+func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
+	if err := st.insert(ctx, db, true); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -536,27 +531,26 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			// worker's sweep (SweepUploads).
 			cctx, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), 5*time.Second)
 			defer cancel()
-			s.dropImport(cctx, row.ID) //nolint:errcheck // see above
+			st.drop(cctx) //nolint:errcheck // see above
 		}
 	}()
 	var n int64
-	batch := make([]stagedRow, 0, sqliteStageBatch)
+	batch := make([]stagedRowSQLite, 0, sqliteStageBatch)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
 				return err
 			}
-			_, err := tx.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
-			return err
+			return st.alive(ctx, tx)
 		})
 		batch = batch[:0]
 		return translate(err)
 	}
 	for {
-		data, err := next()
+		data, err := st.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -564,7 +558,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			return err
 		}
 		n++
-		batch = append(batch, stagedRow{ImportID: row.ID, RowNo: n, Data: string(data)})
+		batch = append(batch, stagedRowSQLite{ImportID: st.id, RowNo: n, Data: string(data)})
 		if len(batch) == sqliteStageBatch {
 			if err := flush(); err != nil {
 				return err
@@ -574,7 +568,17 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 	if err := flush(); err != nil {
 		return err
 	}
-	finishStaged(row, n, s.now())
-	_, err = s.idb.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
-	return translate(err)
+	return st.finish(ctx, db, n)
+}
+
+// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
+const sqliteStageBatch = 500
+
+// stagedRowSQLite is one row of an import as stageImport stores it.
+type stagedRowSQLite struct {
+	bun.BaseModel `bun:"table:import_rows"`
+
+	ImportID uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo    int64     `bun:"row_no"`
+	Data     string    `bun:"data"`
 }
