@@ -4,11 +4,33 @@
 // behind one seam, the engine interface, with one file per engine (pg.go, sqlite.go); callers
 // see the same behaviour on both, and no other file asks which engine runs.
 //
+// The files, by job:
+//
+//   - db.go: the database (Open, EnsureDatabase, DB), units of work (DB.InTx, Tx), the store
+//     every store embeds, migrations, and the translation of driver errors.
+//   - engine.go: the seam: the engine interface, and what crosses it or both engines share.
+//   - pg.go, sqlite.go: the engines, one each: opening the pool, and the statements and
+//     locks that differ. They name nothing of the stores (TestSeamRunsOneWay).
+//   - prepared.go: statement, a statement written once for both engines, and the prepared
+//     statements PostgreSQL runs it as. Package pgconn holds the PostgreSQL connections that
+//     stop a statement when its context ends.
+//   - tx.go: running a unit of work in a transaction, or one statement atomically, again
+//     after a deadlock or a busy database.
+//   - tracing.go: a span per statement.
+//   - The stores, one file each: subscribers.go (Subscribers), events.go (the event log:
+//     recording events, Events), outbox.go (Outbox: the confirmation emails' outbox),
+//     webhooks.go (Webhooks: endpoints; Deliveries: their outbox), tokens.go (Confirmations:
+//     confirm and decline links), imports.go (Imports), suppressions.go (Suppressions),
+//     privacy.go (Privacy: export and erasure), keys.go (Accounts: newsletters and API keys),
+//     idempotency.go (Idempotency: stored responses; the service's shared secrets).
+//
 // A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit
 // of work it came from: DB.InTx hands out stores through Tx), a write of several statements
 // runs in s.inTx (its unit's transaction, or a new one with retries), queued work wakes its
-// workers through s.queued, and whatever differs between the engines is a method of s.db.eng.
-// A new store gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
+// workers through s.queued, and whatever differs between the engines is a call of s.db.eng,
+// with plain values. A store writes a statement once for both engines: a locking one through
+// s.db.eng.raw, a hot one as a statement (prepared.go) through s.db.eng.queryRow. A new store
+// gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
 package repo
 
 import (

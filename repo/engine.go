@@ -1,5 +1,10 @@
 package repo
 
+// This file is the engine seam: the engine interface, and the values, rows and SQL that
+// cross it or that both engines share (the queue names, what a create, a rename or an
+// import's staging hands the engine, the event row and the deliveries' insert, the claims'
+// rows and their endpoint query).
+
 import (
 	"context"
 	"time"
@@ -13,8 +18,10 @@ import (
 )
 
 // engine is the seam between the stores and the database engine: everything that differs
-// between PostgreSQL (pg.go) and SQLite (sqlite.go), and nothing else. The stores call it and
-// never ask which engine runs.
+// between PostgreSQL (pg.go) and SQLite (sqlite.go), and nothing else. It runs one way: the
+// stores call it with plain values (a connection, ids, times, and the values and rows this
+// file declares) and get plain values back; each engine owns its statements whole and names
+// nothing of the stores (TestSeamRunsOneWay). The stores never ask which engine runs.
 type engine interface {
 	// migrations are the engine's schema migrations; migrationsTableExists is a statement
 	// that reads whether bun's table of applied migrations exists.
@@ -26,6 +33,11 @@ type engine interface {
 	// a pointer to a slice. Errors are the driver's, for the caller to translate.
 	queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
 	queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
+	// raw is query, a statement the stores write once for both engines, with PostgreSQL's
+	// row-lock clauses (FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, SKIP LOCKED) where it needs
+	// them, as the engine runs it on db: as written on PostgreSQL, without those clauses on
+	// SQLite, whose immediate transactions hold the database's write lock.
+	raw(db bun.IDB, query string, args ...any) *bun.RawQuery
 
 	// listPage reads one page of a newsletter's subscribers and the total matching q in one
 	// statement (Subscribers.List) into dest, a pointer to a slice of rows with the columns
@@ -49,24 +61,19 @@ type engine interface {
 	// the caller's transaction, and reports whether it queued any delivery (when the engine
 	// knows: its workers need waking).
 	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error)
-
-	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
-	// Deliveries.Claim) without waiting on another worker's claim.
-	claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
-	claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error)
+	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
+	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
+	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
 	// stageImport stores a new import with every row st yields, durably, before it returns
 	// (Imports.Stage), through the store's writes of the import st carries. When st.next
 	// fails, nothing of the import remains and next's error is returned as it is.
 	stageImport(ctx context.Context, db *bun.DB, st staging) error
 
-	// raw is query, a statement the stores write once for both engines, with PostgreSQL's
-	// row-lock clauses (FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, SKIP LOCKED) where it needs
-	// them, as the engine runs it on db: as written on PostgreSQL, without those clauses on
-	// SQLite, whose immediate transactions hold the database's write lock.
-	raw(db bun.IDB, query string, args ...any) *bun.RawQuery
-	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
-	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
-	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
+	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
+	// Deliveries.Claim) without waiting on another worker's claim.
+	claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
+	claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error)
+
 	// lockEmailKeys makes transactions that write the same email keys of nl wait for each
 	// other until commit, the keys taken in the order given (sorted by the caller): a new
 	// email nobody holds yet (Subscribers.Update), the suppression check and the suppressions

@@ -28,9 +28,10 @@ import (
 // This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
 // connections stop a statement when its context ends, package pgconn), the hot statements prepared
 // once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
-// advisory locks, and writes that PostgreSQL does in one statement where SQLite needs a
-// transaction. The workers poll: a NOTIFY would serialise the commits of the
-// transactions that send it.
+// advisory locks, an import's rows by COPY, and writes that PostgreSQL does in one statement
+// where SQLite needs a transaction (a create, a rename, an event with its deliveries). It
+// takes plain values and names nothing of the stores. The workers poll: a NOTIFY would
+// serialise the commits of the transactions that send it.
 
 func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// pgdriver panics on a DSN it cannot parse; report it as an error instead.

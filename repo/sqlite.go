@@ -30,7 +30,9 @@ import (
 
 // This file is the SQLite side of the engine seam (see engine): what the embedded SQLite store
 // does differently from PostgreSQL. The stores keep one code path; where the SQL must differ
-// they call the engine.
+// they call the engine, with plain values, and it names nothing of the stores. It runs the
+// stores' statements without their row-lock clauses (raw), and writes in one transaction of
+// several statements what PostgreSQL writes in one (a create, a rename, the claims).
 //
 // SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
 // BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
