@@ -61,10 +61,11 @@ type EventSubscriber struct {
 
 // EventSource says who or what made a change.
 type EventSource struct {
-	Kind      string `json:"kind" enum:"api,email,confirmation_link"`
+	Kind      string `json:"kind" enum:"api,email,confirmation_link,duplicate_address"`
 	APIKey    string `json:"api_key,omitempty" doc:"kind api: the display prefix of the API key."`
 	IP        string `json:"ip,omitempty" doc:"kind confirmation_link: the client's address; absent once the subscriber is erased."`
 	UserAgent string `json:"user_agent,omitempty" doc:"kind confirmation_link: the browser's User-Agent, first 512 characters; absent once the subscriber is erased."`
+	Kept      string `json:"kept,omitempty" format:"uuid" doc:"kind duplicate_address: the id of the older subscriber of the newsletter that kept the address (docs/api-contract.md §18)."`
 }
 
 // EventPagination describes a page of a history.

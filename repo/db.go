@@ -22,7 +22,8 @@
 //     webhooks.go (Webhooks: endpoints; Deliveries: their outbox), tokens.go (Confirmations:
 //     confirm and decline links), imports.go (Imports), suppressions.go (Suppressions),
 //     privacy.go (Privacy: export and erasure), keys.go (Accounts: newsletters and API keys),
-//     idempotency.go (Idempotency: stored responses; the service's shared secrets).
+//     idempotency.go (Idempotency: stored responses; the service's shared secrets); and
+//     rekey.go, the re-key of stored addresses to the 1.3 rule (Rekey, run by Migrate).
 //
 // A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit
 // of work it came from: DB.InTx hands out stores through Tx), a write of several statements
@@ -245,7 +246,8 @@ func migrator(db *DB) (*migrate.Migrator, error) {
 }
 
 // Migrate applies every pending migration, holding bun's migration lock so that several
-// instances starting at once apply each migration once. It returns the names applied.
+// instances starting at once apply each migration once, and then re-keys what needs it
+// (Rekey: what a 1.2 instance wrote). It returns the names applied.
 func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	m, err := migrator(db)
 	if err != nil {
@@ -267,6 +269,9 @@ func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	group, err := m.Migrate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", translate(err))
+	}
+	if _, err := Rekey(ctx, db); err != nil {
+		return nil, err
 	}
 	var names []string
 	for _, mg := range group.Migrations {

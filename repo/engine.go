@@ -100,7 +100,9 @@ const (
 // creation is one subscriber to create (engine.create): the values of its row; its created
 // event, whose newsletter and subscriber are the row's; its confirmation email when MailID
 // is not nil, due at UpdatedAt; and, for the suppression check (docs/api-contract.md §13), the
-// address's key, the one store.lockEmails locks (lockEmailKeys), and its model.EmailHash.
+// address's key, the one store.lockEmails locks (lockEmailKeys), and the hashes an entry of
+// the list may hold for it (model.EmailHashes: its own key's, then its 1.2 key's, the first
+// again when they are the same), its own preferred.
 type creation struct {
 	ID, NewsletterID            uuid.UUID
 	Email, EmailKey             string
@@ -108,7 +110,7 @@ type creation struct {
 	CreatedAt, UpdatedAt        time.Time
 	Event                       eventRow
 	LockKey                     string
-	EmailHash                   []byte
+	EmailHash, LegacyHash       []byte
 	MailID                      *uuid.UUID
 	MailTraceparent             string
 }

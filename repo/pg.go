@@ -273,7 +273,7 @@ func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, er
 			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt,
 			ev.ID, ev.Type, ev.Payload, ev.Traceparent, ev.CreatedAt,
 			c.NewsletterID.String()+"/"+c.LockKey, c.EmailHash,
-			c.MailID, c.MailTraceparent)
+			c.MailID, c.MailTraceparent, c.LegacyHash)
 	})
 	switch {
 	case err != nil:
@@ -288,13 +288,14 @@ func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, er
 
 // createStmt is pgEngine.create's statement, prepared (see statement): $1 to $9 the subscriber's
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
-// the subscriber's); $15 and $16 the address's lock key and hash; $17 and $18 the confirmation
-// email's id (NULL: none) and traceparent. It returns the reason the address is suppressed for
+// the subscriber's); $15 and $16 the address's lock key and hash, $19 its 1.2 key's hash
+// (model.EmailHashes; $16 again when the same); $17 and $18 the confirmation email's id
+// (NULL: none) and traceparent. It returns the reason the address is suppressed for
 // (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
 // span is named for its main change, "INSERT subscribers". The values are cast: in an
 // INSERT … SELECT a parameter takes no type from the target column.
 var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
-    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea) AS reason),
+    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea, $19::bytea) AS reason),
 s AS (
     INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
     SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz

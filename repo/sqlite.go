@@ -271,7 +271,7 @@ func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool
 	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		var reason string
-		err := e.queryRow(ctx, tx, suppressionReasonSQLite, &reason, c.NewsletterID, c.EmailHash)
+		err := e.queryRow(ctx, tx, suppressionReasonSQLite, &reason, c.NewsletterID, c.EmailHash, c.LegacyHash)
 		switch {
 		case err == nil:
 			return model.Suppressed(model.SuppressionReason(reason))
@@ -298,12 +298,14 @@ func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool
 	return delivering, err
 }
 
-// The statements of create: the reason the address (its newsletter and email_hash) is
-// suppressed for, as suppression_after_lock reads it; the subscriber's insert, which a taken
-// address skips; the confirmation email's (id, newsletter, subscriber, due time, traceparent).
+// The statements of create: the reason the address (its newsletter, its own key's hash and
+// its 1.2 key's) is suppressed for, the entry under its own key's hash first, as
+// suppression_after_lock reads it; the subscriber's insert, which a taken address skips; the
+// confirmation email's (id, newsletter, subscriber, due time, traceparent).
 var (
 	suppressionReasonSQLite = newStatement("SELECT", "suppressions",
-		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash = $2`)
+		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash IN ($2, $3)
+ORDER BY email_hash = $2 DESC LIMIT 1`)
 	insertSubscriberSQLite = newStatement("INSERT", "subscribers",
 		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)

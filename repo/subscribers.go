@@ -102,7 +102,9 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	// is part of the change.
 	c := creation{ID: row.ID, NewsletterID: nl, Email: row.Email, EmailKey: row.EmailKey, FirstName: row.FirstName,
 		LastName: row.LastName, Status: row.Status, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
-		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: model.NormalizeEmail(row.Email), EmailHash: model.EmailHash(row.Email)}
+		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: row.EmailKey}
+	hashes := model.EmailHashes(row.Email)
+	c.EmailHash, c.LegacyHash = hashes[0], hashes[len(hashes)-1]
 	if pending {
 		mail := confirmationRows(ctx, []subscriberRow{row})[0]
 		c.MailID, c.MailTraceparent = &mail.ID, mail.Traceparent
@@ -399,6 +401,12 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			if err := s.checkNotSuppressed(ctx, tx, nl, addr); err != nil {
 				return err
 			}
+		}
+		if p.Email == nil && p.Status != nil && *p.Status != model.StatusUnsubscribed &&
+			strings.HasPrefix(row.EmailKey, duplicateKeyPrefix) {
+			// It lost its address to an older subscriber in the 1.3 upgrade (Rekey,
+			// docs/api-contract.md §18): that one holds the address.
+			return fmt.Errorf("%w", model.ErrEmailTaken)
 		}
 		retire, queue := p.ConfirmationEffect(before)
 		if queue && p.Status != nil && *p.Status == model.StatusPending {
