@@ -41,10 +41,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/load"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // config is the command line.

@@ -24,9 +24,9 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/repo"
 )

@@ -11,11 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/load"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
-	"github.com/subscriberd/subscriberd/internal/bench/stats"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/stats"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // Report is everything a run measured; it is what -json writes.

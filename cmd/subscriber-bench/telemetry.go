@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // The telemetry comparison prices telemetry on the official OpenTelemetry components at two

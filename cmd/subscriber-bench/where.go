@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
 )
 
 // serviceApplicationName is what the service's connections call themselves in

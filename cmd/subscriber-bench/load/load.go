@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/stats"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/stats"
 )
 
 // Result is what one operation reports: rows written or read on success, or the kind of its

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
 // fakeAPI is a minimal in-memory implementation of the contract's subscriber operations: it

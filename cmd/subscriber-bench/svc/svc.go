@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
 // API paths.
