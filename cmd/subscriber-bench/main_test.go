@@ -36,20 +36,6 @@ var pg *testdb.Server
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
-func TestPeakRSS(t *testing.T) {
-	status := "Name:\tsubscriberd\nVmPeak:\t 1300000 kB\nVmHWM:\t   45312 kB\nVmRSS:\t   40000 kB\n"
-	kb, err := peakRSS(strings.NewReader(status))
-	if err != nil || kb != 45312 {
-		t.Errorf("peakRSS = %d, %v; want 45312 (VmHWM, not VmPeak or VmRSS)", kb, err)
-	}
-	if _, err := peakRSS(strings.NewReader("Name:\tx\nVmRSS:\t 1 kB\n")); err == nil {
-		t.Errorf("no VmHWM line: want an error")
-	}
-	if _, err := peakRSS(strings.NewReader("VmHWM:\t 12 MB\n")); err == nil {
-		t.Errorf("a unit other than kB: want an error")
-	}
-}
-
 func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"-key", "sk_x", "-check-clients", "64, 256", "-only", "get,bulk_100"}, io.Discard)
 	if err != nil {
@@ -527,30 +513,19 @@ func TestAgainstAReferenceAndMarkdown(t *testing.T) {
 }
 
 func TestProcCPU(t *testing.T) {
-	// A command name with spaces and parentheses; utime 250 and stime 150 ticks = 4 s.
-	stat := "4242 (sub (scriber) d) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 0 0 20 0 9 0 100 0 0"
-	got, err := procCPU(stat)
-	if err != nil || got != 4*time.Second {
-		t.Errorf("procCPU = %v, %v; want 4s", got, err)
-	}
-	if _, err := procCPU("4242 (x) S 1 2"); err == nil {
-		t.Errorf("short line accepted")
-	}
-	// The tool's own CPU only grows.
+	// The tool's own CPU only grows, and so does this process's as /proc tells it.
 	a := selfCPU()
-	for i := 0; i < 1e6; i++ {
-		_ = fmt.Sprint(i)
+	s0, ok := serviceCPU(os.Getpid())
+	if !ok {
+		t.Fatalf("cannot read this process's /proc stat")
 	}
-	if b := selfCPU(); b <= a {
-		t.Errorf("own CPU did not grow: %v then %v", a, b)
+	for selfCPU()-a < 100*time.Millisecond {
+		for i := 0; i < 1e5; i++ {
+			_ = fmt.Sprint(i)
+		}
 	}
-	if _, ok := serviceCPU(os.Getpid()); !ok {
-		t.Errorf("cannot read this process's /proc stat")
-	}
-	// cutime 30 and cstime 70 ticks: the reaped children's 1 s on top.
-	stat = "4242 (postgres) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 30 70 20 0 9 0 100 0 0"
-	if got, err := procCPUWithChildren(stat); err != nil || got != 5*time.Second {
-		t.Errorf("procCPUWithChildren = %v, %v; want 5s", got, err)
+	if s1, _ := serviceCPU(os.Getpid()); s1 <= s0 {
+		t.Errorf("/proc CPU of this process did not grow: %v then %v", s0, s1)
 	}
 }
 
@@ -876,14 +851,7 @@ func TestOTLPSink(t *testing.T) {
 	}
 }
 
-func TestSocketPortsAndSettings(t *testing.T) {
-	table := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0000000000000000 100 0 0 10 0\n" +
-		"   1: 0100007F:D431 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 2222 1 0000000000000000 20 4 30 10 -1\n" +
-		"   2: 0100007F:D432 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 3333 1 0000000000000000 20 4 30 10 -1\n"
-	if got := socketPorts(table, map[string]bool{"2222": true, "1111": true}); !slices.Equal(got, []int{8080, 54321}) {
-		t.Errorf("socketPorts = %v, want [8080 54321] (inodes 1111 and 2222, not 3333)", got)
-	}
+func TestTCPPortsAndSettings(t *testing.T) {
 	// This process's own listener is among its ports.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
