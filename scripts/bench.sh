@@ -254,8 +254,8 @@ fi
 
 echo "== run (results in $out)" >&2
 rc=0
-bin/subscriber-bench "${args[@]}" "${extra[@]}" | tee "$out/table.txt" || rc=$?
-echo "JSON: $out/bench.json   table: $out/table.txt   service log: $out/service.log" >&2
+bin/subscriber-bench "${args[@]}" "${extra[@]}" | tee "$out/report.md" || rc=$?
+echo "JSON: $out/bench.json   report: $out/report.md   service log: $out/service.log" >&2
 if [ "$telemetry" = 1 ]; then
 	echo "telemetry logs: $out/service-telemetry-off.log $out/service-telemetry-on.log $out/service-telemetry-production.log" >&2
 fi

@@ -43,11 +43,14 @@ func machine() string {
 // table of scenarios with their baselines and ratios, the checks, peak RSS and problems.
 func writeMarkdown(path string, rep *Report) error {
 	var buf bytes.Buffer
-	markdown(&buf, rep)
+	printReport(&buf, rep)
+	buf.WriteString(method)
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-func markdown(w io.Writer, rep *Report) {
+// printReport writes the report in Markdown, without the method: what -markdown writes and
+// what the tool prints when it ends.
+func printReport(w io.Writer, rep *Report) {
 	m := rep.Meta
 	// The run id and the service's commit go into the commit message that adds the report
 	// (they are in the JSON report too), not into the document users read.
@@ -113,7 +116,7 @@ func markdown(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "\n| %s |\n", strings.Join(pairedHeader, " | "))
 		fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|---|---|")
 		for _, c := range paired {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c, metWord), " | "))
+			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c), " | "))
 		}
 	}
 
@@ -151,8 +154,11 @@ func markdown(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "\n| scenario | clients | req/s | p50 | p99 | max | errors | longest gap ms |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
 	for _, r := range rep.Runs {
-		if r.Phase != "check" {
+		if r.Phase == "measure" || r.Phase == phasePaired {
 			continue
+		}
+		if r.Phase != "check" {
+			r.Scenario += " (" + r.Phase + ")"
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.0f |\n", r.Scenario, r.Clients, f1(r.RequestsPerSec),
 			f2(r.P50Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), r.LongestGapMs)
@@ -187,7 +193,6 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "- %s\n", p)
 		}
 	}
-	fmt.Fprint(w, method)
 }
 
 // method explains how the figures above are made and read, and what counting (statements,
@@ -218,8 +223,8 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 			"so compare the ratios, not the rates or the CPU per request.", speed, map[bool]string{true: "slower", false: "faster"}[speed < 1])
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | p50 × | p99 × | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	arrow := func(then, now float64) string { return f1(then) + " → " + f1(now) }
 	ratio := func(v float64) string {
 		if v == 0 {
@@ -228,7 +233,7 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 		return f2(v)
 	}
 	for _, r := range ref.Ratios {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, f1(r.Then), f1(r.Now), ratio(r.ThenBase), ratio(r.NowBase),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, f1(r.Then), f1(r.Now), f2(r.P50Ratio), f2(r.P99Ratio), ratio(r.ThenBase), ratio(r.NowBase),
 			arrow(r.ThenCPU.Service, r.NowCPU.Service), arrow(r.ThenCPU.Postgres, r.NowCPU.Postgres), arrow(r.ThenCPU.Tool, r.NowCPU.Tool))
 	}
 	var rss []string

@@ -377,13 +377,6 @@ func settingOf(s TelemetryScenario) string {
 	return s.Setting
 }
 
-func verdictOf(met bool) string {
-	if met {
-		return "met"
-	}
-	return "MISSED"
-}
-
 // describe is the line under the telemetry table: what off and on were, and what the sink
 // received.
 func (t *TelemetryReport) describe() string {
