@@ -12,7 +12,6 @@ import (
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
-	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/stats"
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
@@ -262,7 +261,7 @@ func (rep *Report) against(ref *Report, path string) {
 			continue
 		}
 		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
-			RateRatio: stats.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: stats.Ratio(now.P50Ms, then.P50Ms), P99Ratio: stats.Ratio(now.P99Ms, then.P99Ms),
+			RateRatio: load.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: load.Ratio(now.P50Ms, then.P50Ms), P99Ratio: load.Ratio(now.P99Ms, then.P99Ms),
 			NowBase: rep.baseRatio(p.service), ThenBase: ref.baseRatio(p.service), NowCPU: cpuUs(now), ThenCPU: cpuUs(then)})
 	}
 	rep.Reference = out
@@ -348,7 +347,7 @@ func cpuVerdicts(rep *Report) []cpuVerdict {
 		baseDB := usPerReq(b.DBCPU, b)
 		base := baseDB + usPerReq(b.ToolCPU, b) // NaN when either is unknown
 		out = append(out, cpuVerdict{cpuTarget: t, svcUs: svcUs, db: db, baseDB: baseDB,
-			ratio: stats.Ratio(s.RequestsPerSec, b.RequestsPerSec), byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
+			ratio: load.Ratio(s.RequestsPerSec, b.RequestsPerSec), byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
 	}
 	return out
 }
@@ -394,7 +393,7 @@ func (rep *Report) compare() {
 		if t.rows {
 			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
 		}
-		c.Ratio = stats.Ratio(c.Value, c.Base)
+		c.Ratio = load.Ratio(c.Value, c.Base)
 		if t.paired {
 			rep.pairedRatio(&c)
 		}
@@ -425,7 +424,7 @@ func (rep *Report) pairedRatio(c *Comparison) {
 			b := &rep.Runs[j]
 			if b.Phase == phasePaired && b.Scenario == c.Baseline && b.Against == c.Service && b.Pass == s.Pass && b.Clients == s.Clients {
 				values, bases = append(values, s.RequestsPerSec), append(bases, b.RequestsPerSec)
-				ratios = append(ratios, stats.Ratio(s.RequestsPerSec, b.RequestsPerSec))
+				ratios = append(ratios, load.Ratio(s.RequestsPerSec, b.RequestsPerSec))
 				break
 			}
 		}
@@ -524,7 +523,7 @@ func errs(r *RunRecord) string {
 
 // errorList is the run's errors as kind<sep>count, by kind, joined by join.
 func errorList(r *RunRecord, sep, join string) string {
-	kinds := stats.Summary{Errors: r.Errors}.ErrorKinds()
+	kinds := load.Summary{Errors: r.Errors}.ErrorKinds()
 	for i, k := range kinds {
 		kinds[i] = fmt.Sprintf("%s%s%d", k, sep, r.Errors[k])
 	}
