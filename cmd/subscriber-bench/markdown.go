@@ -351,26 +351,19 @@ func (rep *Report) queuedPairRatio(name string) (with, plain *RunRecord, ratio f
 // hookRatio pairs, pass by pass, the runs of scenario with and scenario without in phase, as
 // webhookRatio says.
 func (rep *Report) hookRatio(with, without, phase string) (w, wo *RunRecord, ratio float64, perPass string) {
-	clients := rep.Meta.Clients
-	off := map[int]float64{}
-	for _, r := range rep.Runs {
-		if r.Kind == "service" && r.Scenario == without && r.Phase == phase && r.Clients == clients {
-			off[r.Pass] = r.RowsPerSec
-		}
-	}
+	ws, wos := rep.perPass(runOf("service", with, phase), runOf("service", without, phase), rowsRate)
 	var ratios []float64
 	var list []string
-	for _, r := range rep.Runs {
-		if r.Kind == "service" && r.Scenario == with && r.Phase == phase && r.Clients == clients && off[r.Pass] > 0 {
-			ratio := r.RowsPerSec / off[r.Pass]
-			ratios = append(ratios, ratio)
-			list = append(list, fmt.Sprintf("%.2f", ratio))
+	for i := range ws {
+		if wos[i] > 0 {
+			ratios = append(ratios, ws[i]/wos[i])
+			list = append(list, fmt.Sprintf("%.2f", ws[i]/wos[i]))
 		}
 	}
 	if len(ratios) == 0 {
 		return nil, nil, 0, ""
 	}
-	return rep.find("service", with, phase, clients), rep.find("service", without, phase, clients),
+	return rep.find("service", with, phase, rep.Meta.Clients), rep.find("service", without, phase, rep.Meta.Clients),
 		median(ratios), strings.Join(list, ", ")
 }
 

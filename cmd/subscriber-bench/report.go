@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -414,26 +416,51 @@ func (rep *Report) compare() {
 // pairedRatio sets c from the runs in which its two service scenarios alternated, when there
 // are any: per pass, the ratio of their request rates; overall, the medians.
 func (rep *Report) pairedRatio(c *Comparison) {
-	var values, bases, ratios []float64
-	for i := range rep.Runs {
-		s := &rep.Runs[i]
-		if s.Phase != phasePaired || s.Scenario != c.Service || s.Against != c.Baseline || s.Clients != rep.Meta.Clients {
-			continue
-		}
-		for j := range rep.Runs {
-			b := &rep.Runs[j]
-			if b.Phase == phasePaired && b.Scenario == c.Baseline && b.Against == c.Service && b.Pass == s.Pass && b.Clients == s.Clients {
-				values, bases = append(values, s.RequestsPerSec), append(bases, b.RequestsPerSec)
-				ratios = append(ratios, load.Ratio(s.RequestsPerSec, b.RequestsPerSec))
-				break
-			}
-		}
-	}
-	if len(ratios) == 0 {
+	vs, bs := rep.perPass(func(r *RunRecord) bool {
+		return r.Phase == phasePaired && r.Scenario == c.Service && r.Against == c.Baseline
+	},
+		func(r *RunRecord) bool {
+			return r.Phase == phasePaired && r.Scenario == c.Baseline && r.Against == c.Service
+		}, reqRate)
+	if len(vs) == 0 {
 		return
 	}
-	c.Value, c.Base, c.Ratio, c.PassRatios = median(values), median(bases), median(ratios), ratios
+	ratios := make([]float64, len(vs))
+	for i := range vs {
+		ratios[i] = load.Ratio(vs[i], bs[i])
+	}
+	c.Value, c.Base, c.Ratio, c.PassRatios = median(vs), median(bs), median(ratios), ratios
 }
+
+// perPass pairs, pass by pass, the runs at the report's clients that a and b select, and
+// returns value of each pass's a and b run, in pass order (the later run of a pass that has
+// several).
+func (rep *Report) perPass(a, b func(*RunRecord) bool, value func(*RunRecord) float64) (as, bs []float64) {
+	va, vb := map[int]float64{}, map[int]float64{}
+	for i := range rep.Runs {
+		switch r := &rep.Runs[i]; {
+		case r.Clients != rep.Meta.Clients:
+		case a(r):
+			va[r.Pass] = value(r)
+		case b(r):
+			vb[r.Pass] = value(r)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(va)) {
+		if y, ok := vb[p]; ok {
+			as, bs = append(as, va[p]), append(bs, y)
+		}
+	}
+	return as, bs
+}
+
+// runOf selects the runs of kind, scenario and phase.
+func runOf(kind, scenario, phase string) func(*RunRecord) bool {
+	return func(r *RunRecord) bool { return r.Kind == kind && r.Scenario == scenario && r.Phase == phase }
+}
+
+func reqRate(r *RunRecord) float64  { return r.RequestsPerSec }
+func rowsRate(r *RunRecord) float64 { return r.RowsPerSec }
 
 // pairedComparisons are the comparisons taken from alternating runs (see pairedRatio).
 func (rep *Report) pairedComparisons() []Comparison {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -275,27 +274,11 @@ func telemetryMet(overhead, target float64) bool { return overhead <= target+1e-
 // passOverheads is 1 − on/off of each pass in which scenario ran on both instances, off's
 // runs being of Kind offKind and on's of onKind.
 func (rep *Report) passOverheads(scenario, offKind, onKind string) []float64 {
-	off, on := map[int]float64{}, map[int]float64{}
-	for _, r := range rep.Runs {
-		if r.Scenario != scenario || r.Phase != "measure" || r.Clients != rep.Meta.Clients {
-			continue
-		}
-		switch r.Kind {
-		case offKind:
-			off[r.Pass] = r.RequestsPerSec
-		case onKind:
-			on[r.Pass] = r.RequestsPerSec
-		}
-	}
-	passes := make([]int, 0, len(off))
-	for p := range off {
-		passes = append(passes, p)
-	}
-	sort.Ints(passes)
+	offs, ons := rep.perPass(runOf(offKind, scenario, "measure"), runOf(onKind, scenario, "measure"), reqRate)
 	out := []float64{}
-	for _, p := range passes {
-		if o, ok := on[p]; ok && off[p] > 0 {
-			out = append(out, 1-o/off[p])
+	for i := range offs {
+		if offs[i] > 0 {
+			out = append(out, 1-ons[i]/offs[i])
 		}
 	}
 	return out
