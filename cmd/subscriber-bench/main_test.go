@@ -867,6 +867,12 @@ func TestTCPPortsAndSettings(t *testing.T) {
 	if got := telemetrySettings(env); !slices.Equal(got, []string{"GOGC=200", "LOG_LEVEL=info", "OTEL_SDK_DISABLED=true", "OTEL_TRACES_SAMPLER=always_on"}) {
 		t.Errorf("telemetrySettings = %v", got)
 	}
+	if m := machine(); !strings.Contains(m, " CPUs, ") || !strings.HasSuffix(m, " GiB") || strings.HasSuffix(m, " 0 GiB") {
+		t.Errorf("machine() = %q, want the CPU model, CPUs and GiB of memory", m)
+	}
+	if kb := vmRSS(os.Getpid()); kb < 1024 {
+		t.Errorf("vmRSS(self) = %d KiB", kb)
+	}
 	if own, err := processEnv(os.Getpid()); err != nil || len(own) == 0 {
 		t.Errorf("processEnv(self) = %d variables, %v", len(own), err)
 	}

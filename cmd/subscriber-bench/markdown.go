@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	_ "embed"
 	"fmt"
@@ -10,31 +9,20 @@ import (
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // machine describes the host: CPU model, CPU count and memory, from /proc.
 func machine() string {
 	model, mem := "", ""
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+			model = cpus[0].ModelName
 		}
-		f.Close()
-	}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var kb int64
-			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
-				mem = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-				break
-			}
+		if mi, err := fs.Meminfo(); err == nil && mi.MemTotal != nil {
+			mem = fmt.Sprintf("%.0f GiB", float64(*mi.MemTotal)/(1<<20))
 		}
-		f.Close()
 	}
 	return strings.TrimSpace(fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), mem))
 }
