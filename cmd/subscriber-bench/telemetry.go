@@ -256,7 +256,7 @@ func (rep *Report) telemetryResults() {
 			target := telemetryTarget(k.setting, p.service)
 			s := TelemetryScenario{Scenario: p.service, Setting: k.setting, OffRPS: off.RequestsPerSec, OnRPS: on.RequestsPerSec,
 				Overhead: 1 - on.RequestsPerSec/off.RequestsPerSec, Target: fmt.Sprintf("≤ %.0f %%", target*100),
-				OffCPUus: cpuPerRequest(off), OnCPUus: cpuPerRequest(on)}
+				OffCPUus: cpuUs(off).Service, OnCPUus: cpuUs(on).Service}
 			s.PassOverheads = rep.passOverheads(p.service, k.off, k.on)
 			if len(s.PassOverheads) > 0 {
 				s.Overhead = median(s.PassOverheads)
@@ -292,13 +292,6 @@ func median(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func cpuPerRequest(r *RunRecord) float64 {
-	if r.ServiceCPU <= 0 || r.RequestsPerSec <= 0 {
-		return 0
-	}
-	return r.ServiceCPU / r.RequestsPerSec * 1e6
 }
 
 // judgeTelemetry is the comparison's problem: a sink that received nothing while the "on"
