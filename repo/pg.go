@@ -63,7 +63,9 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// it, so a statement whose client had gone went on waiting for its lock and then
 	// committed; every second it now checks the connection while a statement runs
 	// (client_connection_check_interval) and ends the statement, rolled back, once the client
-	// has gone.
+	// has gone. READ COMMITTED is pinned whatever the server's or the database's default: the
+	// one-statement create (createStmt) must see a suppression committed while it waited for
+	// the address's lock, which only a statement-level snapshot taken after the lock shows.
 	sqldb := sql.OpenDB(pgconn.Wrap(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
@@ -77,6 +79,7 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 			"lock_timeout":                     strconv.FormatInt(lock.Milliseconds(), 10),
 			"plan_cache_mode":                  "force_generic_plan",
 			"client_connection_check_interval": "1000",
+			"default_transaction_isolation":    "read committed",
 		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
