@@ -1073,3 +1073,15 @@ func TestCPUTargetsAndWhatTheServiceCouldReach(t *testing.T) {
 		t.Errorf("markdown of a report without CPU:\n%s", md.String())
 	}
 }
+
+// TestDocsEndWithTheMethod keeps docs/benchmarks.md and the method the tool writes into it in
+// step: an edit of the method goes into method.md, or the next run would undo it.
+func TestDocsEndWithTheMethod(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(doc), method) {
+		t.Errorf("docs/benchmarks.md does not end with cmd/subscriber-bench/method.md: edit both alike")
+	}
+}
