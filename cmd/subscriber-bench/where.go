@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
 )
 
@@ -59,14 +58,6 @@ func (b *bench) whereWindow(ctx context.Context, app string) (start func(), stop
 		rec.Where = wh
 	}
 	return start, stop
-}
-
-// whereApp is the application_name of the connections of a baseline or of the service.
-func whereApp(kind string) string {
-	if kind == "baseline" {
-		return baseline.ApplicationName
-	}
-	return serviceApplicationName
 }
 
 // whereRow is one line of the where-the-time-goes table.
