@@ -150,3 +150,111 @@ func concurrently(n int, fn func(i int)) {
 	}
 	wg.Wait()
 }
+
+// TestUpdateMergesAttributesAndTags: PUT applies attributes as a JSON merge patch and tags as
+// the whole set (§19.2); the limits apply to the result; a patch that changes nothing records
+// nothing; the updated event's previous holds what changed.
+func TestUpdateMergesAttributesAndTags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com",
+		"attributes": map[string]any{"plan": "free", "seats": 1, "company": "Acme"}, "tags": []any{"a"}}).
+		want(t, http.StatusCreated, "").data(t)["id"].(string)
+	path := "/subscribers/" + id
+
+	d := e.do("PUT", path, map[string]any{"attributes": map[string]any{"plan": "pro", "company": nil, "trial": true}}).
+		want(t, http.StatusOK, "").data(t)
+	if diff := cmp.Diff(map[string]any{"plan": "pro", "seats": float64(1), "trial": true}, d["attributes"]); diff != "" {
+		t.Errorf("merged attributes (-want +got):\n%s", diff)
+	}
+	if !cmp.Equal(d["tags"], []any{"a"}) {
+		t.Errorf("tags = %v; want them kept", d["tags"])
+	}
+	d = e.do("PUT", path, map[string]any{"tags": []any{"Z", "b"}}).want(t, http.StatusOK, "").data(t)
+	if !cmp.Equal(d["tags"], []any{"b", "z"}) || d["attributes"].(map[string]any)["plan"] != "pro" {
+		t.Errorf("after replacing the tags: %v", d)
+	}
+	// Nothing changes: 200, no event.
+	for _, body := range []map[string]any{{"attributes": map[string]any{}}, {"attributes": map[string]any{"gone": nil}},
+		{"tags": []any{"b", "Z"}}, {"attributes": map[string]any{"plan": "pro"}}} {
+		if got := e.do("PUT", path, body).want(t, http.StatusOK, "").data(t); !cmp.Equal(got, d) {
+			t.Errorf("PUT %v changed the subscriber: %v", body, got)
+		}
+	}
+	wantEvents := []eventSummary{
+		{Type: "subscriber.created", Previous: map[string]any{}, Source: map[string]any{"kind": "api", "api_key": e.keyPrefix()}},
+		{Type: "subscriber.updated", Previous: map[string]any{"attributes": map[string]any{"plan": "free", "company": "Acme", "trial": nil}},
+			Source: map[string]any{"kind": "api", "api_key": e.keyPrefix()}},
+		{Type: "subscriber.updated", Previous: map[string]any{"tags": []any{"a"}},
+			Source: map[string]any{"kind": "api", "api_key": e.keyPrefix()}},
+	}
+	evs := e.history(id)
+	if diff := cmp.Diff(wantEvents, summarize(evs)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if got := evs[len(evs)-1]["data"].(map[string]any)["subscriber"]; !cmp.Equal(got, d) {
+		t.Errorf("the last event's subscriber = %v, want %v", got, d)
+	}
+
+	// The limits apply to the result of the merge; nothing changes.
+	many := map[string]any{}
+	for i := range 48 {
+		many[fmt.Sprintf("k%d", i)] = i
+	}
+	r := e.do("PUT", path, map[string]any{"attributes": many}).want(t, http.StatusUnprocessableEntity, "validation_error")
+	if diff := cmp.Diff(map[string][]string{"attributes": {"The attributes field must not have more than 50 keys."}}, r.fieldErrors(t)); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		body map[string]any
+		want map[string][]string
+	}{
+		{map[string]any{}, map[string][]string{"body": {"At least one of email, name, status, attributes or tags must be provided."}}},
+		{map[string]any{"attributes": map[string]any{"plan": []any{}}}, map[string][]string{"attributes.plan": {"The attributes.plan field must be a string, number or boolean."}}},
+		{map[string]any{"tags": nil}, map[string][]string{"tags": {"The tags field must be an array."}}},
+	} {
+		r := e.do("PUT", path, tc.body).want(t, http.StatusUnprocessableEntity, "validation_error")
+		if diff := cmp.Diff(tc.want, r.fieldErrors(t)); diff != "" {
+			t.Errorf("PUT %v errors (-want +got):\n%s", tc.body, diff)
+		}
+	}
+	if got := e.do("GET", path, nil).want(t, http.StatusOK, "").data(t); !cmp.Equal(got, d) {
+		t.Errorf("refused PUTs changed the subscriber: %v", got)
+	}
+
+	// The upsert merges the same way, and creates with what it is given.
+	u := e.do("PUT", upsertPath("ann@example.com"), map[string]any{"attributes": map[string]any{"seats": nil}, "tags": []any{}}).
+		want(t, http.StatusOK, "").data(t)
+	if !cmp.Equal(u["attributes"], map[string]any{"plan": "pro", "trial": true}) || !cmp.Equal(u["tags"], []any{}) {
+		t.Errorf("upsert of an existing address: %v", u)
+	}
+	n := e.do("PUT", upsertPath("new@example.com"), map[string]any{"attributes": map[string]any{"plan": "x", "gone": nil}, "tags": []any{"T"}}).
+		want(t, http.StatusCreated, "").data(t)
+	if !cmp.Equal(n["attributes"], map[string]any{"plan": "x"}) || !cmp.Equal(n["tags"], []any{"t"}) {
+		t.Errorf("upsert of a new address: %v", n)
+	}
+}
+
+// TestConcurrentAttributeWritesKeepEveryKey: 50 PUTs at once, each setting a different key,
+// leave all 50 (the merge runs under the row lock).
+func TestConcurrentAttributeWritesKeepEveryKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com"}).want(t, http.StatusCreated, "").data(t)["id"].(string)
+	statuses := make([]int, 50)
+	concurrently(50, func(i int) {
+		statuses[i] = e.do("PUT", "/subscribers/"+id, map[string]any{"attributes": map[string]any{fmt.Sprintf("k%d", i): i}}).status
+	})
+	for i, st := range statuses {
+		if st != http.StatusOK {
+			t.Errorf("PUT %d: %d", i, st)
+		}
+	}
+	attrs := e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)["attributes"].(map[string]any)
+	if len(attrs) != 50 {
+		t.Errorf("%d keys after 50 concurrent PUTs, want 50: %v", len(attrs), attrs)
+	}
+	if n := len(e.history(id)); n != 51 {
+		t.Errorf("%d events, want 51", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -383,7 +384,7 @@ ORDER BY id`).Scan(context.Background(), &payloads); err != nil {
 				}
 			}
 			for field, v := range ev.Data.Subscriber {
-				if _, changed := ev.Data.Previous[field]; !changed && state[field] != v {
+				if _, changed := ev.Data.Previous[field]; !changed && !reflect.DeepEqual(state[field], v) {
 					t.Fatalf("event %d changed %s (%v → %v) without saying so", i, field, state[field], v)
 				}
 			}

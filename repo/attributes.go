@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"bytes"
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
@@ -89,35 +88,4 @@ func (t tagsColumn) model() []string {
 		return []string{}
 	}
 	return []string(t)
-}
-
-// pgTextArray writes tags as a PostgreSQL array literal, each element quoted: {"a","b c"}.
-func pgTextArray(tags []string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, t := range tags {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('"')
-		for _, r := range t {
-			if r == '"' || r == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteRune(r)
-		}
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// tagsJSON writes tags as SQLite stores them: a JSON array, nothing escaped that JSON does
-// not require.
-func tagsJSON(tags []string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode([]string(tagsOf(tags))) // strings always encode
-	return strings.TrimSuffix(b.String(), "\n")
 }
