@@ -44,9 +44,9 @@ type Event struct {
 // EventData is the data of an event: subscriber is the subscriber after the change. (The
 // field has no doc of its own: beside a $ref, a description is invalid in OpenAPI 3.0.)
 type EventData struct {
-	Subscriber EventSubscriber   `json:"subscriber"`
-	Previous   EventPrevious     `json:"previous"`
-	Source     EventSource       `json:"source"`
+	Subscriber EventSubscriber `json:"subscriber"`
+	Previous   EventPrevious   `json:"previous"`
+	Source     EventSource     `json:"source"`
 }
 
 // EventSubscriber is the subscriber of an event: a Subscriber, but for the fields an erasure
