@@ -68,6 +68,10 @@ func (s benchStore) Unsubscribe(context.Context, uuid.UUID, uuid.UUID) (model.Su
 	return s.sub, nil
 }
 
+func (s benchStore) ChangeTags(context.Context, uuid.UUID, uuid.UUID, model.TagsChange) (model.Subscriber, error) {
+	return s.sub, nil
+}
+
 type benchAuth struct{ p model.Principal }
 
 func (a benchAuth) Authenticate(context.Context, []byte) (model.Principal, error) { return a.p, nil }

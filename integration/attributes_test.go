@@ -258,3 +258,89 @@ func TestConcurrentAttributeWritesKeepEveryKey(t *testing.T) {
 		t.Errorf("%d events, want 51", n)
 	}
 }
+
+// TestTagsOperation: POST /subscribers/{id}/tags adds and removes at once (§19.2), with its
+// rules, its 404, its event only when the set changed, and Idempotency-Key.
+func TestTagsOperation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com", "tags": []any{"a", "b"}}).
+		want(t, http.StatusCreated, "").data(t)["id"].(string)
+	path := "/subscribers/" + id + "/tags"
+	e.do("DELETE", "/subscribers/"+id, nil).want(t, http.StatusOK, "") // any status
+
+	d := e.do("POST", path, map[string]any{"add": []any{"C", "a"}, "remove": []any{"B", "zz"}}).want(t, http.StatusOK, "").data(t)
+	if !cmp.Equal(d["tags"], []any{"a", "c"}) || d["status"] != "unsubscribed" || d["id"] != id {
+		t.Errorf("after the change: %v", d)
+	}
+	if got := e.do("POST", path, map[string]any{"add": []any{"a"}}).want(t, http.StatusOK, "").data(t); !cmp.Equal(got, d) {
+		t.Errorf("a change to nothing answered %v", got)
+	}
+	evs := summarize(e.history(id))
+	wantLast := eventSummary{Type: "subscriber.updated", Previous: map[string]any{"tags": []any{"a", "b"}},
+		Source: map[string]any{"kind": "api", "api_key": e.keyPrefix()}}
+	if len(evs) != 3 || !cmp.Equal(evs[2], wantLast) {
+		t.Errorf("events %v; want created, unsubscribed, then %v", evs, wantLast)
+	}
+
+	tooMany := make([]any, 99)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("t%03d", i)
+	}
+	for _, tc := range []struct {
+		body any
+		want map[string][]string
+	}{
+		{map[string]any{}, map[string][]string{"body": {"At least one of add or remove must be provided."}}},
+		{map[string]any{"add": []any{"x"}, "remove": []any{"y", "X"}}, map[string][]string{"remove.1": {"The remove.1 field must not also be added."}}},
+		{map[string]any{"add": []any{""}}, map[string][]string{"add.0": {"The add.0 field must be between 1 and 64 characters."}}},
+		{map[string]any{"remove": "a"}, map[string][]string{"remove": {"The remove field must be an array."}}},
+		{map[string]any{"add": []any{"x"}, "tags": []any{}}, map[string][]string{"tags": {"The tags field is prohibited."}}},
+		{map[string]any{"add": tooMany}, map[string][]string{"tags": {"The tags field must not have more than 100 items."}}},
+	} {
+		r := e.do("POST", path, tc.body).want(t, http.StatusUnprocessableEntity, "validation_error")
+		if diff := cmp.Diff(tc.want, r.fieldErrors(t)); diff != "" {
+			t.Errorf("%v: errors (-want +got):\n%s", tc.body, diff)
+		}
+	}
+	if got := e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t); !cmp.Equal(got["tags"], d["tags"]) {
+		t.Errorf("refused changes changed the tags: %v", got["tags"])
+	}
+	e.do("POST", "/subscribers/01a21363-a43b-7cde-b444-4915076b1130/tags", map[string]any{"add": []any{"x"}}).
+		want(t, http.StatusNotFound, "not_found")
+
+	// Idempotency-Key: the replay answers as the first did and changes nothing more.
+	first := e.do("POST", path, map[string]any{"add": []any{"k"}}, "Idempotency-Key: tags-1").want(t, http.StatusOK, "")
+	e.do("POST", path, map[string]any{"remove": []any{"k"}}).want(t, http.StatusOK, "")
+	again := e.do("POST", path, map[string]any{"add": []any{"k"}}, "Idempotency-Key: tags-1").want(t, http.StatusOK, "")
+	if string(again.raw) != string(first.raw) {
+		t.Errorf("replay = %s, want %s", again.raw, first.raw)
+	}
+	if got := e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)["tags"]; !cmp.Equal(got, []any{"a", "c"}) {
+		t.Errorf("the replay changed the tags: %v", got)
+	}
+}
+
+// TestConcurrentTagChangesKeepEveryTag: 50 requests at once, each adding a different tag,
+// leave all 50.
+func TestConcurrentTagChangesKeepEveryTag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.do("POST", "/subscribers", map[string]any{"email": "ann@example.com"}).want(t, http.StatusCreated, "").data(t)["id"].(string)
+	statuses := make([]int, 50)
+	concurrently(50, func(i int) {
+		statuses[i] = e.do("POST", "/subscribers/"+id+"/tags", map[string]any{"add": []any{fmt.Sprintf("t%02d", i)}}).status
+	})
+	for i, st := range statuses {
+		if st != http.StatusOK {
+			t.Errorf("request %d: %d", i, st)
+		}
+	}
+	tags := e.do("GET", "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)["tags"].([]any)
+	if len(tags) != 50 {
+		t.Errorf("%d tags after 50 concurrent additions, want 50: %v", len(tags), tags)
+	}
+	if n := e.count("SELECT coalesce(sum(n), 0) FROM subscriber_tag_counts"); n != 50 {
+		t.Errorf("tag counts sum to %d, want 50", n)
+	}
+}
