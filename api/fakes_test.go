@@ -490,3 +490,23 @@ func (s *fakeStore) ChangeTags(_ context.Context, newsletter, id uuid.UUID, c mo
 	s.subs[i].Tags = tags
 	return s.subs[i], nil
 }
+
+func (s *fakeStore) ListTags(_ context.Context, newsletter uuid.UUID, after string, limit int) ([]model.TagCount, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := map[string]int64{}
+	for _, sub := range s.subs {
+		if sub.NewsletterID == newsletter {
+			for _, t := range sub.Tags {
+				counts[t]++
+			}
+		}
+	}
+	var out []model.TagCount
+	for _, t := range slices.Sorted(maps.Keys(counts)) {
+		if t > after && len(out) < limit {
+			out = append(out, model.TagCount{Tag: t, Subscribers: counts[t]})
+		}
+	}
+	return out, nil
+}

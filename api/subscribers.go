@@ -338,7 +338,7 @@ func (s *Server) register() {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), s.unsubscribe)
 
 	s.registerUpsert(withBody)
-	s.registerTags(withBody)
+	s.registerTags(withBody, common)
 	s.registerEvents(common)
 	s.registerPrivacy(common)
 	s.registerWebhooks(common, withBody)

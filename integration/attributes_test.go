@@ -344,3 +344,61 @@ func TestConcurrentTagChangesKeepEveryTag(t *testing.T) {
 		t.Errorf("tag counts sum to %d, want 50", n)
 	}
 }
+
+// TestListTags: GET /tags lists the held tags sorted by code point with exact counts (any
+// status), pages by cursor, and refuses a bad limit or cursor.
+func TestListTags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do("POST", "/subscribers/bulk", []any{
+		map[string]any{"email": "a@example.com", "tags": []any{"beta", "vip", "Zoë"}},
+		map[string]any{"email": "b@example.com", "tags": []any{"beta", "b_%'\"\\$@"}},
+		map[string]any{"email": "c@example.com", "tags": []any{"gone"}},
+	}).want(t, http.StatusCreated, "")
+	c := e.do("GET", "/subscribers?email=c@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)[0].(map[string]any)
+	e.do("POST", "/subscribers/"+c["id"].(string)+"/tags", map[string]any{"remove": []any{"gone"}}).want(t, http.StatusOK, "")
+	e.do("DELETE", "/subscribers/"+c["id"].(string), nil).want(t, http.StatusOK, "")
+
+	all := e.do("GET", "/tags", nil).want(t, http.StatusOK, "")
+	want := []any{
+		map[string]any{"tag": "b_%'\"\\$@", "subscribers": float64(1)},
+		map[string]any{"tag": "beta", "subscribers": float64(2)},
+		map[string]any{"tag": "vip", "subscribers": float64(1)},
+		map[string]any{"tag": "zoë", "subscribers": float64(1)},
+	}
+	if diff := cmp.Diff(want, all.body["data"]); diff != "" {
+		t.Errorf("tags (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"limit": float64(100), "next_cursor": nil}, all.body["pagination"]); diff != "" {
+		t.Errorf("pagination (-want +got):\n%s", diff)
+	}
+	var walked []any
+	path := "/tags?limit=3"
+	for range 5 {
+		r := e.do("GET", path, nil).want(t, http.StatusOK, "")
+		walked = append(walked, r.body["data"].([]any)...)
+		next, _ := r.body["pagination"].(map[string]any)["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		path = "/tags?limit=3&cursor=" + next
+	}
+	if diff := cmp.Diff(want, walked); diff != "" {
+		t.Errorf("walked pages (-want +got):\n%s", diff)
+	}
+	for q, msg := range map[string]string{
+		"limit=0":     "The limit parameter must be an integer between 1 and 1000.",
+		"limit=1001":  "The limit parameter must be an integer between 1 and 1000.",
+		"cursor=abc":  "The cursor is invalid.",
+		"cursor=YQ.x": "The cursor is invalid.",
+	} {
+		r := e.do("GET", "/tags?"+q, nil).want(t, http.StatusBadRequest, "validation_error")
+		if r.body["message"] != msg {
+			t.Errorf("%s: message %v, want %s", q, r.body["message"], msg)
+		}
+	}
+	// Another newsletter's cursor is refused.
+	other := newEnv(t)
+	first := e.do("GET", "/tags?limit=1", nil).want(t, http.StatusOK, "").body["pagination"].(map[string]any)["next_cursor"].(string)
+	other.do("GET", "/tags?cursor="+first, nil).want(t, http.StatusBadRequest, "validation_error")
+}

@@ -761,3 +761,28 @@ func (s *Subscribers) ChangeTags(ctx context.Context, nl, id uuid.UUID, c model.
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
 }
+
+// tagCountRow is a row of ListTags.
+type tagCountRow struct {
+	Tag         string `bun:"tag"`
+	Subscribers int64  `bun:"subscribers"`
+}
+
+// ListTags returns up to limit of the newsletter's tags that someone holds, sorted by code
+// point, after the tag after ("" from the first), each with its exact count: the sum of its
+// counter rows (see the migration), which the triggers keep in every write's transaction.
+func (s *Subscribers) ListTags(ctx context.Context, nl uuid.UUID, after string, limit int) ([]model.TagCount, error) {
+	var rows []tagCountRow
+	err := s.idb.NewRaw(`SELECT tag, sum(n) AS subscribers FROM subscriber_tag_counts
+WHERE newsletter_id = ? AND tag > ?
+GROUP BY tag HAVING sum(n) > 0
+ORDER BY tag LIMIT ?`, nl, after, limit).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.TagCount, len(rows))
+	for i, r := range rows {
+		out[i] = model.TagCount{Tag: r.Tag, Subscribers: r.Subscribers}
+	}
+	return out, nil
+}
