@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
@@ -106,7 +110,7 @@ type Pagination struct {
 	Limit      int     `json:"limit" minimum:"1" maximum:"100"`
 	Total      int64   `json:"total" minimum:"0" doc:"Subscribers matching the filter."`
 	Pages      *int64  `json:"pages" minimum:"0" nullable:"true" doc:"ceil(total / limit); null when the page was asked for with a cursor."`
-	NextCursor *string `json:"next_cursor" nullable:"true" doc:"Pass as cursor (with the same status and email) to get the page after this one; null when no subscriber follows this page."`
+	NextCursor *string `json:"next_cursor" nullable:"true" doc:"Pass as cursor (with the same status, email and filters) to get the page after this one; null when no subscriber follows this page."`
 }
 
 // ListEnvelope is the success body of a list.
@@ -263,7 +267,14 @@ type (
 		Limit  limitParam  `query:"limit" doc:"Subscribers per page, 1 to 100."`
 		Status statusParam `query:"status" doc:"Only subscribers with this status."`
 		Email  emailParam  `query:"email" doc:"Only the subscriber with this address (trimmed, case-insensitive): data holds 0 or 1 subscriber."`
-		Cursor cursorParam `query:"cursor" doc:"The next_cursor of a previous page, with the same status and email: the page after it. Not with page."`
+		Cursor cursorParam `query:"cursor" doc:"The next_cursor of a previous page, with the same status, email and filters: the page after it. Not with page."`
+		// The filters of docs/api-contract.md §19.3, checked by model.ParseFilterQuery.
+		Tag           []string          `query:"tag,explode" maxItems:"10" doc:"Only subscribers with this tag (normalised as stored: Beta selects beta); repeat for all of several, at most 10."`
+		NotTag        []string          `query:"not_tag,explode" maxItems:"10" doc:"Only subscribers without this tag; repeatable, at most 10."`
+		Attr          map[string]string `query:"attr,deepObject" doc:"attr[key]=value: only subscribers whose attribute key is the string value, or a number or boolean whose JSON text is value."`
+		HasAttr       []string          `query:"has_attr,explode" maxItems:"10" doc:"Only subscribers with this attribute set; repeatable, at most 10."`
+		CreatedAfter  string            `query:"created_after" format:"date-time" doc:"Only subscribers created after this RFC 3339 date-time (exclusive)."`
+		CreatedBefore string            `query:"created_before" format:"date-time" doc:"Only subscribers created before this RFC 3339 date-time (exclusive)."`
 	}
 	idInput struct {
 		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
@@ -489,6 +500,12 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 			return nil, err
 		}
 	}
+	if q.Filter, err = model.ParseFilterQuery(model.FilterQuery{Tag: in.Tag, NotTag: in.NotTag, HasAttr: in.HasAttr,
+		Attr: in.Attr, CreatedAfter: in.CreatedAfter, CreatedBefore: in.CreatedBefore}); err != nil {
+		return nil, err
+	}
+	// The kinds of filter used, never their values (they may be personal data).
+	trace.SpanFromContext(ctx).SetAttributes(attribute.StringSlice("app.list.filters", q.Filter.Kinds()))
 	binding := listBinding(p.NewsletterID, q)
 	if in.Cursor != "" {
 		if in.Page != "" {
@@ -527,7 +544,12 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 // and the filter (status and email). The limit is not bound: a cursor marks a position, and
 // the page after it may be of any size.
 func listBinding(nl uuid.UUID, q model.ListQuery) string {
-	return cursor.Binding("subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email))
+	parts := []string{"subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email)}
+	if !q.Filter.IsZero() { // §19.3: a cursor carries its filters (unfiltered cursors stay as they were)
+		sum := sha256.Sum256([]byte(q.Filter.Key()))
+		parts = append(parts, hex.EncodeToString(sum[:]))
+	}
+	return cursor.Binding(parts...)
 }
 
 func (s *Server) get(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {

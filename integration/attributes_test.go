@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 
@@ -401,4 +402,116 @@ func TestListTags(t *testing.T) {
 	other := newEnv(t)
 	first := e.do("GET", "/tags?limit=1", nil).want(t, http.StatusOK, "").body["pagination"].(map[string]any)["next_cursor"].(string)
 	other.do("GET", "/tags?cursor="+first, nil).want(t, http.StatusBadRequest, "validation_error")
+}
+
+// TestListFilters: GET /subscribers' filters of §19.3, ANDed with status and each other, with
+// exact totals, cursors that carry them, and their 400s.
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	mk := func(email string, attrs map[string]any, tags ...any) string {
+		body := map[string]any{"email": email, "tags": append([]any{}, tags...)}
+		if attrs != nil {
+			body["attributes"] = attrs
+		}
+		return e.do("POST", "/subscribers", body).want(t, http.StatusCreated, "").data(t)["id"].(string)
+	}
+	a := mk("a@example.com", map[string]any{"plan": "pro", "seats": 5, "trial": false}, "beta", "vip")
+	b := mk("b@example.com", map[string]any{"plan": "pro", "seats": "5", "trial": "false"}, "beta")
+	c := mk("c@example.com", map[string]any{"plan": "free"})
+	d := mk("d@example.com", nil, "vip")
+	e.do("DELETE", "/subscribers/"+d, nil).want(t, http.StatusOK, "")
+
+	ids := func(query string) ([]string, float64) {
+		t.Helper()
+		r := e.do("GET", "/subscribers?"+query, nil).want(t, http.StatusOK, "")
+		var out []string
+		for _, s := range r.body["data"].([]any) {
+			out = append(out, s.(map[string]any)["id"].(string))
+		}
+		return out, r.body["pagination"].(map[string]any)["total"].(float64)
+	}
+	for q, want := range map[string][]string{
+		"tag=beta":                           {b, a},
+		"tag=Beta&tag=VIP":                   {a},
+		"not_tag=beta":                       {d, c},
+		"not_tag=beta&status=active":         {c},
+		"tag=vip&status=unsubscribed":        {d},
+		"attr[plan]=pro":                     {b, a},
+		"attr[seats]=5":                      {b, a},
+		"attr[trial]=false":                  {b, a},
+		"attr[plan]=pro&attr[seats]=5":       {b, a},
+		"attr[plan]=Pro":                     nil,
+		"has_attr=plan":                      {c, b, a},
+		"has_attr=plan&has_attr=trial":       {b, a},
+		"has_attr=nothing":                   nil,
+		"tag=beta&not_tag=vip&has_attr=plan": {b},
+	} {
+		got, total := ids(q)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", q, diff)
+		}
+		if int(total) != len(want) {
+			t.Errorf("%s: total %v, want %d", q, total, len(want))
+		}
+	}
+	// The bounds are exclusive.
+	created := e.do("GET", "/subscribers/"+b, nil).want(t, http.StatusOK, "").data(t)["created_at"].(string)
+	if got, _ := ids("created_after=" + url.QueryEscape(created) + "&created_before=" + url.QueryEscape(created)); len(got) != 0 {
+		t.Errorf("both bounds at b's creation selected %v", got)
+	}
+	if got, total := ids("created_after=2000-01-01T00:00:00-05:00&created_before=2999-01-01T00:00:00Z&tag=beta"); len(got) != 2 || total != 2 {
+		t.Errorf("wide bounds selected %v (%v)", got, total)
+	}
+
+	// A cursor carries its filters.
+	r := e.do("GET", "/subscribers?tag=beta&limit=1", nil).want(t, http.StatusOK, "")
+	next := r.body["pagination"].(map[string]any)["next_cursor"].(string)
+	if got, _ := ids("tag=beta&limit=1&cursor=" + next); !cmp.Equal(got, []string{a}) {
+		t.Errorf("second page = %v, want a", got)
+	}
+	for _, q := range []string{"cursor=" + next, "tag=vip&cursor=" + next, "tag=beta&not_tag=x&cursor=" + next} {
+		r := e.do("GET", "/subscribers?"+q, nil).want(t, http.StatusBadRequest, "validation_error")
+		if r.body["message"] != "The cursor is invalid." {
+			t.Errorf("%s: %v", q, r.body["message"])
+		}
+	}
+	// The email lookup is ANDed with them too.
+	if got, total := ids("email=a@example.com&not_tag=vip"); len(got) != 0 || total != 0 {
+		t.Errorf("lookup with a filter it fails: %v (%v)", got, total)
+	}
+
+	for q, msg := range map[string]string{
+		"tag=%20":                 "The tag filter must be between 1 and 64 characters.",
+		"attr[Plan]=x":            "The attr filter key must match ^[a-z][a-z0-9_]{0,63}$.",
+		"created_after=yesterday": "The created_after filter must be an RFC 3339 date-time.",
+		"tag=1&tag=2&tag=3&tag=4&tag=5&tag=6&tag=7&tag=8&tag=9&tag=10&tag=11": "The tag filter takes at most 10 values.",
+	} {
+		r := e.do("GET", "/subscribers?"+q, nil).want(t, http.StatusBadRequest, "validation_error")
+		if r.body["message"] != msg {
+			t.Errorf("%s: message %v, want %s", q, r.body["message"], msg)
+		}
+	}
+}
+
+// TestListFiltersMatchLiterally: each of ' " \ $ @ % _ in a tag or an attribute value
+// matches itself only, on both stores.
+func TestListFiltersMatchLiterally(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i, ch := range []string{"'", `"`, `\`, "$", "@", "%", "_"} {
+		val := "a" + ch + "b"
+		id := e.do("POST", "/subscribers", map[string]any{"email": fmt.Sprintf("m%d@example.com", i),
+			"tags": []any{val}, "attributes": map[string]any{"k": val}}).want(t, http.StatusCreated, "").data(t)["id"].(string)
+		// A decoy that a LIKE, a JSONPath or an unescaped pattern would also select.
+		e.do("POST", "/subscribers", map[string]any{"email": fmt.Sprintf("decoy%d@example.com", i),
+			"tags": []any{"axb" + ch}, "attributes": map[string]any{"k": "axb"}}).want(t, http.StatusCreated, "")
+		for _, q := range []string{"tag=" + url.QueryEscape(val), "attr[k]=" + url.QueryEscape(val)} {
+			r := e.do("GET", "/subscribers?"+q, nil).want(t, http.StatusOK, "")
+			data := r.body["data"].([]any)
+			if len(data) != 1 || data[0].(map[string]any)["id"] != id || r.body["pagination"].(map[string]any)["total"] != float64(1) {
+				t.Errorf("%s selected %s", q, r.raw)
+			}
+		}
+	}
 }

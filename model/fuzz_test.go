@@ -117,7 +117,7 @@ func FuzzParseListQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, page, limit, status string) {
 		q, err := model.ParseListQuery(page, limit, status)
 		if err != nil {
-			if q != (model.ListQuery{}) {
+			if !reflect.DeepEqual(q, model.ListQuery{}) {
 				t.Errorf("ParseListQuery(%q, %q, %q) = %+v with an error; want the zero value", page, limit, status, q)
 			}
 			return

@@ -140,6 +140,9 @@ type ListQuery struct {
 	// After, when set, starts the page after this position in the list order (a cursor,
 	// docs/api-contract.md §9.2); Page is then ignored.
 	After *Position
+	// Filter holds the filters of docs/api-contract.md §19.3 (its Status is unused: the
+	// list's is Status above).
+	Filter Filter
 }
 
 // Follows reports whether sub comes after the position p in the list order (newest first).

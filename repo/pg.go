@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,6 +120,9 @@ func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, des
 }
 
 func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	if !q.Filter.IsZero() {
+		return listFilteredPostgres(ctx, db, dest, nl, q)
+	}
 	if q.After == nil && q.Offset() > listDirectMaxOffset {
 		// Not prepared: see listDeepPostgres.
 		return db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, dest)
@@ -563,4 +568,70 @@ func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
 		}
 	}
 	return append(b, '\n')
+}
+
+// listFilteredPostgres is a list page with the filters of docs/api-contract.md §19.3: the
+// exact count of the matching subscribers as one row whose id is NULL (it sorts first), and the
+// page, in one statement and so one snapshot. Not prepared: a generic plan cannot see which
+// filter is selective. Each condition repeats its index's predicate (tags <> '{}',
+// attributes <> '{}') so that the partial GIN indexes serve it; values are bound, never
+// spliced, so metacharacters match literally.
+func listFilteredPostgres(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	where, args := filterPostgres(nl, q)
+	page, pageArgs := where, slices.Clone(args)
+	if q.After != nil {
+		page += " AND (created_at, id) < (?, ?)"
+		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
+	}
+	pageArgs = append(pageArgs, q.Limit+1)
+	limit := " LIMIT ?"
+	if q.After == nil {
+		limit += " OFFSET ?"
+		pageArgs = append(pageArgs, q.Offset())
+	}
+	query := `SELECT count(*) AS total, NULL::uuid AS id, NULL AS email, NULL AS first_name, NULL AS last_name,
+    NULL AS status, NULL::timestamptz AS created_at, NULL::jsonb AS attributes, NULL::text[] AS tags
+FROM subscribers WHERE ` + where + `
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
+    WHERE ` + page + `
+    ORDER BY created_at DESC, id DESC` + limit + `
+)` + listOrderPostgres
+	return db.NewRaw(query, append(args, pageArgs...)...).Scan(ctx, dest)
+}
+
+// filterPostgres is the WHERE clause of a filtered list and its arguments.
+func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
+	conds := []string{"newsletter_id = ?"}
+	args := []any{nl}
+	if q.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
+	}
+	f := q.Filter
+	if len(f.Tags) > 0 {
+		conds, args = append(conds, "tags <> '{}' AND tags @> ?::text[]"), append(args, pgTextArray(f.Tags))
+	}
+	if len(f.NotTags) > 0 {
+		conds, args = append(conds, "NOT (tags && ?::text[])"), append(args, pgTextArray(f.NotTags))
+	}
+	for _, c := range f.Attributes {
+		probes := model.AttributeProbes(c.Key, c.Value)
+		alts := make([]string, len(probes))
+		for i, p := range probes {
+			alts[i] = "attributes @> ?::jsonb"
+			args = append(args, string(p))
+		}
+		conds = append(conds, "attributes <> '{}' AND ("+strings.Join(alts, " OR ")+")")
+	}
+	if len(f.HasAttributes) > 0 {
+		conds = append(conds, "attributes <> '{}' AND subscriber_attribute_keys(attributes) @> ?::text[]")
+		args = append(args, pgTextArray(f.HasAttributes))
+	}
+	if f.CreatedAfter != nil {
+		conds, args = append(conds, "created_at > ?"), append(args, f.CreatedAfter.UTC())
+	}
+	if f.CreatedBefore != nil {
+		conds, args = append(conds, "created_at < ?"), append(args, f.CreatedBefore.UTC())
+	}
+	return strings.Join(conds, " AND "), args
 }

@@ -318,6 +318,9 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 		return nil, 0, translate(err)
 	}
 	sub := row.toModel()
+	if !q.Filter.Match(sub.Status, sub.CreatedAt, sub.Attributes, sub.Tags) { // §19.3's, ANDed
+		return nil, 0, nil
+	}
 	switch {
 	case q.After != nil && !model.Follows(q.After, sub):
 		return nil, 1, nil
