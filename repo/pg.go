@@ -205,28 +205,31 @@ func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col
 
 func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
 
-// lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
-// collision only makes two unrelated changes wait for each other.
-func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
-	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", nl.String()+"/"+key).Exec(ctx)
+// lockEmailKey takes the lock of the newsletter's key, as lockEmailKeys does.
+func (e *pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
+	return e.lockEmailKeys(ctx, tx, nl, []string{key})
+}
+
+// lockEmailKeys takes, until the transaction ends, the advisory locks of the newsletter's keys
+// by bucket (the SQL function lock_email_keys, see its migration: at most 64 a transaction,
+// whatever the number of keys), in one statement. The one-statement create takes the same
+// locks (suppression_after_lock). A set-based writer whose keys sit in a table calls the SQL
+// function itself with the keys "<newsletter id>/<key>".
+func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = nl.String() + "/" + k
+	}
+	_, err := tx.NewRaw(`SELECT lock_email_keys(?::uuid, ?::text[])`, nl, pgdialect.Array(full)).Exec(ctx)
 	return err
 }
 
 // lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
 // dropped connection releases at once: no marker is ever left behind. A request that finished
 // between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
-// lockEmailKeys takes the advisory locks of lockEmailKey, one statement for all keys, in the
-// order of keys.
-func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
-	full := make([]string, len(keys))
-	for i, k := range keys {
-		full[i] = nl.String() + "/" + k
-	}
-	_, err := tx.NewRaw(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
-FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).Exec(ctx)
-	return err
-}
-
 func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
 	var locked bool
 	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {

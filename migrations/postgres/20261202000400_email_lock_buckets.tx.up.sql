@@ -1,0 +1,29 @@
+-- The advisory locks that order a subscribe and a suppression of the same address
+-- (docs/api-contract.md §13) are taken per bucket of addresses, not per address: an import
+-- batch of 1,000 rows took 1,000 advisory locks in one transaction, and PostgreSQL's shared
+-- lock table holds about 6,400 (max_locks_per_transaction × max_connections), so a few
+-- concurrent batches failed with 53200 (out of shared memory). A transaction now takes at most
+-- 64 of them, whatever it writes.
+--
+-- lock_email_keys takes, until the transaction ends, the locks of lock_keys (each
+-- "<newsletter id>/<normalised address>") of the newsletter: the two-key advisory lock
+-- (hashtext of the newsletter id, hashtext of the key modulo 64), each bucket once, in
+-- ascending order, so that two transactions locking several buckets wait rather than
+-- deadlock. Two addresses in one bucket only make their writes wait for each other. The
+-- two-key locks are a space of their own: the one-key locks of Idempotency-Key never meet
+-- them. It returns how many buckets it locked.
+CREATE FUNCTION lock_email_keys(newsletter uuid, lock_keys text[]) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT count(pg_advisory_xact_lock(b.nl, b.bucket)) FROM (
+        SELECT DISTINCT hashtext(newsletter::text) AS nl, hashtext(k) & 63 AS bucket
+        FROM unnest(lock_keys) AS k
+        ORDER BY 1, 2
+    ) AS b;
+$$;
+
+-- The one-statement create (migration suppression_after_lock) takes the same lock.
+CREATE OR REPLACE FUNCTION suppression_after_lock(lock_key text, newsletter uuid, hash bytea) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT lock_email_keys(newsletter, ARRAY[lock_key]);
+    SELECT reason FROM suppressions WHERE newsletter_id = newsletter AND email_hash = hash;
+$$;
