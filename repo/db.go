@@ -30,6 +30,7 @@ import (
 	"github.com/uptrace/bun/migrate"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Options tune the connection pool.
@@ -405,14 +406,16 @@ type engine interface {
 	// rename applies a patch that sets at most the name without a transaction, when the
 	// engine can (see Subscribers.rename); done is false when it did not.
 	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)
-	// insertEvents appends rows to the event log and queues their webhook deliveries, in
-	// the caller's transaction, and reports whether it queued any delivery (when the engine
-	// knows: its workers need waking).
-	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error)
+	// insertEvents appends rows to the event log and queues their webhook deliveries in
+	// lane, in the caller's transaction, and reports whether it queued any delivery (when
+	// the engine knows: its workers need waking).
+	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow, lane outbox.Lane) (bool, error)
 
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
-	// Deliveries.Claim) without waiting on another worker's claim.
-	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
+	// Deliveries.Claim) without waiting on another worker's claim. claimEmails takes the
+	// emails of one lane: the interactive one's oldest due first, the bulk one's in turns
+	// across newsletters (each one's oldest due, then each one's second, …).
+	claimEmails(ctx context.Context, s *store, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
 	// stageImport stores a new import with the rows next yields (Imports.Stage), and
 	// skipLocked is the clause with which an import claim passes over rows another worker

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // eventRow is one row of the append-only event log.
@@ -30,24 +32,36 @@ type eventRow struct {
 // queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
 // created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
 // engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
-// (pg.go) and eventMatchSQLite (sqlite.go).
-const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
-    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
-SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
+// (pg.go) and eventMatchSQLite (sqlite.go). The deliveries are interactive (outbox.Lane);
+// queueDeliveriesIn queues them in another lane.
+const queueDeliveriesFrom = queueDeliveriesHead + "0" + queueDeliveriesTail
+
+const (
+	queueDeliveriesHead = `INSERT INTO webhook_deliveries
+    (endpoint_id, event_id, lane, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
+SELECT w.id, ev.id, `
+	queueDeliveriesTail = `, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
 FROM ev JOIN webhook_endpoints AS w
     ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
     AND `
+)
+
+// queueDeliveriesIn is queueDeliveriesFrom with the deliveries in lane.
+func queueDeliveriesIn(lane outbox.Lane) string {
+	return queueDeliveriesHead + strconv.Itoa(int(lane)) + queueDeliveriesTail
+}
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
 // that deliveries link to the request that caused them. It reports whether any delivery was
 // queued, where the engine knows (the caller then wakes the workers after its commit; where
-// it does not, they poll).
-func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+// it does not, they poll). The deliveries wait in lane: outbox.Interactive for what one API
+// call or page caused, outbox.Bulk for imports and bulk actions (docs/api-contract.md §21).
+func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event, lane outbox.Lane) (bool, error) {
 	if len(evs) == 0 {
 		return false, nil
 	}
-	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs))
+	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs), lane)
 	return queued, translate(err)
 }
 

@@ -157,14 +157,17 @@ type claimRow struct {
 }
 
 // dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a
-// due delivery. The test reads the endpoint's first pending delivery from
-// webhook_deliveries_endpoint_due_idx, one probe per endpoint; an EXISTS here becomes a
-// semi-join that PostgreSQL plans as a scan of the whole outbox, whose delivered rows stay
-// until autovacuum comes, up to a minute of churn on every claim.
-const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
+// due delivery in either lane. The test reads the endpoint's first pending delivery of each
+// lane from webhook_deliveries_endpoint_due_idx, one probe per lane and endpoint; an EXISTS
+// here becomes a semi-join that PostgreSQL plans as a scan of the whole outbox, whose
+// delivered rows stay until autovacuum comes, up to a minute of churn on every claim.
+const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND ((
     SELECT d.next_attempt_at FROM webhook_deliveries AS d
-    WHERE d.endpoint_id = w.id AND d.state = 'pending'
-    ORDER BY d.next_attempt_at LIMIT 1) <= ?0`
+    WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.lane = 0
+    ORDER BY d.next_attempt_at LIMIT 1) <= ?0 OR (
+    SELECT d.next_attempt_at FROM webhook_deliveries AS d
+    WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.lane = 1
+    ORDER BY d.next_attempt_at LIMIT 1) <= ?0)`
 
 // newsletterLeased counts the endpoints of the newsletter of the endpoint row alias that
 // are leased now (?0).
@@ -213,7 +216,9 @@ func (c deliveryClaim) args(now time.Time) []any {
 }
 
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
-// ago first, and returns up to perEndpoint due deliveries of each, oldest due first. No
+// ago first, and returns up to perEndpoint due deliveries of each: its interactive ones first,
+// whatever bulk work waits for it (docs/api-contract.md §21), then its bulk ones, each lane
+// oldest due first. No
 // newsletter gets more than perNewsletter endpoints leased at once (docs/operating.md), so
 // one newsletter's hanging receivers cannot hold every worker. Endpoints other claims hold are
 // skipped, not waited for (see engine.claimDeliveries).
@@ -346,12 +351,13 @@ WHERE endpoint_id = ? AND state = 'pending'`, now, endpoint).Exec(ctx)
 	return disabled, nil
 }
 
-// Stats reads, for metrics, how many deliveries wait (due or scheduled for a retry) and how
-// long the longest-waiting due one has been due (0 when none is).
-func (d *Deliveries) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
-	return d.queueStats(ctx, `SELECT count(*) AS pending,
+// Stats reads, for metrics, per lane (every lane, in outbox.Lanes order), how many deliveries
+// wait (due or scheduled for a retry) and how long the longest-waiting due one has been due
+// (0 when none is).
+func (d *Deliveries) Stats(ctx context.Context) ([]outbox.LaneStats, error) {
+	return d.laneStats(ctx, `SELECT lane, count(*) AS pending,
     min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?0) AS oldest
-FROM webhook_deliveries WHERE state = 'pending'`)
+FROM webhook_deliveries WHERE state = 'pending' GROUP BY lane`)
 }
 
 // Listen signals on the returned channel when this process queued deliveries (SQLite), until
