@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -462,7 +463,11 @@ func runImportWorkerProcess() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	w := importer.NewWorker(repo.NewImports(db), importer.Config{BatchSize: 100, Lease: time.Second, Interval: 50 * time.Millisecond})
+	batch := 100
+	if n, err := strconv.Atoi(os.Getenv("WORKER_BATCH_SIZE")); err == nil {
+		batch = n
+	}
+	w := importer.NewWorker(repo.NewImports(db), importer.Config{BatchSize: batch, Lease: time.Second, Interval: 50 * time.Millisecond})
 	w.Run(ctx) //nolint:errcheck // nil
 	return 0
 }
@@ -544,15 +549,17 @@ func TestImportSurvivesKill9(t *testing.T) {
 func TestImportTakenOverAfterWorkerDies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const rows = 40000
+	const rows = 10000
 	var b strings.Builder
 	b.WriteString("email\n")
 	for i := range rows {
 		fmt.Fprintf(&b, "t%d@example.com\n", i)
 	}
 	loc := e.upload("text/csv", b.String(), "").want(t, http.StatusAccepted, "").header.Get("Location")
+	// Batches of 5 rows: the dying worker's import lasts past the window below at any speed;
+	// the worker that takes over finishes it in batches of 1,000.
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), importWorkerProcessEnv+"=1", "WORKER_DATABASE_URL="+e.dsn)
+	cmd.Env = append(os.Environ(), importWorkerProcessEnv+"=1", "WORKER_DATABASE_URL="+e.dsn, "WORKER_BATCH_SIZE=5")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -572,12 +579,15 @@ func TestImportTakenOverAfterWorkerDies(t *testing.T) {
 	first := claim()
 
 	// Another worker, with the same short lease, looks for imports every 20 ms.
-	e.startImporter(t, importer.Config{BatchSize: 100, Lease: time.Second})
+	e.startImporter(t, importer.Config{BatchSize: 1000, Lease: time.Second})
 	for range 30 { // 3 s, three leases: the heartbeat keeps the import with its worker
 		if c := claim(); c != first && c != "" {
 			t.Fatalf("the import was taken from its live worker (claim %s, then %s)", first, c)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if c := claim(); c != first {
+		t.Fatalf("the import finished or moved before its worker was killed (claim %q): make it longer", c)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
