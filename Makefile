@@ -3,7 +3,8 @@
 .PHONY: run test build fmt bench
 
 run:
-	go build -o bin/subscriberd ./cmd/subscriberd && exec bin/subscriberd dev
+	@test -x bin/subscriberd || echo "First build: compiling subscriberd and its dependencies takes several minutes (about 7 on 2 cores); the packages are listed as they compile. Later builds take seconds."
+	go build -v -o bin/subscriberd ./cmd/subscriberd && exec bin/subscriberd dev
 
 test:
 	./scripts/test.sh

@@ -225,7 +225,8 @@ func migrator(db *DB) (*migrate.Migrator, error) {
 }
 
 // Migrate applies every pending migration, holding bun's migration lock so that several
-// instances starting at once apply each migration once. It returns the names applied.
+// instances starting at once apply each migration once, and then re-keys what needs it
+// (Rekey: what a 1.2 instance wrote). It returns the names applied.
 func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	m, err := migrator(db)
 	if err != nil {
@@ -247,6 +248,9 @@ func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	group, err := m.Migrate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", translate(err))
+	}
+	if _, err := Rekey(ctx, db); err != nil {
+		return nil, err
 	}
 	var names []string
 	for _, mg := range group.Migrations {

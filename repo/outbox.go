@@ -190,7 +190,7 @@ func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmai
 	// The last check (docs/api-contract.md §13): nothing is sent to a suppressed address,
 	// whatever raced with the suppression. A suppression that unsubscribes this subscriber
 	// waits for the row lock held here, so it commits after this send or is seen above.
-	found, err := findByHashes(ctx, tx, e.NewsletterID, [][]byte{model.EmailHash(email)})
+	found, err := findByHashes(ctx, tx, e.NewsletterID, model.EmailHashes(email))
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,9 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// it, so a statement whose client had gone went on waiting for its lock and then
 	// committed; every second it now checks the connection while a statement runs
 	// (client_connection_check_interval) and ends the statement, rolled back, once the client
-	// has gone.
+	// has gone. READ COMMITTED is pinned whatever the server's or the database's default: the
+	// one-statement create (createStmt) must see a suppression committed while it waited for
+	// the address's lock, which only a statement-level snapshot taken after the lock shows.
 	sqldb := sql.OpenDB(pgconn.Wrap(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
@@ -77,6 +79,7 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 			"lock_timeout":                     strconv.FormatInt(lock.Milliseconds(), 10),
 			"plan_cache_mode":                  "force_generic_plan",
 			"client_connection_check_interval": "1000",
+			"default_transaction_isolation":    "read committed",
 		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
@@ -297,6 +300,7 @@ const eventMatchPG = `strpos(w.events, '"' || ev.type || '"') > 0`
 // autocommit): a create is one round trip instead of a transaction's six.
 func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event, mail *outboxRow) error {
 	r := eventRows(ctx, []model.Event{ev})[0]
+	hashes := model.EmailHashes(row.Email)
 	var mailID *uuid.UUID
 	var mailTrace string
 	if mail != nil {
@@ -310,8 +314,8 @@ func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event
 		return s.db.eng.queryRow(ctx, s.idb, createStmt, &out,
 			row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
 			r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt,
-			row.NewsletterID.String()+"/"+model.NormalizeEmail(row.Email), model.EmailHash(row.Email),
-			mailID, mailTrace)
+			row.NewsletterID.String()+"/"+row.EmailKey, hashes[0],
+			mailID, mailTrace, hashes[len(hashes)-1])
 	})
 	switch {
 	case err != nil:
@@ -326,13 +330,14 @@ func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event
 
 // createStmt is createPG's statement, prepared (see statement): $1 to $9 the subscriber's
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
-// the subscriber's); $15 and $16 the address's lock key and hash; $17 and $18 the confirmation
-// email's id (NULL: none) and traceparent. It returns the reason the address is suppressed for
+// the subscriber's); $15 and $16 the address's lock key and hash, $19 its 1.2 key's hash
+// (model.EmailHashes; $16 again when the same); $17 and $18 the confirmation email's id
+// (NULL: none) and traceparent. It returns the reason the address is suppressed for
 // (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
 // span is named for its main change, "INSERT subscribers". The values are cast: in an
 // INSERT … SELECT a parameter takes no type from the target column.
 var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
-    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea) AS reason),
+    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea, $19::bytea) AS reason),
 s AS (
     INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
     SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz

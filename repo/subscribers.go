@@ -428,6 +428,12 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return err
 			}
 		}
+		if p.Email == nil && p.Status != nil && *p.Status != model.StatusUnsubscribed &&
+			strings.HasPrefix(row.EmailKey, duplicateKeyPrefix) {
+			// It lost its address to an older subscriber in the 1.3 upgrade (Rekey,
+			// docs/api-contract.md §18): that one holds the address.
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
 		retire, queue := p.ConfirmationEffect(before)
 		if queue && p.Status != nil && *p.Status == model.StatusPending {
 			if err := checkResends(ctx, tx, row.ID, s.now()); err != nil {
@@ -479,6 +485,56 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	}
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
+}
+
+// Upsert makes the newsletter's subscriber with in.Email what docs/api-contract.md §16.1 asks,
+// in one unit of work under the address's lock (engine.lockEmailKey): when no subscriber has
+// the address (model.EmailKey) it is created as Create creates it, and created is true; else
+// patch is applied to it as Update applies it, the subscriber's row locked from the read to
+// the write. Concurrent upserts of one address therefore queue on the lock: the first creates,
+// each other one updates what those before it committed. Bound to a unit of work (Tx), it runs
+// in that unit's transaction.
+func (s *Subscribers) Upsert(ctx context.Context, nl uuid.UUID, in model.NewSubscriber, patch model.SubscriberPatch) (sub model.Subscriber, created bool, err error) {
+	key := model.EmailKey(in.Email)
+	err = s.unitOfWork(ctx, func(u *Subscribers) error {
+		sub, created = model.Subscriber{}, false
+		if err := s.db.eng.lockEmailKey(ctx, u.idb, nl, key); err != nil {
+			return translate(err)
+		}
+		// A create without the upsert's lock (POST /subscribers) may take the address between
+		// the read and the insert: the insert waits for it, and the read after sees it.
+		for range 2 {
+			var row subscriberRow
+			err := s.db.eng.lockRows(u.idb.NewSelect().Model(&row).
+				Where("newsletter_id = ? AND email_key = ?", nl, key)).Scan(ctx)
+			switch {
+			case err == nil:
+				sub, err = u.Update(ctx, nl, row.ID, patch)
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return translate(err)
+			}
+			sub, err = u.Create(ctx, nl, in)
+			if !errors.Is(err, model.ErrEmailTaken) {
+				created = err == nil
+				return err
+			}
+		}
+		return fmt.Errorf("%w", model.ErrEmailTaken)
+	})
+	if err != nil {
+		return model.Subscriber{}, false, err
+	}
+	return sub, created, nil
+}
+
+// unitOfWork runs fn with the store bound to a unit of work: this store's own, or a new one
+// (DB.InTx, run again on a deadlock or a busy database) when it is bound to the pool.
+func (s *Subscribers) unitOfWork(ctx context.Context, fn func(u *Subscribers) error) error {
+	if s.unit != nil {
+		return fn(s)
+	}
+	return s.db.InTx(ctx, func(tx Tx) error { return fn(tx.Subscribers()) })
 }
 
 // lockForEmailChange locks (where the engine has row locks; see engine.forUpdate)

@@ -21,18 +21,33 @@ LANGUAGE sql VOLATILE AS $$
     ) AS b;
 $$;
 
--- The one-statement create (migration suppression_after_lock) takes the same lock. Its
--- statement may then wait for a second lock, the row of another transaction inserting the same
--- address; lock_timeout bounds each wait, so a create queued behind another that waited for
--- that row answered after twice the lock timeout. Once the address's lock is held, the rest of
--- the statement (and of its transaction) may wait only what is left of lock_timeout since the
--- statement began (at least a millisecond): a create gives up within the lock timeout, as a
--- write that waits for one record does (docs/api-contract.md §4.7).
-CREATE OR REPLACE FUNCTION suppression_after_lock(lock_key text, newsletter uuid, hash bytea) RETURNS text
+-- The one-statement create (migrations suppression_after_lock and
+-- suppression_after_lock_legacy) takes the same lock. Its statement may then wait for a second
+-- lock, the row of another transaction inserting the same address; lock_timeout bounds each
+-- wait, so a create queued behind another that waited for that row answered after twice the
+-- lock timeout. Once the address's lock is held, the rest of the statement (and of its
+-- transaction) may wait only what is left of lock_timeout since the statement began (at least
+-- a millisecond): a create gives up within the lock timeout, as a write that waits for one
+-- record does (docs/api-contract.md §4.7). lock_timeout_rest is that step.
+CREATE FUNCTION lock_timeout_rest() RETURNS void
 LANGUAGE sql VOLATILE AS $$
-    SELECT lock_email_keys(newsletter, ARRAY[lock_key]);
     SELECT set_config('lock_timeout', greatest(1, floor(extract(epoch FROM
             current_setting('lock_timeout')::interval - (clock_timestamp() - statement_timestamp())) * 1000))::bigint || 'ms', true)
     WHERE current_setting('lock_timeout')::interval > interval '0';
+$$;
+
+CREATE OR REPLACE FUNCTION suppression_after_lock(lock_key text, newsletter uuid, hash bytea, legacy bytea) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT lock_email_keys(newsletter, ARRAY[lock_key]);
+    SELECT lock_timeout_rest();
+    SELECT reason FROM suppressions WHERE newsletter_id = newsletter AND email_hash IN (hash, legacy)
+    ORDER BY email_hash = hash DESC LIMIT 1;
+$$;
+
+-- The three-argument form, for 1.2 instances still serving during a roll-out.
+CREATE OR REPLACE FUNCTION suppression_after_lock(lock_key text, newsletter uuid, hash bytea) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT lock_email_keys(newsletter, ARRAY[lock_key]);
+    SELECT lock_timeout_rest();
     SELECT reason FROM suppressions WHERE newsletter_id = newsletter AND email_hash = hash;
 $$;
