@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -169,8 +170,9 @@ type Config struct {
 	// cmd/subscriberd sets WriteConcurrency(the database pool's size). Zero means
 	// DefaultWriteConcurrency; negative, no limit.
 	WriteConcurrency int
-	// WriteWait is how long a write waits at most for a write slot before it answers 503
-	// with Retry-After; zero means DefaultWriteWait.
+	// WriteWait is how long a write waits for a write slot while none comes free before it
+	// answers 503 with Retry-After (at most five WriteWaits in all); zero means
+	// DefaultWriteWait.
 	WriteWait time.Duration
 	// Imports stores imports (docs/api-contract.md §15); ImportMaxRows and ImportMaxBytes
 	// bound one upload (IMPORT_MAX_ROWS, IMPORT_MAX_BYTES; zero means the defaults).
@@ -213,6 +215,7 @@ type Server struct {
 	// writeSlots is the write gate (writegate.go): a slot per write running; nil, no gate.
 	writeSlots chan struct{}
 	writeWait  time.Duration
+	writesDone atomic.Int64 // writes that left the gate's slots, so that waiters see it move
 	api        huma.API
 	handler    http.Handler
 }

@@ -12,13 +12,17 @@ import (
 // The write gate, a bulkhead: at most WriteConcurrency writes of an instance (every operation
 // but GET, HEAD and OPTIONS) hold or wait for a database connection at once, a number below
 // the pool's size, so that reads always find connections. A write that finds every slot taken
-// waits at most WriteWait for one, then answers 503 with Retry-After and changes nothing.
+// waits while the writes ahead of it finish; when none has finished for WriteWait (they all
+// wait for something: a row another transaction holds), or it has waited 5 × WriteWait in
+// all, it answers 503 with Retry-After and changes nothing.
 //
 // Without it, a transaction left open on a row held up every write of that row for the lock
 // timeout, and the writes queued for the pool's connections before that: in the held-lock
 // scenario of docs/operating.md, 100 writers answered their 503 after a median of 20 s (the
 // lock timeout is 5 s) and reads of other rows took up to 14.5 s. With the gate, a write waits
-// at most WriteWait for a slot and then at most the lock timeout for its row.
+// at most WriteWait for a slot while the slots are stuck, and then at most the lock timeout for
+// its row; a burst of writes that each take milliseconds (many changes of the same rows) still
+// queues and succeeds.
 //
 // Waiters are admitted in arrival order, as Go's channels wake blocked senders. A request
 // whose client goes away while it waits answers 499, as anywhere else.
@@ -32,10 +36,15 @@ func WriteConcurrency(poolConns int) int { return max(1, poolConns-max(1, poolCo
 // PostgreSQL pool's default size (16 connections, repo.Options).
 const DefaultWriteConcurrency = 12
 
-// DefaultWriteWait is Config.WriteWait's zero value. A write admitted after it may still wait
-// the database's lock timeout (5 s) for a row, so every write answers within the lock timeout
-// and a second.
+// DefaultWriteWait is Config.WriteWait's zero value. When the writes holding the slots are
+// stuck on a row, a waiting write gives up after it, and one admitted waits at most the
+// database's lock timeout (5 s) for its row: every write answers within the lock timeout and a
+// second.
 const DefaultWriteWait = time.Second
+
+// writeWaitRounds bounds a write's whole wait at the gate, in WriteWaits, however steadily the
+// writes ahead of it finish.
+const writeWaitRounds = 5
 
 // Outcomes of a wait at the write gate, as the write_gate span event's app.write_gate.outcome.
 const (
@@ -78,23 +87,41 @@ func (s *Server) writeGate(ctx huma.Context, next func(huma.Context)) {
 			return
 		}
 	}
-	defer func() { <-s.writeSlots }()
+	defer func() {
+		<-s.writeSlots
+		s.writesDone.Add(1)
+	}()
 	next(ctx)
 }
 
-// waitForWrite waits for a write slot, at most WriteWait, or for the request's end, records
-// the wait on the span, answers when it took no slot, and reports whether it took one.
+// waitForWrite waits for a write slot, or for the request's end, while the writes holding the
+// slots finish (one at least every WriteWait) and at most writeWaitRounds WriteWaits; it
+// records the wait on the span, answers when it took no slot, and reports whether it took one.
 func (s *Server) waitForWrite(ctx huma.Context) bool {
 	start := time.Now()
+	deadline := start.Add(writeWaitRounds * s.writeWait)
 	outcome := WriteGateAdmitted
+	done := s.writesDone.Load()
 	timeout := time.NewTimer(s.writeWait)
 	defer timeout.Stop()
-	select {
-	case s.writeSlots <- struct{}{}:
-	case <-ctx.Context().Done():
-		outcome = WriteGateAbandoned
-	case <-timeout.C:
-		outcome = WriteGateTimedOut
+wait:
+	for {
+		select {
+		case s.writeSlots <- struct{}{}:
+			break wait
+		case <-ctx.Context().Done():
+			outcome = WriteGateAbandoned
+			break wait
+		case <-timeout.C:
+			now := s.writesDone.Load()
+			left := time.Until(deadline)
+			if now == done || left <= 0 {
+				outcome = WriteGateTimedOut
+				break wait
+			}
+			done = now // the slots move: wait on, while they keep moving
+			timeout.Reset(min(s.writeWait, left))
+		}
 	}
 	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
 		span.AddEvent("write_gate", trace.WithAttributes(attribute.String("app.write_gate.outcome", outcome),

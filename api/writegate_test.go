@@ -2,13 +2,17 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/subscriberd/subscriberd/api"
+	"github.com/subscriberd/subscriberd/model"
 )
 
 // TestWriteGate: with every write slot taken (a write held in the store), another write waits
@@ -45,6 +49,39 @@ func TestWriteGate(t *testing.T) {
 	}
 	if rec := g.call(t, "POST", subs, `{"email":"single@example.com","name":"S"}`); rec.Code != http.StatusCreated {
 		t.Errorf("a write once the slot is free: %d, body %s; want 201", rec.Code, rec.Body)
+	}
+}
+
+// pacedStore's creates take a while each: writes that finish one after another.
+type pacedStore struct {
+	*fakeStore
+	took time.Duration
+}
+
+func (s *pacedStore) Create(ctx context.Context, nl uuid.UUID, in model.NewSubscriber) (model.Subscriber, error) {
+	time.Sleep(s.took)
+	return s.fakeStore.Create(ctx, nl, in)
+}
+
+// TestWriteGateQueuesWhileWritesFinish: writes queued behind a gate of one whose writes each
+// finish within WriteWait all run, though the last waits several WriteWaits: the gate gives
+// up only on slots that do not move.
+func TestWriteGateQueuesWhileWritesFinish(t *testing.T) {
+	e := newEnv(t, func(c *api.Config) {
+		c.Store = &pacedStore{fakeStore: c.Store.(*fakeStore), took: 60 * time.Millisecond}
+		c.WriteConcurrency, c.WriteWait = 1, 200*time.Millisecond
+	})
+	const n = 8 // about 480 ms of writes through one slot
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			codes <- e.call(t, "POST", subs, fmt.Sprintf(`{"email":"q%d@example.com","name":"Q"}`, i)).Code
+		}()
+	}
+	for range n {
+		if code := <-codes; code != http.StatusCreated {
+			t.Errorf("a write queued behind writes that finish: %d; want 201", code)
+		}
 	}
 }
 
