@@ -21,6 +21,7 @@ fmt:
 # and 20), then imports a million rows three times (plain, with a webhook endpoint, 10 %
 # pending): about 30 minutes on 2 cores, 50 with --passes 3. BENCH_ARGS passes options:
 # BENCH_ARGS="--million", "--passes 3", "--profile", "--no-telemetry",
-# "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
+# "--markdown docs/benchmarks.md", or "--quick" (every scenario briefly, to check the tool);
+# scripts/bench.sh --help lists them.
 bench:
 	./scripts/bench.sh $(BENCH_ARGS)

@@ -29,6 +29,10 @@ type subscriberRow struct {
 	Status       string    `bun:"status"`
 	CreatedAt    time.Time `bun:"created_at"`
 	UpdatedAt    time.Time `bun:"updated_at"`
+	// The 1.3 columns (docs/api-contract.md §19), read only where a statement selects every
+	// column (SELECT *), and never written through this row, until their wiring.
+	Attributes string `bun:"attributes,scanonly"`
+	Tags       string `bun:"tags,scanonly"`
 }
 
 func (r *subscriberRow) toModel() model.Subscriber {

@@ -13,7 +13,6 @@ import (
 	"database/sql"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -165,15 +164,11 @@ func (w *Window) Stop(ctx context.Context, requests int64) (*Where, error) {
 	close(w.stop)
 	<-w.done
 	elapsed := time.Since(w.start)
-	var lsn string
-	if err := w.p.db.NewRaw("SELECT pg_current_wal_lsn()::text").Scan(ctx, &lsn); err != nil {
+	var walBytes int64
+	if err := w.p.db.NewRaw("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ?::pg_lsn)::bigint", w.lsn).Scan(ctx, &walBytes); err != nil {
 		return nil, fmt.Errorf("pgstat: WAL position: %w", err)
 	}
 	after, err := w.p.statements(ctx)
-	if err != nil {
-		return nil, err
-	}
-	walBytes, err := LSNDiff(w.lsn, lsn)
 	if err != nil {
 		return nil, err
 	}
@@ -209,37 +204,6 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AN
 		m[r.QueryID] = r
 	}
 	return m, nil
-}
-
-// LSNDiff returns the bytes of WAL between two positions as PostgreSQL prints them
-// ("16/B374D848").
-func LSNDiff(from, to string) (int64, error) {
-	a, err := ParseLSN(from)
-	if err != nil {
-		return 0, err
-	}
-	b, err := ParseLSN(to)
-	if err != nil {
-		return 0, err
-	}
-	return int64(b - a), nil
-}
-
-// ParseLSN reads a WAL position as PostgreSQL prints it: two hexadecimal halves of 32 bits.
-func ParseLSN(s string) (uint64, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, fmt.Errorf("pgstat: WAL position %q: no slash", s)
-	}
-	h, err := strconv.ParseUint(hi, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("pgstat: WAL position %q: %w", s, err)
-	}
-	l, err := strconv.ParseUint(lo, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("pgstat: WAL position %q: %w", s, err)
-	}
-	return h<<32 | l, nil
 }
 
 // Delta returns, for every statement that ran between the two snapshots, what it did in

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
 // fakeAPI is a minimal in-memory implementation of the contract's subscriber operations: it
@@ -311,7 +311,7 @@ func TestErrorsAreCountedByKind(t *testing.T) {
 	defer srv.Close()
 
 	c := NewClient(srv.URL, "sk_test", "r", 2, 0)
-	out := load.Run(context.Background(), load.Options{Clients: 2, Duration: time.Hour, MaxRequests: 6}, c.getOp(listPath(1, "")))
+	out := load.Run(context.Background(), load.Options{Clients: 2, Duration: time.Hour, MaxRequests: 6}, opOf(c, ListFirst))
 	if out.Summary.Errors["503"] != 6 || out.Summary.OK != 0 {
 		t.Errorf("errors = %v ok = %d, want 6 × 503", out.Summary.Errors, out.Summary.OK)
 	}
@@ -320,7 +320,7 @@ func TestErrorsAreCountedByKind(t *testing.T) {
 	}
 
 	slow := NewClient(srv.URL, "sk_test", "r", 2, 50*time.Millisecond)
-	out = load.Run(context.Background(), load.Options{Clients: 2, Duration: time.Hour, MaxRequests: 2}, slow.getOp(listPath(2, "")))
+	out = load.Run(context.Background(), load.Options{Clients: 2, Duration: time.Hour, MaxRequests: 2}, opOf(slow, ListDeep))
 	if out.Summary.Errors["timeout"] != 2 {
 		t.Errorf("errors = %v, want 2 timeouts", out.Summary.Errors)
 	}
@@ -329,8 +329,18 @@ func TestErrorsAreCountedByKind(t *testing.T) {
 	addr := dead.URL
 	dead.Close()
 	out = load.Run(context.Background(), load.Options{Clients: 1, Duration: time.Hour, MaxRequests: 1},
-		NewClient(addr, "sk_test", "r", 1, 0).GetOp())
+		opOf(NewClient(addr, "sk_test", "r", 1, 0), Get))
 	if out.Summary.Errors["transport"] != 1 {
 		t.Errorf("errors = %v, want a transport error", out.Summary.Errors)
 	}
+}
+
+// opOf is the operation of c's scenario name.
+func opOf(c *Client, name string) load.Op {
+	for _, sc := range c.Scenarios() {
+		if sc.Name == name {
+			return sc.Op
+		}
+	}
+	panic(name)
 }

@@ -1,5 +1,5 @@
 // Package load runs one operation from N concurrent workers for a bounded time and a bounded
-// number of operations, and collects a stats.Sample for every operation of the measured window.
+// number of operations, and collects a Sample for every operation of the measured window.
 package load
 
 import (
@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/subscriberd/subscriberd/internal/bench/stats"
 )
 
 // Result is what one operation reports: rows written or read on success, or the kind of its
@@ -40,7 +38,7 @@ type Options struct {
 
 // Outcome is a finished run.
 type Outcome struct {
-	Summary stats.Summary
+	Summary Summary
 	// Details holds the first Detail seen for each error kind.
 	Details map[string]string
 }
@@ -94,13 +92,13 @@ func Run(ctx context.Context, opts Options, op Op) Outcome {
 // recorder is what one worker measured: a sample per call and the first detail of each kind
 // of error.
 type recorder struct {
-	samples []stats.Sample
+	samples []Sample
 	details map[string]string
 }
 
 // add records a call that started at start (in the run's time) and took d.
 func (r *recorder) add(start, d time.Duration, res Result) {
-	r.samples = append(r.samples, stats.Sample{Start: start, End: start + d, Rows: res.Rows, Err: res.Err})
+	r.samples = append(r.samples, Sample{Start: start, End: start + d, Rows: res.Rows, Err: res.Err})
 	if res.Err == "" {
 		return
 	}
@@ -136,7 +134,7 @@ func outcome(per []recorder, window time.Duration, capped bool) Outcome {
 	for _, r := range per {
 		n += len(r.samples)
 	}
-	all := make([]stats.Sample, 0, n)
+	all := make([]Sample, 0, n)
 	out := Outcome{Details: map[string]string{}}
 	for _, r := range per {
 		all = append(all, r.samples...)
@@ -149,7 +147,7 @@ func outcome(per []recorder, window time.Duration, capped bool) Outcome {
 	if n > 0 && capped {
 		window = 0
 	}
-	out.Summary = stats.Summarize(all, window)
+	out.Summary = Summarize(all, window)
 	return out
 }
 

@@ -1,7 +1,8 @@
-// Package stats turns the raw samples of a load run into the figures subscriber-bench reports:
+package load
+
+// This file turns the raw samples of a run into the figures subscriber-bench reports:
 // throughput, latency percentiles, errors by kind and the longest stretch without progress.
 // It is pure computation, with no clock of its own, so every figure it gives is testable.
-package stats
 
 import (
 	"math"

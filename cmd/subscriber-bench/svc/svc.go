@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
 // API paths.
@@ -110,6 +110,14 @@ func (c *Client) Email(kind string) string {
 	return fmt.Sprintf("%s-%s-%d@Bench.Example.com", kind, c.prefix, c.seq.Add(1))
 }
 
+// request is one call of a scenario: rows is what a success counts.
+type request struct {
+	method, path string
+	body         []byte
+	idem         string // Idempotency-Key, if any
+	rows         int
+}
+
 // response is the outcome of one request.
 type response struct {
 	status int
@@ -118,23 +126,23 @@ type response struct {
 }
 
 // do sends one request and reads the whole response, so the connection is reused.
-func (c *Client) do(ctx context.Context, method, path string, body []byte, keep bool) response {
+func (c *Client) do(ctx context.Context, q request, keep bool) response {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	if q.body != nil {
+		rd = bytes.NewReader(q.body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, q.method, c.base+q.path, rd)
 	if err != nil {
 		return response{err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Accept", "application/json")
-	if k, ok := ctx.Value(idemKey{}).(string); ok {
-		req.Header.Set("Idempotency-Key", k)
+	if q.idem != "" {
+		req.Header.Set("Idempotency-Key", q.idem)
 	}
-	if body != nil {
+	if q.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
@@ -151,6 +159,28 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, keep 
 	return r
 }
 
+// get reads path and decodes its envelope, which must answer 200.
+func (c *Client) get(ctx context.Context, path string) (envelope, error) {
+	r := c.do(ctx, request{method: http.MethodGet, path: path}, true)
+	if r.err != nil {
+		return envelope{}, r.err
+	}
+	return decode(r.status, 200, r.body)
+}
+
+// page lists one page of subscribers, newest first.
+func (c *Client) page(ctx context.Context, page, limit int) ([]Subscriber, envelope, error) {
+	env, err := c.get(ctx, fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, limit))
+	if err != nil {
+		return nil, env, err
+	}
+	var subs []Subscriber
+	if err := json.Unmarshal(env.Data, &subs); err != nil {
+		return nil, env, fmt.Errorf("data is not a list of subscribers: %v", err)
+	}
+	return subs, env, nil
+}
+
 // result classifies a response as a load.Result: a 2xx is a success of rows rows.
 func result(r response, rows int) load.Result {
 	if r.err != nil && r.status == 0 {
@@ -162,11 +192,7 @@ func result(r response, rows int) load.Result {
 		return load.Result{Err: kind, Detail: r.err.Error()}
 	}
 	if r.status/100 != 2 {
-		detail := string(r.body)
-		if len(detail) > 300 {
-			detail = detail[:300]
-		}
-		return load.Result{Err: strconv.Itoa(r.status), Detail: detail}
+		return load.Result{Err: strconv.Itoa(r.status), Detail: string(r.body[:min(len(r.body), 300)])}
 	}
 	if r.err != nil {
 		return load.Result{Err: "transport", Detail: "reading the body: " + r.err.Error()}
@@ -183,6 +209,10 @@ type Scenario struct {
 	Op    load.Op
 	// Check validates one full response of the scenario (the probe before a run).
 	Check func(status int, body []byte) error
+	// setup, when set, finds what the scenario's requests need (a cursor, addresses); the
+	// probe runs it.
+	setup func(ctx context.Context) error
+	req   func(seq int64) request
 }
 
 // Scenarios lists every service scenario in running order.
@@ -190,75 +220,125 @@ func (c *Client) Scenarios() []Scenario {
 	listCheck := func(full bool) func(int, []byte) error {
 		return func(status int, body []byte) error { return checkList(status, body, full) }
 	}
-	return []Scenario{
-		{ListFirst, "GET first page of 25", false, c.getOp(listPath(1, "")), listCheck(true)},
-		{ListDeep, fmt.Sprintf("GET page %d of %d", DeepPage, PageSize), false, c.getOp(listPath(DeepPage, "")), listCheck(false)},
-		{ListStatus, "GET first page of 25, status=" + StatusFiltered, false, c.getOp(listPath(1, StatusFiltered)), listCheck(true)},
-		{Get, "GET one subscriber by id", false, c.GetOp(), checkOne(200)},
-		{Update, "PUT a new name on one subscriber", true, c.UpdateOp(), checkOne(200)},
-		{CreateActive, "POST one active subscriber", true, c.CreateOp("active"), checkOne(201)},
-		{CreatePending, "POST one pending subscriber (queues a confirmation email)", true, c.CreateOp("pending"), checkOne(201)},
-		{Bulk100, "POST /bulk of 100 active subscribers", true, c.BulkOp(), checkBulk},
-		{LookupEmail, "GET ?email= of a known subscriber", false, c.lookupOp(), checkLookup},
-		{ListCursorDeep, fmt.Sprintf("GET the page of %d after %d subscribers, by cursor", PageSize, CursorDepth), false, c.cursorOp(), listCheck(true)},
-		{Replay, "POST one create again with its Idempotency-Key (the stored response)", false, c.replayOp(), checkOne(201)},
-		{CreateIdem, "POST one active subscriber with a fresh Idempotency-Key", true, c.createIdemOp(), checkOne(201)},
+	get := func(path func() string) func(int64) request {
+		return func(int64) request { return request{method: http.MethodGet, path: path(), rows: 1} }
 	}
-}
-
-// idemKey is the context key of the Idempotency-Key do sends.
-type idemKey struct{}
-
-func withIdem(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, idemKey{}, key)
-}
-
-// createIdemOp is CreateOp("active") with a new Idempotency-Key each time.
-func (c *Client) createIdemOp() load.Op {
-	return func(ctx context.Context, _ int, seq int64) load.Result {
-		body := fmt.Appendf(nil, `{"email":%q,"name":"Bench Person %d","status":"active"}`, c.Email("i"), seq)
-		return result(c.do(withIdem(ctx, fmt.Sprintf("bench-%s-%d", c.prefix, c.seq.Add(1))), http.MethodPost, subscribersPath, body, false), 1)
-	}
-}
-
-// replayKey is the Idempotency-Key of the replay scenario's stored create.
-func (c *Client) replayKey() string { return "bench-replay-" + c.prefix }
-
-// replayOp sends the probe's create again with its key: every answer is the stored response.
-func (c *Client) replayOp() load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		c.mu.Lock()
-		body := c.replayBody
-		c.mu.Unlock()
-		return result(c.do(withIdem(ctx, c.replayKey()), http.MethodPost, subscribersPath, body, false), 1)
-	}
-}
-
-// lookupOp looks a random known address up, in another case than stored.
-func (c *Client) lookupOp() load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		c.mu.Lock()
-		var email string
-		if len(c.emails) > 0 {
-			email = c.emails[rand.IntN(len(c.emails))]
+	fixed := func(p string) func() string { return func() string { return p } }
+	create := func(status string) func(int64) request {
+		return func(seq int64) request {
+			return request{method: http.MethodPost, path: subscribersPath, rows: 1,
+				body: fmt.Appendf(nil, `{"email":%q,"name":"Bench Person %d","status":%q}`, c.Email("c"), seq, status)}
 		}
-		c.mu.Unlock()
-		return result(c.do(ctx, http.MethodGet, subscribersPath+"?email="+url.QueryEscape(strings.ToUpper(email)), nil, false), 1)
 	}
+	scs := []Scenario{
+		{Name: ListFirst, Desc: "GET first page of 25", Check: listCheck(true), req: get(fixed(listPath(1, "")))},
+		{Name: ListDeep, Desc: fmt.Sprintf("GET page %d of %d", DeepPage, PageSize), Check: listCheck(false), req: get(fixed(listPath(DeepPage, "")))},
+		{Name: ListStatus, Desc: "GET first page of 25, status=" + StatusFiltered, Check: listCheck(true), req: get(fixed(listPath(1, StatusFiltered)))},
+		{Name: Get, Desc: "GET one subscriber by id", Check: checkOne(200), req: get(func() string { return subscribersPath + "/" + c.pickID() })},
+		{Name: Update, Desc: "PUT a new name on one subscriber", Write: true, Check: checkOne(200), req: func(seq int64) request {
+			return request{method: http.MethodPut, path: subscribersPath + "/" + c.pickID(), rows: 1, body: fmt.Appendf(nil, `{"name":"Updated Bench %d"}`, seq)}
+		}},
+		{Name: CreateActive, Desc: "POST one active subscriber", Write: true, Check: checkOne(201), req: create("active")},
+		{Name: CreatePending, Desc: "POST one pending subscriber (queues a confirmation email)", Write: true, Check: checkOne(201), req: create("pending")},
+		{Name: Bulk100, Desc: "POST /bulk of 100 active subscribers", Write: true, Check: checkBulk, req: func(int64) request {
+			return request{method: http.MethodPost, path: bulkPath, body: c.bulkBody("b", BulkSize), rows: BulkSize}
+		}},
+		{Name: LookupEmail, Desc: "GET ?email= of a known subscriber", Check: checkLookup, setup: c.findEmails, req: get(func() string {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			var email string
+			if len(c.emails) > 0 {
+				email = c.emails[rand.IntN(len(c.emails))]
+			}
+			return subscribersPath + "?email=" + url.QueryEscape(strings.ToUpper(email)) // in another case than stored
+		})},
+		{Name: ListCursorDeep, Desc: fmt.Sprintf("GET the page of %d after %d subscribers, by cursor", PageSize, CursorDepth), Check: listCheck(true),
+			setup: c.findCursor, req: get(func() string {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return fmt.Sprintf("%s?limit=%d&cursor=%s", subscribersPath, PageSize, url.QueryEscape(c.deepCursor))
+			})},
+		// The same create again with the same key: every answer is the stored response.
+		{Name: Replay, Desc: "POST one create again with its Idempotency-Key (the stored response)", Check: checkOne(201), req: func(int64) request {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.replayBody == nil {
+				c.replayBody = fmt.Appendf(nil, `{"email":%q,"name":"Replay Person","status":"active"}`, c.Email("r"))
+			}
+			return request{method: http.MethodPost, path: subscribersPath, body: c.replayBody, idem: "bench-replay-" + c.prefix, rows: 1}
+		}},
+		{Name: CreateIdem, Desc: "POST one active subscriber with a fresh Idempotency-Key", Write: true, Check: checkOne(201), req: func(seq int64) request {
+			q := create("active")(seq)
+			q.idem = fmt.Sprintf("bench-%s-%d", c.prefix, c.seq.Add(1))
+			return q
+		}},
+	}
+	for i := range scs {
+		req := scs[i].req
+		scs[i].Op = func(ctx context.Context, _ int, seq int64) load.Result {
+			q := req(seq)
+			return result(c.do(ctx, q, false), q.rows)
+		}
+	}
+	return scs
 }
 
-// cursorOp gets the page after CursorDepth subscribers with the cursor its probe found.
-func (c *Client) cursorOp() load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		c.mu.Lock()
-		cur := c.deepCursor
-		c.mu.Unlock()
-		return result(c.do(ctx, http.MethodGet, cursorPath(cur), nil, false), 1)
+// Probe runs sc once (after its setup), reading the whole response, and validates it with
+// sc.Check.
+func (c *Client) Probe(ctx context.Context, sc Scenario) error {
+	if sc.setup != nil {
+		if err := sc.setup(ctx); err != nil {
+			return err
+		}
 	}
+	r := c.do(ctx, sc.req(0), true)
+	if r.err != nil {
+		return r.err
+	}
+	return sc.Check(r.status, r.body)
 }
 
-func cursorPath(cur string) string {
-	return fmt.Sprintf("%s?limit=%d&cursor=%s", subscribersPath, PageSize, url.QueryEscape(cur))
+// findEmails collects known addresses for lookup_email, from the middle of the seeded table
+// (the newest when it is small).
+func (c *Client) findEmails(ctx context.Context) error {
+	var subs []Subscriber
+	for _, page := range []int{CursorDepth / 100 / 2, 1} {
+		var err error
+		if subs, _, err = c.page(ctx, page, 100); err != nil {
+			return err
+		}
+		if len(subs) > 0 {
+			break
+		}
+	}
+	if len(subs) == 0 {
+		return errors.New("no subscribers to look up")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.emails = c.emails[:0]
+	for _, s := range subs {
+		c.emails = append(c.emails, s.Email)
+	}
+	return nil
+}
+
+// findCursor finds the cursor after CursorDepth subscribers (after the first page on a
+// smaller table) for list_cursor_deep.
+func (c *Client) findCursor(ctx context.Context) error {
+	for _, page := range []int{CursorDepth / PageSize, 1} {
+		_, env, err := c.page(ctx, page, PageSize)
+		if err != nil {
+			return err
+		}
+		if env.Pagination != nil && env.Pagination.NextCursor != nil {
+			c.mu.Lock()
+			c.deepCursor = *env.Pagination.NextCursor
+			c.mu.Unlock()
+			return nil
+		}
+	}
+	return errors.New("no next_cursor on the list")
 }
 
 // checkLookup validates a lookup: one subscriber, total 1.
@@ -277,85 +357,6 @@ func checkLookup(status int, body []byte) error {
 	return subs[0].check()
 }
 
-// probe11 prepares and checks the API 1.1 scenarios: it stores the replayed create, finds
-// the deep cursor, and collects known addresses.
-func (c *Client) probe11(ctx context.Context, name string) (int, []byte, error) {
-	switch name {
-	case Replay:
-		c.mu.Lock()
-		if c.replayBody == nil {
-			c.replayBody = fmt.Appendf(nil, `{"email":%q,"name":"Replay Person","status":"active"}`, c.Email("r"))
-		}
-		body := c.replayBody
-		c.mu.Unlock()
-		r := c.do(withIdem(ctx, c.replayKey()), http.MethodPost, subscribersPath, body, true)
-		return r.status, r.body, r.err
-	case LookupEmail:
-		// Addresses from the middle of the seeded table (the newest when it is small).
-		var subs []Subscriber
-		for _, page := range []int{CursorDepth / 100 / 2, 1} {
-			r := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?page=%d&limit=100", subscribersPath, page), nil, true)
-			if r.err != nil {
-				return 0, nil, r.err
-			}
-			env, err := decode(r.status, 200, r.body)
-			if err != nil {
-				return 0, nil, err
-			}
-			if err := json.Unmarshal(env.Data, &subs); err != nil {
-				return 0, nil, fmt.Errorf("data is not a list of subscribers: %v", err)
-			}
-			if len(subs) > 0 {
-				break
-			}
-		}
-		if len(subs) == 0 {
-			return 0, nil, errors.New("no subscribers to look up")
-		}
-		c.mu.Lock()
-		c.emails = c.emails[:0]
-		for _, s := range subs {
-			c.emails = append(c.emails, s.Email)
-		}
-		c.mu.Unlock()
-		r := c.do(ctx, http.MethodGet, subscribersPath+"?email="+url.QueryEscape(subs[0].Email), nil, true)
-		return r.status, r.body, r.err
-	case ListCursorDeep:
-		// The cursor after CursorDepth subscribers (after the first page on a smaller table).
-		var next *string
-		for _, page := range []int{CursorDepth / PageSize, 1} {
-			r := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, PageSize), nil, true)
-			if r.err != nil {
-				return 0, nil, r.err
-			}
-			var env struct {
-				Pagination struct {
-					NextCursor *string `json:"next_cursor"`
-				} `json:"pagination"`
-			}
-			if err := json.Unmarshal(r.body, &env); err != nil {
-				return 0, nil, fmt.Errorf("list body: %v: %.300s", err, r.body)
-			}
-			if next = env.Pagination.NextCursor; next != nil {
-				break
-			}
-		}
-		if next == nil {
-			return 0, nil, errors.New("no next_cursor on the list")
-		}
-		c.mu.Lock()
-		c.deepCursor = *next
-		c.mu.Unlock()
-		r := c.do(ctx, http.MethodGet, cursorPath(*next), nil, true)
-		return r.status, r.body, r.err
-	case CreateIdem:
-		r := c.do(withIdem(ctx, "bench-probe-"+c.Email("k")), http.MethodPost, subscribersPath,
-			fmt.Appendf(nil, `{"email":%q,"name":"Probe Person","status":"active"}`, c.Email("p")), true)
-		return r.status, r.body, r.err
-	}
-	return 0, nil, fmt.Errorf("no probe for scenario %q", name)
-}
-
 func listPath(page int, status string) string {
 	p := fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, PageSize)
 	if status != "" {
@@ -364,40 +365,11 @@ func listPath(page int, status string) string {
 	return p
 }
 
-func (c *Client) getOp(path string) load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		return result(c.do(ctx, http.MethodGet, path, nil, false), 1)
-	}
-}
-
 func (c *Client) pickID() string {
 	if len(c.IDs) == 0 {
 		return "00000000-0000-7000-8000-000000000000"
 	}
 	return c.IDs[rand.IntN(len(c.IDs))]
-}
-
-// GetOp gets a random known subscriber.
-func (c *Client) GetOp() load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		return result(c.do(ctx, http.MethodGet, subscribersPath+"/"+c.pickID(), nil, false), 1)
-	}
-}
-
-// UpdateOp renames a random known subscriber.
-func (c *Client) UpdateOp() load.Op {
-	return func(ctx context.Context, _ int, seq int64) load.Result {
-		body := fmt.Appendf(nil, `{"name":"Updated Bench %d"}`, seq)
-		return result(c.do(ctx, http.MethodPut, subscribersPath+"/"+c.pickID(), body, false), 1)
-	}
-}
-
-// CreateOp creates one subscriber of the given status with a new email.
-func (c *Client) CreateOp(status string) load.Op {
-	return func(ctx context.Context, _ int, seq int64) load.Result {
-		body := fmt.Appendf(nil, `{"email":%q,"name":"Bench Person %d","status":%q}`, c.Email("c"), seq, status)
-		return result(c.do(ctx, http.MethodPost, subscribersPath, body, false), 1)
-	}
 }
 
 // bulkBody is a bulk create of n active subscribers with new emails.
@@ -414,54 +386,6 @@ func (c *Client) bulkBody(kind string, n int) []byte {
 	return append(b, ']')
 }
 
-// BulkOp creates 100 subscribers with one bulk request.
-func (c *Client) BulkOp() load.Op {
-	return func(ctx context.Context, _ int, _ int64) load.Result {
-		return result(c.do(ctx, http.MethodPost, bulkPath, c.bulkBody("b", BulkSize), false), BulkSize)
-	}
-}
-
-// Probe runs sc once, reading the whole response, and validates it with sc.Check.
-func (c *Client) Probe(ctx context.Context, sc Scenario) error {
-	var status int
-	var body []byte
-	var err error
-	switch sc.Name {
-	case ListFirst:
-		status, body, err = c.probe(ctx, http.MethodGet, listPath(1, ""), nil)
-	case ListDeep:
-		status, body, err = c.probe(ctx, http.MethodGet, listPath(DeepPage, ""), nil)
-	case ListStatus:
-		status, body, err = c.probe(ctx, http.MethodGet, listPath(1, StatusFiltered), nil)
-	case Get:
-		status, body, err = c.probe(ctx, http.MethodGet, subscribersPath+"/"+c.pickID(), nil)
-	case Update:
-		status, body, err = c.probe(ctx, http.MethodPut, subscribersPath+"/"+c.pickID(), []byte(`{"name":"Probe Update"}`))
-	case CreateActive, CreatePending:
-		st := "active"
-		if sc.Name == CreatePending {
-			st = "pending"
-		}
-		status, body, err = c.probe(ctx, http.MethodPost, subscribersPath,
-			fmt.Appendf(nil, `{"email":%q,"name":"Probe Person","status":%q}`, c.Email("p"), st))
-	case Bulk100:
-		status, body, err = c.probe(ctx, http.MethodPost, bulkPath, c.bulkBody("p", BulkSize))
-	case CreateIdem, Replay, LookupEmail, ListCursorDeep:
-		status, body, err = c.probe11(ctx, sc.Name)
-	default:
-		return fmt.Errorf("no probe for scenario %q", sc.Name)
-	}
-	if err != nil {
-		return err
-	}
-	return sc.Check(status, body)
-}
-
-func (c *Client) probe(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
-	r := c.do(ctx, method, path, body, true)
-	return r.status, r.body, r.err
-}
-
 // envelope is the success envelope of the API.
 type envelope struct {
 	Success    bool            `json:"success"`
@@ -471,6 +395,8 @@ type envelope struct {
 		Limit int   `json:"limit"`
 		Total int64 `json:"total"`
 		Pages int64 `json:"pages"`
+		// NextCursor is set on a page that has a next one.
+		NextCursor *string `json:"next_cursor"`
 	} `json:"pagination"`
 }
 
@@ -594,7 +520,7 @@ func (c *Client) Seed(ctx context.Context, n, parallel int, progress func(done i
 	for range parallel {
 		wg.Go(func() {
 			for size := range next {
-				r := c.do(ctx, http.MethodPost, bulkPath, c.bulkBody("seed", size), true)
+				r := c.do(ctx, request{method: http.MethodPost, path: bulkPath, body: c.bulkBody("seed", size)}, true)
 				if r.err != nil {
 					cancel(fmt.Errorf("seed bulk: %w", r.err))
 					return
@@ -636,38 +562,20 @@ feed:
 func (c *Client) ListIDs(ctx context.Context, n int) ([]string, error) {
 	var ids []string
 	for page := 1; len(ids) < n; page++ {
-		r := c.do(ctx, http.MethodGet, fmt.Sprintf("%s?page=%d&limit=100", subscribersPath, page), nil, true)
-		if r.err != nil {
-			return ids, r.err
-		}
-		env, err := decode(r.status, 200, r.body)
-		if err != nil {
+		subs, _, err := c.page(ctx, page, 100)
+		if err != nil || len(subs) == 0 {
 			return ids, err
-		}
-		var subs []Subscriber
-		if err := json.Unmarshal(env.Data, &subs); err != nil {
-			return ids, err
-		}
-		if len(subs) == 0 {
-			break
 		}
 		for _, s := range subs {
 			ids = append(ids, s.ID)
 		}
 	}
-	if len(ids) > n {
-		ids = ids[:n]
-	}
-	return ids, nil
+	return ids[:n], nil
 }
 
 // Total returns the newsletter's subscriber total as the list operation reports it.
 func (c *Client) Total(ctx context.Context) (int64, error) {
-	r := c.do(ctx, http.MethodGet, subscribersPath+"?page=1&limit=1", nil, true)
-	if r.err != nil {
-		return 0, r.err
-	}
-	env, err := decode(r.status, 200, r.body)
+	env, err := c.get(ctx, subscribersPath+"?page=1&limit=1")
 	if err != nil {
 		return 0, err
 	}
@@ -681,7 +589,7 @@ func (c *Client) Total(ctx context.Context) (int64, error) {
 // its id.
 func (c *Client) CreateWebhook(ctx context.Context, url string) (string, error) {
 	body, _ := json.Marshal(map[string]string{"url": url})
-	r := c.do(ctx, http.MethodPost, "/api/v1/webhooks", body, true)
+	r := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks", body: body}, true)
 	if r.err != nil {
 		return "", r.err
 	}
@@ -701,7 +609,7 @@ func (c *Client) CreateWebhook(ctx context.Context, url string) (string, error) 
 
 // DeleteWebhook deletes the endpoint id (and drops its undelivered events).
 func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
-	r := c.do(ctx, http.MethodDelete, "/api/v1/webhooks/"+id, nil, false)
+	r := c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/webhooks/" + id}, false)
 	if r.err != nil {
 		return r.err
 	}

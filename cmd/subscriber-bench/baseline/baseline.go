@@ -21,7 +21,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 
-	"github.com/subscriberd/subscriberd/internal/bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
 // Subscriber is a row of the subscribers table, every column of it.

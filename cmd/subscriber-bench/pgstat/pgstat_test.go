@@ -18,43 +18,6 @@ var pg *testdb.Server
 
 func TestMain(m *testing.M) { os.Exit(testdb.Main(m, &pg)) }
 
-func TestParseLSN(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    uint64
-		wantErr bool
-	}{
-		{in: "0/0", want: 0},
-		{in: "0/16B3748", want: 0x16B3748},
-		{in: "16/B374D848", want: 0x16<<32 | 0xB374D848},
-		{in: "FFFFFFFF/FFFFFFFF", want: math.MaxUint64},
-		{in: "16B374D848", wantErr: true},
-		{in: "x/1", wantErr: true},
-		{in: "1/100000000", wantErr: true}, // a half is 32 bits
-		{in: "", wantErr: true},
-	} {
-		got, err := ParseLSN(tc.in)
-		if (err != nil) != tc.wantErr {
-			t.Errorf("ParseLSN(%q) error = %v, want error %v", tc.in, err, tc.wantErr)
-			continue
-		}
-		if got != tc.want {
-			t.Errorf("ParseLSN(%q) = %#x, want %#x", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestLSNDiffAcrossSegmentHalf(t *testing.T) {
-	// The low half wraps into the high one.
-	got, err := LSNDiff("0/FFFFFF00", "1/00000100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != 0x200 {
-		t.Errorf("LSNDiff = %d, want %d", got, 0x200)
-	}
-}
-
 func TestDelta(t *testing.T) {
 	before := map[int64]StatementStat{
 		1: {QueryID: 1, Query: "INSERT a", Calls: 10, ExecMs: 5, Rows: 10, WALBytes: 1000},
