@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -15,41 +13,6 @@ import (
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/outbox"
 )
-
-// eventRow is one row of the append-only event log.
-type eventRow struct {
-	bun.BaseModel `bun:"table:subscriber_events"`
-
-	ID           uuid.UUID `bun:"id,pk,type:uuid"`
-	NewsletterID uuid.UUID `bun:"newsletter_id,type:uuid"`
-	SubscriberID uuid.UUID `bun:"subscriber_id,type:uuid"`
-	Type         string    `bun:"type"`
-	Payload      string    `bun:"payload"`
-	Traceparent  string    `bun:"traceparent"`
-	CreatedAt    time.Time `bun:"created_at"`
-}
-
-// queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
-// created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
-// engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
-// (pg.go) and eventMatchSQLite (sqlite.go). The deliveries are interactive (outbox.Lane);
-// queueDeliveriesIn queues them in another lane.
-const queueDeliveriesFrom = queueDeliveriesHead + "0" + queueDeliveriesTail
-
-const (
-	queueDeliveriesHead = `INSERT INTO webhook_deliveries
-    (endpoint_id, event_id, lane, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
-SELECT w.id, ev.id, `
-	queueDeliveriesTail = `, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
-FROM ev JOIN webhook_endpoints AS w
-    ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
-    AND `
-)
-
-// queueDeliveriesIn is queueDeliveriesFrom with the deliveries in lane.
-func queueDeliveriesIn(lane outbox.Lane) string {
-	return queueDeliveriesHead + strconv.Itoa(int(lane)) + queueDeliveriesTail
-}
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so

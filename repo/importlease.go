@@ -17,8 +17,8 @@ func (s *Imports) Extend(ctx context.Context, claims []uuid.UUID, lease time.Dur
 	if len(claims) == 0 {
 		return nil
 	}
-	_, err := s.idb.NewRaw(`UPDATE imports SET lease_until = ?0
-WHERE id IN (SELECT id FROM imports WHERE claim IN (?1) AND state = 'running'`+s.db.eng.skipLocked()+`)`,
+	_, err := s.db.eng.raw(s.idb, `UPDATE imports SET lease_until = ?0
+WHERE id IN (SELECT id FROM imports WHERE claim IN (?1) AND state = 'running' FOR UPDATE SKIP LOCKED)`,
 		s.now().Add(lease), bun.List(claims)).Exec(ctx)
 	return translate(err)
 }

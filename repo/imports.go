@@ -88,9 +88,6 @@ func NewImports(db *DB) *Imports {
 	return &Imports{store: newStore(db)}
 }
 
-// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
-const sqliteStageBatch = 500
-
 // Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
 // them), durably, before it returns: on PostgreSQL in one transaction, the rows by COPY; on
 // SQLite in short transactions, the import invisible ("uploading") until its last row is
@@ -102,7 +99,26 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
-	if err := s.db.eng.stageImport(ctx, s, &row, next); err != nil {
+	err := s.db.eng.stageImport(ctx, s.db.DB, staging{id: row.ID, next: next,
+		insert: func(ctx context.Context, db bun.IDB, uploading bool) error {
+			if uploading {
+				row.State = model.ImportUploading
+			}
+			_, err := db.NewInsert().Model(&row).Exec(ctx)
+			return translate(err)
+		},
+		alive: func(ctx context.Context, db bun.IDB) error {
+			_, err := db.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
+			return err
+		},
+		finish: func(ctx context.Context, db bun.IDB, n int64) error {
+			finishStaged(&row, n, s.now())
+			_, err := db.NewUpdate().Model(&row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+			return translate(err)
+		},
+		drop: func(ctx context.Context) error { return s.dropImport(ctx, row.ID) },
+	})
+	if err != nil {
 		return model.Import{}, err
 	}
 	return row.toModel(), nil
@@ -207,7 +223,7 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+s.db.eng.forUpdate(), id, nl).Scan(ctx, &row)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+" FOR UPDATE", id, nl).Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportNotFound)
 		}
@@ -240,7 +256,7 @@ func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.Imp
 	now := s.now()
 	claim := uuid.Must(uuid.NewV7())
 	var rows []importRow
-	err = s.idb.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
+	err = s.db.eng.raw(s.idb, `UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
     started_at = coalesce(started_at, ?), updated_at = ?
 WHERE id = (
     SELECT i.id FROM imports AS i
@@ -250,7 +266,7 @@ WHERE id = (
                                AND (o.created_at, o.id) < (i.created_at, i.id)))
        OR (i.state = 'running' AND i.lease_until < ?)
     ORDER BY i.created_at, i.id
-    LIMIT 1`+s.db.eng.skipLocked()+`)
+    LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
 	switch {
 	case sqlState(err) == "23505":
@@ -289,7 +305,7 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
 		var cur importRow
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? FOR NO KEY UPDATE", job.ID).Scan(ctx, &cur)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}

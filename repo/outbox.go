@@ -33,22 +33,6 @@ func NewOutbox(db *DB) *Outbox {
 	return &Outbox{store: newStore(db)}
 }
 
-// claimedRow is a claimed outbox row with what the email needs.
-type claimedRow struct {
-	ID             uuid.UUID `bun:"id,type:uuid"`
-	NewsletterID   uuid.UUID `bun:"newsletter_id,type:uuid"`
-	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
-	Kind           string    `bun:"kind"`
-	Attempts       int       `bun:"attempts"`
-	Unanswered     int       `bun:"unanswered"`
-	Traceparent    string    `bun:"traceparent"`
-	CreatedAt      time.Time `bun:"created_at"`
-	Email          string    `bun:"email"`
-	FirstName      string    `bun:"first_name"`
-	LastName       string    `bun:"last_name"`
-	NewsletterName string    `bun:"newsletter_name"`
-}
-
 // Claim leases up to limit due pending emails: their next attempt moves to now+lease, which
 // hides them from every other claim until then. Rows another transaction holds are skipped,
 // not waited for. The interactive lane is served first, oldest due first, whatever the bulk
@@ -57,12 +41,12 @@ type claimedRow struct {
 // on, so that one newsletter's import of 100,000 emails does not hold up another's.
 func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	now := o.now()
-	rows, err := o.db.eng.claimEmails(ctx, &o.store, now, outbox.Interactive, limit, lease)
+	rows, err := o.db.eng.claimEmails(ctx, o.idb, now, outbox.Interactive, limit, lease)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
 	if len(rows) < limit {
-		bulk, err := o.db.eng.claimEmails(ctx, &o.store, now, outbox.Bulk, limit-len(rows), lease)
+		bulk, err := o.db.eng.claimEmails(ctx, o.idb, now, outbox.Bulk, limit-len(rows), lease)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			if len(rows) == 0 {
 				return nil, translate(err)
@@ -170,7 +154,7 @@ WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 // and e are both still pending.
 func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmail) error {
 	var status, state, email string
-	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+o.db.eng.forUpdate(), e.SubscriberID).Scan(ctx, &status, &email)
+	err := o.db.eng.raw(tx, "SELECT status, email FROM subscribers WHERE id = ? FOR UPDATE", e.SubscriberID).Scan(ctx, &status, &email)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 	}

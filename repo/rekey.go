@@ -155,8 +155,8 @@ func (s *store) rekeySubscriber(ctx context.Context, nl, id uuid.UUID) (bool, er
 			return translate(err)
 		}
 		var rows []subscriberRow
-		err := tx.NewRaw(`SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
-ORDER BY id`+s.db.eng.forUpdate(), nl, id, key).Scan(ctx, &rows)
+		err := s.db.eng.raw(tx, `SELECT `+subscriberColumns+` FROM subscribers WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
+ORDER BY id FOR UPDATE`, nl, id, key).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return translate(err)
 		}
@@ -245,8 +245,8 @@ func (s *store) rekeySuppression(ctx context.Context, nl, id uuid.UUID) (bool, e
 			return translate(err)
 		}
 		var rows []suppressionRow
-		err := tx.NewRaw(`SELECT `+suppressionColumns+` FROM suppressions WHERE newsletter_id = ? AND (id = ? OR email_hash = ?)
-ORDER BY id`+s.db.eng.forUpdate(), nl, id, hash).Scan(ctx, &rows)
+		err := s.db.eng.raw(tx, `SELECT `+suppressionColumns+` FROM suppressions WHERE newsletter_id = ? AND (id = ? OR email_hash = ?)
+ORDER BY id FOR UPDATE`, nl, id, hash).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return translate(err)
 		}

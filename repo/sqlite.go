@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -29,7 +30,9 @@ import (
 
 // This file is the SQLite side of the engine seam (see engine): what the embedded SQLite store
 // does differently from PostgreSQL. The stores keep one code path; where the SQL must differ
-// they call the engine.
+// they call the engine, with plain values, and it names nothing of the stores. It runs the
+// stores' statements without their row-lock clauses (raw), and writes in one transaction of
+// several statements what PostgreSQL writes in one (a create, a rename, the claims).
 //
 // SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
 // BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
@@ -181,12 +184,6 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// The queues with wakers.
-const (
-	emailQueue   = "email"
-	webhookQueue = "webhook"
-)
-
 // sqliteEngine is the engine of an SQLite file. It wakes the workers at once: per queue
 // (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
 // queued into it. An SQLite file has one writer process, so every insert happens in this
@@ -253,7 +250,7 @@ func (*sqliteEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, d
 	return err
 }
 
-func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
+func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	var statusFilter, afterTime, afterID any
 	if q.Status != "" {
 		statusFilter = string(q.Status)
@@ -263,18 +260,93 @@ func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q m
 		stmt = listAfterSQLite
 		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
 	}
-	var rows []pageRow
-	err := db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
-	return rows, err
+	return db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, dest)
 }
 
-func (*sqliteEngine) create(context.Context, *store, *subscriberRow, model.Event, *outboxRow) (bool, error) {
-	return false, nil
+// create makes the check and the writes of PostgreSQL's one statement as statements of one
+// immediate transaction, which holds the write lock from its start: no suppression can commit
+// between the check and the insert, as none can under suppression_after_lock's lock.
+func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, error) {
+	var delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
+		var reason string
+		err := e.queryRow(ctx, tx, suppressionReasonSQLite, &reason, c.NewsletterID, c.EmailHash, c.LegacyHash)
+		switch {
+		case err == nil:
+			return model.Suppressed(model.SuppressionReason(reason))
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		res, err := e.exec(ctx, tx, insertSubscriberSQLite,
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
+		if delivering, err = e.insertEvents(ctx, tx, []eventRow{c.Event}, outbox.Interactive); err != nil {
+			return err
+		}
+		if c.MailID == nil {
+			return nil
+		}
+		_, err = e.exec(ctx, tx, insertConfirmationSQLite, *c.MailID, c.NewsletterID, c.ID, c.UpdatedAt, c.MailTraceparent)
+		return err
+	})
+	return delivering, err
 }
 
-func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {
-	return model.Subscriber{}, false, nil
+// The statements of create: the reason the address (its newsletter, its own key's hash and
+// its 1.2 key's) is suppressed for, the entry under its own key's hash first, as
+// suppression_after_lock reads it; the subscriber's insert, which a taken address skips; the
+// confirmation email's (id, newsletter, subscriber, due time, traceparent).
+var (
+	suppressionReasonSQLite = newStatement("SELECT", "suppressions",
+		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash IN ($2, $3)
+ORDER BY email_hash = $2 DESC LIMIT 1`)
+	insertSubscriberSQLite = newStatement("INSERT", "subscribers",
+		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (newsletter_id, email_key) DO NOTHING`)
+	insertConfirmationSQLite = newStatement("INSERT", "email_outbox",
+		`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
+    traceparent, created_at, updated_at)
+VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', 'pending', 0, $4, '', $5, $4, $4)`)
+)
+
+// exec runs st, which returns no row, through bun, its span named as st's (see queryRow).
+func (*sqliteEngine) exec(ctx context.Context, db bun.IDB, st *statement, args ...any) (sql.Result, error) {
+	return db.NewRaw(st.bunText, args...).Exec(withStatement(ctx, st))
 }
+
+// rename changes the row when it still holds what r read, then records the event and its
+// deliveries, in one immediate transaction.
+func (e *sqliteEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool, bool, error) {
+	var renamed, delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		renamed, delivering = false, false
+		res, err := e.exec(ctx, tx, renameSQLite, r.NewsletterID, r.ID, r.Email, r.FirstName, r.LastName, r.Status,
+			r.UpdatedAt, r.NewFirstName, r.NewLastName, r.NewUpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		renamed = true
+		delivering, err = e.insertEvents(ctx, tx, []eventRow{r.Event}, outbox.Interactive)
+		return err
+	})
+	return renamed, delivering, err
+}
+
+// renameSQLite is rename's change: $1 and $2 the subscriber, $3 to $7 the email, names,
+// status and update time read, $8 to $10 the new names and update time.
+var renameSQLite = newStatement("UPDATE", "subscribers", `UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
+WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
+    AND status = $6 AND updated_at = $7`)
 
 // insertEvents inserts the events, then their deliveries from them, and reports whether it
 // queued any, for the caller to wake the workers after its commit.
@@ -298,13 +370,13 @@ func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventR
 // claimEmails leases the due emails of lane with one UPDATE … RETURNING and reads what they
 // need, in one immediate transaction: it holds the database's write lock, so no other claim
 // runs meanwhile and none needs SKIP LOCKED.
-func (*sqliteEngine) claimEmails(ctx context.Context, s *store, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error) {
+func (*sqliteEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error) {
 	due := dueInteractiveSQLite
 	if lane == outbox.Bulk {
 		due = dueBulkSQLite
 	}
 	var rows []claimedRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(due+`
@@ -361,16 +433,19 @@ const dueBulkSQLite = `WITH RECURSIVE nl (id) AS (
     SELECT id FROM turns ORDER BY turn, next_attempt_at LIMIT ?2
 )`
 
+// claimableEndpointsSQLite is claimableEndpoints without its row locks (see raw).
+var claimableEndpointsSQLite = withoutRowLocks(claimableEndpoints)
+
 // claimDeliveries leases the endpoints with one UPDATE … RETURNING and reads their due
 // deliveries, in one immediate transaction (see claimEmails), which no other claim runs
 // beside: a newsletter's bound holds exactly.
-func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
+func (*sqliteEngine) claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
-WHERE id IN (`+claimableEndpoints("")+`)
+WHERE id IN (`+claimableEndpointsSQLite+`)
 RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -396,30 +471,51 @@ ORDER BY w.id, d.lane, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Sc
 	return rows, err
 }
 
-// No lock clauses: SQLite's immediate transaction already holds the write lock.
-func (*sqliteEngine) forUpdate() string      { return "" }
-func (*sqliteEngine) forNoKeyUpdate() string { return "" }
-func (*sqliteEngine) forShare() string       { return "" }
+// raw runs query without its row-lock clauses, which SQLite does not have: an immediate
+// transaction already holds the write lock, which excludes every other writer, and a read
+// outside one sees committed rows only.
+func (*sqliteEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
+	return db.NewRaw(withoutRowLocks(query), args...)
+}
 
-func (*sqliteEngine) bytesContain(col string) string { return "instr(" + col + ", ?) > 0" }
+// rowLock matches a row-lock clause of PostgreSQL's in a statement.
+var rowLock = regexp.MustCompile(`\s+FOR\s+(?:NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)(?:\s+SKIP\s+LOCKED|\s+NOWAIT)?\b`)
 
-// lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
-func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
+// lockFree holds the statements withoutRowLocks made: each store's statement is a constant,
+// rewritten once.
+var lockFree sync.Map // string → string
 
-// lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
-func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
+// withoutRowLocks is query with its row-lock clauses removed.
+func withoutRowLocks(query string) string {
+	if q, ok := lockFree.Load(query); ok {
+		return q.(string)
+	}
+	q := rowLock.ReplaceAllString(query, "")
+	lockFree.Store(query, q)
+	return q
+}
 
-// lockEmailKeys has nothing to do either.
+// deleteResponsesContaining looks for each needle with instr(), which searches a blob's bytes.
+func (*sqliteEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error {
+	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
+	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
+		for _, n := range needles {
+			q = q.WhereOr("instr(body, ?) > 0", n)
+		}
+		return q
+	})
+	_, err := q.Exec(ctx)
+	return err
+}
+
+// lockEmailKeys has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKeys(context.Context, bun.IDB, uuid.UUID, []string) error { return nil }
 
-// lockIdempotencyKey looks the key up: the immediate transaction serialises every writer, so
-// a second request with the key waited for the first and finds its record at once.
-func (*sqliteEngine) lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
-	stored, found, err := s.lookup(ctx, tx, nl, key)
-	if err != nil || !found {
-		return nil, err
-	}
-	return &stored, nil
+// lockIdempotencyKey has nothing to take: the immediate transaction serialises every writer,
+// so no other request with the key runs meanwhile, and one that finished first is caught by
+// the record's insert, as on PostgreSQL.
+func (*sqliteEngine) lockIdempotencyKey(context.Context, bun.IDB, uuid.UUID, string) error {
+	return nil
 }
 
 // eventMatchSQLite completes queueDeliveriesFrom on SQLite: the endpoint's events name the
@@ -459,17 +555,9 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // stageImport stages an import in short transactions, the import hidden until its last row is
 // stored, so that a long upload never holds the write lock (Imports.Stage).
-func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
-	return s.stageSQLite(ctx, row, next)
-}
-
-// skipLocked is nothing: the immediate transaction already excludes every other writer.
-func (*sqliteEngine) skipLocked() string { return "" }
-
-func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
-	row.State = model.ImportUploading
-	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
+func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
+	if err := st.insert(ctx, db, true); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -478,27 +566,26 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			// worker's sweep (SweepUploads).
 			cctx, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), 5*time.Second)
 			defer cancel()
-			s.dropImport(cctx, row.ID) //nolint:errcheck // see above
+			st.drop(cctx) //nolint:errcheck // see above
 		}
 	}()
 	var n int64
-	batch := make([]stagedRow, 0, sqliteStageBatch)
+	batch := make([]stagedRowSQLite, 0, sqliteStageBatch)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
 				return err
 			}
-			_, err := tx.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
-			return err
+			return st.alive(ctx, tx)
 		})
 		batch = batch[:0]
 		return translate(err)
 	}
 	for {
-		data, err := next()
+		data, err := st.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -506,7 +593,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			return err
 		}
 		n++
-		batch = append(batch, stagedRow{ImportID: row.ID, RowNo: n, Data: string(data)})
+		batch = append(batch, stagedRowSQLite{ImportID: st.id, RowNo: n, Data: string(data)})
 		if len(batch) == sqliteStageBatch {
 			if err := flush(); err != nil {
 				return err
@@ -516,7 +603,17 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 	if err := flush(); err != nil {
 		return err
 	}
-	finishStaged(row, n, s.now())
-	_, err = s.idb.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
-	return translate(err)
+	return st.finish(ctx, db, n)
+}
+
+// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
+const sqliteStageBatch = 500
+
+// stagedRowSQLite is one row of an import as stageImport stores it.
+type stagedRowSQLite struct {
+	bun.BaseModel `bun:"table:import_rows"`
+
+	ImportID uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo    int64     `bun:"row_no"`
+	Data     string    `bun:"data"`
 }

@@ -393,8 +393,8 @@ func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails
 // webhook deliveries were queued.
 func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
-	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
-		s.db.eng.forUpdate(), nl, model.EmailKey(email)).Scan(ctx, &row)
+	err := s.db.eng.raw(db, "SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
+		" FOR UPDATE", nl, model.EmailKey(email)).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
