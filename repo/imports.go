@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // importRow is one import (docs/api-contract.md §15).
@@ -452,9 +453,9 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, sta
 		}
 	}
 	var err error
-	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
+	if out.delivering, err = s.recordEvents(ctx, tx, evs, outbox.Bulk); err != nil {
 		return out, err
 	}
 	out.pending = len(pendingRows) > 0
-	return out, queueConfirmations(ctx, tx, pendingRows)
+	return out, queueConfirmations(ctx, tx, pendingRows, outbox.Bulk)
 }
