@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/subscriberd/subscriberd/importer"
 )
 
 // Attributes and tags (docs/api-contract.md §19), sentence by sentence, on the store under
@@ -513,5 +516,32 @@ func TestListFiltersMatchLiterally(t *testing.T) {
 				t.Errorf("%s selected %s", q, r.raw)
 			}
 		}
+	}
+}
+
+// TestImportNDJSONAttributesAndTags: each NDJSON line of an import takes attributes and tags
+// (§19.2) by the create's rules, keyed like the fields in the row errors.
+func TestImportNDJSONAttributesAndTags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startImporter(t, importer.Config{})
+	file := `{"email":"a@example.com","attributes":{"plan":"pro","seats":5},"tags":["Beta","vip"]}` + "\n" +
+		`{"email":"b@example.com","attributes":{"plan":null},"tags":[""]}` + "\n"
+	res := e.upload("application/x-ndjson", file, "").want(t, http.StatusAccepted, "")
+	e.waitImport(t, res.header.Get("Location"), "completed")
+	got := e.do(http.MethodGet, "/subscribers?email=a@example.com", nil).want(t, http.StatusOK, "").body["data"].([]any)
+	if len(got) != 1 || !cmp.Equal(got[0].(map[string]any)["attributes"], map[string]any{"plan": "pro", "seats": float64(5)}) ||
+		!cmp.Equal(got[0].(map[string]any)["tags"], []any{"beta", "vip"}) {
+		t.Errorf("imported a = %v", got)
+	}
+	errs := e.do(http.MethodGet, strings.TrimPrefix(res.header.Get("Location"), "/api/v1")+"/errors", nil).want(t, http.StatusOK, "")
+	want := []any{map[string]any{"row": float64(2), "errors": map[string]any{
+		"attributes.plan": []any{"The attributes.plan field must be a string, number or boolean."},
+		"tags.0":          []any{"The tags.0 field must be between 1 and 64 characters."}}}}
+	if diff := cmp.Diff(want, errs.body["data"]); diff != "" {
+		t.Errorf("row errors (-want +got):\n%s", diff)
+	}
+	if n := e.count("SELECT coalesce(sum(n), 0) FROM subscriber_tag_counts WHERE tag = 'beta'"); n != 1 {
+		t.Errorf("beta counted %d times, want 1", n)
 	}
 }
