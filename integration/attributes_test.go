@@ -545,3 +545,20 @@ func TestImportNDJSONAttributesAndTags(t *testing.T) {
 		t.Errorf("beta counted %d times, want 1", n)
 	}
 }
+
+// TestTraceListFilterKinds: the list's span names the kinds of filter used and never their
+// values, nor does any span of the request.
+func TestTraceListFilterKinds(t *testing.T) {
+	o := newObserved(t)
+	o.do("POST", "/subscribers", map[string]any{"email": "ann@example.com", "tags": []any{"secrettag"},
+		"attributes": map[string]any{"plan": "hiddenvalue"}}).want(t, http.StatusCreated, "")
+	r, tr := o.traced("GET", "/subscribers?tag=secrettag&attr[plan]=hiddenvalue&has_attr=plan&created_after=2000-01-01T00:00:00Z", nil)
+	if got := r.want(t, http.StatusOK, "").body["pagination"].(map[string]any)["total"]; got != float64(1) {
+		t.Errorf("total = %v, want 1", got)
+	}
+	srv := serverSpan(t, tr)
+	if diff := cmp.Diff([]string{"tag", "attr", "has_attr", "created_after"}, attrMap(srv)["app.list.filters"].AsStringSlice()); diff != "" {
+		t.Errorf("app.list.filters (-want +got):\n%s", diff)
+	}
+	assertNoSecrets(t, tr, o.key, "secrettag", "hiddenvalue")
+}
