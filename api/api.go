@@ -74,6 +74,11 @@ type Store interface {
 	// Upsert creates the subscriber with in.Email (created true) or applies p to the one that
 	// has it, in one unit of work under the address's lock (docs/api-contract.md §16.1).
 	Upsert(ctx context.Context, newsletterID uuid.UUID, in model.NewSubscriber, p model.SubscriberPatch) (sub model.Subscriber, created bool, err error)
+	// ChangeTags adds and removes tags atomically (docs/api-contract.md §19.2).
+	ChangeTags(ctx context.Context, newsletterID, id uuid.UUID, c model.TagsChange) (model.Subscriber, error)
+	// ListTags returns up to limit of the newsletter's held tags after after, sorted, with
+	// exact counts (docs/api-contract.md §19.3).
+	ListTags(ctx context.Context, newsletterID uuid.UUID, after string, limit int) ([]model.TagCount, error)
 }
 
 // Stores are the stores a handler uses: the pool's (Config's), or, for a request with an

@@ -255,7 +255,7 @@ func TestErrorEnvelopes(t *testing.T) {
 		{name: "bulk 101 items", req: req{"POST", subs + "/bulk", strings.NewReader(`[` + strings.Repeat(`{"email":"a@example.com"},`, 100) + `{}]`), []string{bearer(keyA)}},
 			wantStatus: 422, wantBody: `{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{"body":["The body field must not have more than 100 items."]}}`},
 		{name: "update with an empty object", req: req{"PUT", subs + "/" + unknowID, strings.NewReader(`{}`), []string{bearer(keyA)}},
-			wantStatus: 422, wantBody: `{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{"body":["At least one of email, name or status must be provided."]}}`},
+			wantStatus: 422, wantBody: `{"success":false,"code":"validation_error","message":"The given data was invalid.","errors":{"body":["At least one of email, name, status, attributes or tags must be provided."]}}`},
 		{name: "email already subscribed", setup: func(e *env) { e.store.err = fmt.Errorf("insert: %w", model.ErrEmailTaken) },
 			req:        req{"POST", subs, strings.NewReader(`{"email":"a@example.com"}`), []string{bearer(keyA)}},
 			wantStatus: 422, wantBody: `{"success":false,"code":"email_already_subscribed","message":"Email is already subscribed to this newsletter.","errors":{"email":["Email is already subscribed to this newsletter."]}}`,

@@ -44,9 +44,9 @@ type Event struct {
 // EventData is the data of an event: subscriber is the subscriber after the change. (The
 // field has no doc of its own: beside a $ref, a description is invalid in OpenAPI 3.0.)
 type EventData struct {
-	Subscriber EventSubscriber   `json:"subscriber"`
-	Previous   map[string]string `json:"previous" doc:"Each changed field (email, name, status) with its value before the change; an erasure removed email and name."`
-	Source     EventSource       `json:"source"`
+	Subscriber EventSubscriber `json:"subscriber"`
+	Previous   EventPrevious   `json:"previous"`
+	Source     EventSource     `json:"source"`
 }
 
 // EventSubscriber is the subscriber of an event: a Subscriber, but for the fields an erasure
@@ -57,6 +57,26 @@ type EventSubscriber struct {
 	Name      string `json:"name,omitempty" doc:"Absent once the subscriber is erased." example:"John Doe"`
 	Status    string `json:"status,omitempty" enum:"active,pending,unsubscribed" doc:"Absent in subscriber.erased."`
 	CreatedAt string `json:"created_at,omitempty" format:"date-time" doc:"Absent in subscriber.erased." example:"2026-06-11T17:00:00+00:00"`
+	// Absent once the subscriber is erased (attributes may hold personal data).
+	Attributes AttributeMap `json:"attributes,omitempty"`
+	Tags       []string     `json:"tags,omitempty" doc:"Absent once the subscriber is erased."`
+}
+
+// EventPrevious is an event's previous values (docs/api-contract.md §10.1, §19.2).
+type EventPrevious map[string]any
+
+// Schema implements huma.SchemaProvider: email, name and status as strings; attributes as each
+// changed key's value before (null: it had none); tags as the whole set before.
+func (EventPrevious) Schema(huma.Registry) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeObject,
+		Description: "Each changed field with its value before the change: email, name, status; attributes (each " +
+			"changed key, null where it had none) and tags (the whole set before), each only when it changed. " +
+			"An erasure removed email, name, attributes and tags.",
+		Properties: map[string]*huma.Schema{
+			"attributes": {Type: huma.TypeObject, AdditionalProperties: attributesSchema(true).AdditionalProperties},
+			"tags":       {Type: huma.TypeArray, Items: &huma.Schema{Type: huma.TypeString}},
+		},
+		AdditionalProperties: &huma.Schema{Type: huma.TypeString}}
 }
 
 // EventSource says who or what made a change (docs/api-contract.md §10.1, §12, §13, §18): one

@@ -472,3 +472,41 @@ func (f *fakeIdempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp 
 	}
 	return model.IdempotencyResult{Ran: true}, nil
 }
+
+func (s *fakeStore) ChangeTags(_ context.Context, newsletter, id uuid.UUID, c model.TagsChange) (model.Subscriber, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("ChangeTags"); err != nil {
+		return model.Subscriber{}, err
+	}
+	i := s.find(newsletter, id)
+	if i < 0 {
+		return model.Subscriber{}, fmt.Errorf("fake tags %s: %w", id, model.ErrNotFound)
+	}
+	tags, _, verr := c.Apply(s.subs[i].Tags)
+	if verr != nil {
+		return model.Subscriber{}, verr
+	}
+	s.subs[i].Tags = tags
+	return s.subs[i], nil
+}
+
+func (s *fakeStore) ListTags(_ context.Context, newsletter uuid.UUID, after string, limit int) ([]model.TagCount, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := map[string]int64{}
+	for _, sub := range s.subs {
+		if sub.NewsletterID == newsletter {
+			for _, t := range sub.Tags {
+				counts[t]++
+			}
+		}
+	}
+	var out []model.TagCount
+	for _, t := range slices.Sorted(maps.Keys(counts)) {
+		if t > after && len(out) < limit {
+			out = append(out, model.TagCount{Tag: t, Subscribers: counts[t]})
+		}
+	}
+	return out, nil
+}

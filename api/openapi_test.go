@@ -131,6 +131,8 @@ var documentedCodes = func() map[string]map[int][]string {
 		"list-subscriber-events":     with(notFound),
 		"export-subscriber":          with(notFound),
 		"erase-subscriber":           with(merge(idem, notFound)),
+		"change-subscriber-tags":     with(merge(body(), notFound)),
+		"list-tags":                  with(nil),
 		"create-webhook":             with(body()),
 		"list-webhooks":              with(nil),
 		"get-webhook":                with(notFound),
@@ -197,6 +199,8 @@ var operations = map[string]string{
 	"GET /api/v1/subscribers/{id}/events":      "list-subscriber-events",
 	"GET /api/v1/subscribers/{id}/export":      "export-subscriber",
 	"POST /api/v1/subscribers/{id}/erase":      "erase-subscriber",
+	"POST /api/v1/subscribers/{id}/tags":       "change-subscriber-tags",
+	"GET /api/v1/tags":                         "list-tags",
 	"POST /api/v1/webhooks":                    "create-webhook",
 	"GET /api/v1/webhooks":                     "list-webhooks",
 	"GET /api/v1/webhooks/{id}":                "get-webhook",
@@ -406,7 +410,16 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 		{s("SubscriberUpdate", "minProperties"), float64(1)},
 		{s("SubscriberUpdate", "additionalProperties"), false},
 		{s("Subscriber", "properties", "status", "enum"), strs(model.Statuses...)},
-		{s("Subscriber", "required"), []any{"id", "email", "name", "status", "created_at"}},
+		{s("Subscriber", "required"), []any{"id", "email", "name", "status", "created_at", "attributes", "tags"}},
+		{s("Subscriber", "properties", "tags", "items", "type"), "string"},
+		{s("Subscriber", "properties", "attributes", "type"), "object"},
+		{s("Subscriber", "properties", "attributes", "additionalProperties"), map[string]any{"anyOf": []any{
+			map[string]any{"type": "string", "maxLength": float64(model.MaxAttributeValueLength)},
+			map[string]any{"type": "number"}, map[string]any{"type": "boolean"}}}},
+		{s("SubscriberInput", "properties", "tags", "maxItems"), float64(model.MaxTags)},
+		{s("SubscriberUpdate", "properties", "attributes", "additionalProperties"), map[string]any{"anyOf": []any{
+			map[string]any{"type": []any{"string", "null"}, "maxLength": float64(model.MaxAttributeValueLength)}, map[string]any{"type": []any{"number", "null"}},
+			map[string]any{"type": []any{"boolean", "null"}}}}},
 		{s("Error", "required"), []any{"success", "code", "message"}},
 		{s("Pagination", "properties", "limit", "maximum"), float64(model.MaxLimit)},
 		{[]string{"paths", "/api/v1/subscribers/bulk", "post", "requestBody", "content", "application/json", "schema", "maxItems"}, float64(model.MaxBulkItems)},
@@ -436,7 +449,7 @@ func TestOpenAPISchemasMatchModel(t *testing.T) {
 	}
 	for _, name := range []string{"Subscriber", "Error", "ValidationError", "RateLimitError", "RetryAfter"} {
 		props := slices.Sorted(maps.Keys(at(t, doc, s(name, "properties")...).(map[string]any)))
-		want := map[string][]string{"Subscriber": {"created_at", "email", "id", "name", "status"}, "Error": {"code", "message", "success"},
+		want := map[string][]string{"Subscriber": {"attributes", "created_at", "email", "id", "name", "status", "tags"}, "Error": {"code", "message", "success"},
 			"ValidationError": {"code", "errors", "message", "success"}, "RateLimitError": {"code", "errors", "message", "success"},
 			"RetryAfter": {"retry_after"}}[name]
 		if diff := cmp.Diff(want, props); diff != "" {

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
@@ -17,24 +21,69 @@ import (
 
 // Subscriber is the public shape of a subscriber.
 type Subscriber struct {
-	ID        string `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
-	Email     string `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
-	Name      string `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
-	Status    string `json:"status" enum:"active,pending,unsubscribed"`
-	CreatedAt string `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
+	ID         string       `json:"id" format:"uuid" doc:"Identifier of the subscriber (UUIDv7)." example:"01a21363-a43b-7cde-b444-4915076b1130"`
+	Email      string       `json:"email" format:"idn-email" doc:"Email address, as given (Unicode kept, no punycode)." example:"john@example.com"`
+	Name       string       `json:"name" doc:"Full name; an empty string when none was given." example:"John Doe"`
+	Status     string       `json:"status" enum:"active,pending,unsubscribed"`
+	CreatedAt  string       `json:"created_at" format:"date-time" doc:"RFC 3339, UTC, whole seconds, numeric offset." example:"2026-06-11T17:00:00+00:00"`
+	Attributes AttributeMap `json:"attributes"`
+	Tags       []string     `json:"tags" doc:"The subscriber's tags, lower-cased, sorted by code point; [] when none." example:"[\"beta\",\"webinar-2026-11\"]"`
+}
+
+// AttributeMap is a subscriber's attributes (docs/api-contract.md §19.1): string, number or
+// boolean values by key; {} when none.
+type AttributeMap map[string]any
+
+// Schema implements huma.SchemaProvider.
+func (AttributeMap) Schema(huma.Registry) *huma.Schema { return attributesSchema(false) }
+
+// attributesSchema is the schema of attributes: values are strings, numbers or booleans, or
+// also null (remove) in an update's merge patch.
+func attributesSchema(patch bool) *huma.Schema {
+	// null is each type's nullable (in the 3.0 document too), not a fourth branch.
+	values := []*huma.Schema{
+		{Type: huma.TypeString, MaxLength: ptr(model.MaxAttributeValueLength), Nullable: patch},
+		{Type: huma.TypeNumber, Nullable: patch},
+		{Type: huma.TypeBoolean, Nullable: patch},
+	}
+	desc := "What an integration knows about the person: string (at most 1,000 characters), number or boolean " +
+		"values, at most 50 keys, each matching `" + model.AttributeKeyPattern + "`; at most 8,192 bytes as compact JSON."
+	if patch {
+		desc += " A JSON merge patch: each key given is set, a key given as null is removed, the others stay."
+	}
+	return &huma.Schema{Type: huma.TypeObject, Description: desc, MaxProperties: ptr(model.MaxAttributes),
+		AdditionalProperties: &huma.Schema{AnyOf: values},
+		Examples:             []any{map[string]any{"plan": "pro", "seats": 5, "trial": false}}}
+}
+
+// tagsSchema is the schema of a set of tags given in a body.
+func tagsSchema(desc string) *huma.Schema {
+	return &huma.Schema{Type: huma.TypeArray, MaxItems: ptr(model.MaxTags), Description: desc,
+		Items:    &huma.Schema{Type: huma.TypeString, MinLength: ptr(1), MaxLength: ptr(model.MaxTagLength)},
+		Examples: []any{[]string{"beta", "webinar-2026-11"}}}
 }
 
 // timeLayout is RFC 3339 with a numeric offset and whole seconds: 2026-06-11T17:00:00+00:00.
 const timeLayout = "2006-01-02T15:04:05-07:00"
 
 func toSubscriber(m model.Subscriber) Subscriber {
-	return Subscriber{
+	out := Subscriber{
 		ID:        m.ID.String(),
 		Email:     m.Email,
 		Name:      m.Name(),
 		Status:    string(m.Status),
 		CreatedAt: m.CreatedAt.UTC().Format(timeLayout),
+		// §19.1: always sent, {} and [] when none.
+		Attributes: AttributeMap(m.Attributes),
+		Tags:       m.Tags,
 	}
+	if out.Attributes == nil {
+		out.Attributes = AttributeMap{}
+	}
+	if out.Tags == nil {
+		out.Tags = []string{}
+	}
+	return out
 }
 
 // SubscriberEnvelope is the success body carrying one subscriber.
@@ -61,7 +110,7 @@ type Pagination struct {
 	Limit      int     `json:"limit" minimum:"1" maximum:"100"`
 	Total      int64   `json:"total" minimum:"0" doc:"Subscribers matching the filter."`
 	Pages      *int64  `json:"pages" minimum:"0" nullable:"true" doc:"ceil(total / limit); null when the page was asked for with a cursor."`
-	NextCursor *string `json:"next_cursor" nullable:"true" doc:"Pass as cursor (with the same status and email) to get the page after this one; null when no subscriber follows this page."`
+	NextCursor *string `json:"next_cursor" nullable:"true" doc:"Pass as cursor (with the same status, email and filters) to get the page after this one; null when no subscriber follows this page."`
 }
 
 // ListEnvelope is the success body of a list.
@@ -152,6 +201,8 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 					Examples: []any{"John Doe"}},
 				"status": {Type: huma.TypeString, Enum: statuses,
 					Description: "`active` makes the subscriber active at once; `pending` sends a confirmation email."},
+				"attributes": attributesSchema(required == nil),
+				"tags":       tagsSchema(tagsDesc(required == nil)),
 			},
 		}
 		if required != nil { // on create an omitted status means active; on update it keeps its value
@@ -162,6 +213,16 @@ func inputSchema(r huma.Registry, name string, required []string) *huma.Schema {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tagsDesc describes the tags of a create or (update) an update.
+func tagsDesc(update bool) string {
+	d := "Labels, each trimmed, 1 to 64 characters with no comma, stored lower-cased; at most 100. " +
+		"A tag given twice counts once."
+	if update {
+		d += " Replaces the whole set; POST /subscribers/{id}/tags adds and removes."
+	}
+	return d
+}
 
 // Query and path parameters are taken as strings and checked by model, so that a bad value
 // gets the contract's 400 rather than a generic one; their schemas document the rules.
@@ -206,7 +267,14 @@ type (
 		Limit  limitParam  `query:"limit" doc:"Subscribers per page, 1 to 100."`
 		Status statusParam `query:"status" doc:"Only subscribers with this status."`
 		Email  emailParam  `query:"email" doc:"Only the subscriber with this address (trimmed, case-insensitive): data holds 0 or 1 subscriber."`
-		Cursor cursorParam `query:"cursor" doc:"The next_cursor of a previous page, with the same status and email: the page after it. Not with page."`
+		Cursor cursorParam `query:"cursor" doc:"The next_cursor of a previous page, with the same status, email and filters: the page after it. Not with page."`
+		// The filters of docs/api-contract.md §19.3, checked by model.ParseFilterQuery.
+		Tag           []string          `query:"tag,explode" maxItems:"10" doc:"Only subscribers with this tag (normalised as stored: Beta selects beta); repeat for all of several, at most 10."`
+		NotTag        []string          `query:"not_tag,explode" maxItems:"10" doc:"Only subscribers without this tag; repeatable, at most 10."`
+		Attr          map[string]string `query:"attr,deepObject" doc:"attr[key]=value: only subscribers whose attribute key is the string value, or a number or boolean whose JSON text is value."`
+		HasAttr       []string          `query:"has_attr,explode" maxItems:"10" doc:"Only subscribers with this attribute set; repeatable, at most 10."`
+		CreatedAfter  string            `query:"created_after" format:"date-time" doc:"Only subscribers created after this RFC 3339 date-time (exclusive)."`
+		CreatedBefore string            `query:"created_before" format:"date-time" doc:"Only subscribers created before this RFC 3339 date-time (exclusive)."`
 	}
 	idInput struct {
 		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
@@ -272,7 +340,7 @@ func (s *Server) register() {
 			"or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
 	registerKeyed(s, answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
-		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
+		"Any of `email`, `name`, `status`, `attributes` (a merge patch) and `tags` (the whole set); omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
 		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed), s.update)
@@ -281,6 +349,7 @@ func (s *Server) register() {
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), s.unsubscribe)
 
 	s.registerUpsert(withBody)
+	s.registerTags(withBody, common)
 	s.registerEvents(common)
 	s.registerPrivacy(common)
 	s.registerWebhooks(common, withBody)
@@ -431,6 +500,12 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 			return nil, err
 		}
 	}
+	if q.Filter, err = model.ParseFilterQuery(model.FilterQuery{Tag: in.Tag, NotTag: in.NotTag, HasAttr: in.HasAttr,
+		Attr: in.Attr, CreatedAfter: in.CreatedAfter, CreatedBefore: in.CreatedBefore}); err != nil {
+		return nil, err
+	}
+	// The kinds of filter used, never their values (they may be personal data).
+	trace.SpanFromContext(ctx).SetAttributes(attribute.StringSlice("app.list.filters", q.Filter.Kinds()))
 	binding := listBinding(p.NewsletterID, q)
 	if in.Cursor != "" {
 		if in.Page != "" {
@@ -469,7 +544,12 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 // and the filter (status and email). The limit is not bound: a cursor marks a position, and
 // the page after it may be of any size.
 func listBinding(nl uuid.UUID, q model.ListQuery) string {
-	return cursor.Binding("subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email))
+	parts := []string{"subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email)}
+	if !q.Filter.IsZero() { // §19.3: a cursor carries its filters (unfiltered cursors stay as they were)
+		sum := sha256.Sum256([]byte(q.Filter.Key()))
+		parts = append(parts, hex.EncodeToString(sum[:]))
+	}
+	return cursor.Binding(parts...)
 }
 
 func (s *Server) get(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {

@@ -26,25 +26,25 @@ func TestCreate(t *testing.T) {
 			name: "email only",
 			body: `{"email":"a@example.com"}`,
 			want: model.NewSubscriber{Email: "a@example.com", Status: model.StatusActive},
-			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"a@example.com","name":"","status":"active","created_at":"2026-06-11T17:00:00+00:00"}`,
+			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"a@example.com","name":"","status":"active","created_at":"2026-06-11T17:00:00+00:00","attributes":{},"tags":[]}`,
 		},
 		{
 			name: "pending with a name split at the first space",
 			body: `{"email":"  John.Doe@Example.com ","name":"  John   Doe Jr ","status":"pending"}`,
 			want: model.NewSubscriber{Email: "John.Doe@Example.com", FirstName: "John", LastName: "Doe Jr", Status: model.StatusPending},
-			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"John.Doe@Example.com","name":"John Doe Jr","status":"pending","created_at":"2026-06-11T17:00:00+00:00"}`,
+			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"John.Doe@Example.com","name":"John Doe Jr","status":"pending","created_at":"2026-06-11T17:00:00+00:00","attributes":{},"tags":[]}`,
 		},
 		{
 			name: "unicode domain returned exactly",
 			body: `{"email":"用户@例子.广告","name":null}`,
 			want: model.NewSubscriber{Email: "用户@例子.广告", Status: model.StatusActive},
-			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"用户@例子.广告","name":"","status":"active","created_at":"2026-06-11T17:00:00+00:00"}`,
+			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"用户@例子.广告","name":"","status":"active","created_at":"2026-06-11T17:00:00+00:00","attributes":{},"tags":[]}`,
 		},
 		{
 			name: "escaped unicode in JSON",
 			body: `{"email":"a@m\u00fcnchen.de","name":"Zo\u00eb"}`,
 			want: model.NewSubscriber{Email: "a@münchen.de", FirstName: "Zoë", Status: model.StatusActive},
-			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"a@münchen.de","name":"Zoë","status":"active","created_at":"2026-06-11T17:00:00+00:00"}`,
+			data: `{"id":"01900000-0000-7000-8000-000000000001","email":"a@münchen.de","name":"Zoë","status":"active","created_at":"2026-06-11T17:00:00+00:00","attributes":{},"tags":[]}`,
 		},
 	}
 	for _, tt := range tests {
@@ -208,8 +208,8 @@ func TestBulkCreate(t *testing.T) {
 		t.Fatalf("status %d, body %s; want 201", rec.Code, rec.Body)
 	}
 	jsonEqual(t, rec.Body.Bytes(), `{"success":true,"data":{"created":[
-		{"id":"01900000-0000-7000-8000-000000000001","email":"b@example.com","name":"B","status":"pending","created_at":"`+wantCreatedAt+`"},
-		{"id":"01900000-0000-7000-8000-000000000002","email":"a@example.com","name":"A A","status":"active","created_at":"`+wantCreatedAt+`"}]}}`)
+		{"id":"01900000-0000-7000-8000-000000000001","email":"b@example.com","name":"B","status":"pending","created_at":"`+wantCreatedAt+`","attributes":{},"tags":[]},
+		{"id":"01900000-0000-7000-8000-000000000002","email":"a@example.com","name":"A A","status":"active","created_at":"`+wantCreatedAt+`","attributes":{},"tags":[]}]}}`)
 	if loc := rec.Header().Get("Location"); loc != "" {
 		t.Errorf("Location = %q on bulk; want none", loc)
 	}
@@ -248,7 +248,7 @@ func TestList(t *testing.T) {
 	e.create(t, keyB, `{"email":"other@example.com"}`)
 	id := func(n string) string { return `"01900000-0000-7000-8000-00000000000` + n + `"` }
 	sub := func(n, status string) string {
-		return `{"id":` + id(n) + `,"email":"` + n + `@example.com","name":"","status":"` + status + `","created_at":"` + wantCreatedAt + `"}`
+		return `{"id":` + id(n) + `,"email":"` + n + `@example.com","name":"","status":"` + status + `","created_at":"` + wantCreatedAt + `","attributes":{},"tags":[]}`
 	}
 	tests := []struct {
 		name  string
@@ -311,7 +311,7 @@ func TestGetUpdateUnsubscribe(t *testing.T) {
 	foreign := e.create(t, keyB, `{"email":"b@example.com"}`)
 	item := subs + "/" + id
 	one := func(email, name, status string) string {
-		return `{"success":true,"data":{"id":"` + id + `","email":"` + email + `","name":"` + name + `","status":"` + status + `","created_at":"` + wantCreatedAt + `"}}`
+		return `{"success":true,"data":{"id":"` + id + `","email":"` + email + `","name":"` + name + `","status":"` + status + `","created_at":"` + wantCreatedAt + `","attributes":{},"tags":[]}}`
 	}
 	steps := []struct {
 		name       string
@@ -377,7 +377,7 @@ func TestSuccessBodiesCarryOnlyContractFields(t *testing.T) {
 		t.Errorf("top-level keys mismatch (-want +got):\n%s", diff)
 	}
 	data, _ := body["data"].(map[string]any)
-	if diff := cmp.Diff([]string{"created_at", "email", "id", "name", "status"}, keys(data)); diff != "" {
+	if diff := cmp.Diff([]string{"attributes", "created_at", "email", "id", "name", "status", "tags"}, keys(data)); diff != "" {
 		t.Errorf("subscriber keys mismatch (-want +got):\n%s", diff)
 	}
 	if rec.Header().Get("Link") != "" {

@@ -34,10 +34,11 @@ func routeUpsert(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// SubscriberUpsert is an upsert body: name and status, both optional; the address is the path's.
+// SubscriberUpsert is an upsert body: name, status, attributes and tags, all optional; the
+// address is the path's.
 type SubscriberUpsert map[string]any
 
-// Schema implements huma.SchemaProvider: the update's name and status, nothing else.
+// Schema implements huma.SchemaProvider: the update's fields but email.
 func (SubscriberUpsert) Schema(r huma.Registry) *huma.Schema {
 	const name = "SubscriberUpsert"
 	if _, ok := r.Map()[name]; !ok {
@@ -51,7 +52,8 @@ func (SubscriberUpsert) Schema(r huma.Registry) *huma.Schema {
 			AdditionalProperties: false,
 			Description: "The fields to set. The address is the path's: an `email` property is refused " +
 				"(`The email field is prohibited.`).",
-			Properties: map[string]*huma.Schema{"name": upd.Properties["name"], "status": &status},
+			Properties: map[string]*huma.Schema{"name": upd.Properties["name"], "status": &status,
+				"attributes": upd.Properties["attributes"], "tags": upd.Properties["tags"]},
 		}
 	}
 	return &huma.Schema{Ref: "#/components/schemas/" + name}

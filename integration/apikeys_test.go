@@ -53,6 +53,7 @@ func TestReadKeyCanOnlyRead(t *testing.T) {
 		{"PUT", "/subscribers/" + id, map[string]any{"name": "X"}},
 		{"PUT", upsertPath("new@example.com"), map[string]any{}},
 		{"DELETE", "/subscribers/" + id, nil},
+		{"POST", "/subscribers/" + id + "/tags", map[string]any{"add": []any{"x"}}},
 		{"POST", "/webhooks", map[string]any{"url": "http://127.0.0.1:9/other"}},
 		{"DELETE", "/webhooks/" + whID, nil},
 		// Refused before the body is looked at: an invalid one is no 422.

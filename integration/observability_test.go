@@ -208,6 +208,9 @@ func assertNoSecrets(t *testing.T, tr []sdktrace.ReadOnlySpan, secrets ...string
 	t.Helper()
 	bad := append([]string{"@", "sk_"}, secrets...)
 	check := func(span, where, v string) {
+		if where == "db.query.text" { // PostgreSQL's containment operators are no address
+			v = strings.NewReplacer("@>", "", "<@", "").Replace(v)
+		}
 		for _, b := range bad {
 			if b != "" && strings.Contains(v, b) {
 				t.Errorf("span %q %s = %q contains %q", span, where, v, b)

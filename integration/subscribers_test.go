@@ -31,7 +31,7 @@ func TestCreateSubscriber(t *testing.T) {
 	if got, want := r.header.Get("Location"), "/api/v1/subscribers/"+id.String(); got != want {
 		t.Errorf("Location = %q, want %q", got, want)
 	}
-	want := map[string]any{"id": id.String(), "email": "John@Example.com", "name": "John Doe Jr", "status": "active", "created_at": d["created_at"]}
+	want := map[string]any{"id": id.String(), "email": "John@Example.com", "name": "John Doe Jr", "status": "active", "created_at": d["created_at"], "attributes": map[string]any{}, "tags": []any{}}
 	if diff := cmp.Diff(want, d); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
 	}
@@ -665,7 +665,7 @@ func TestUpdate(t *testing.T) {
 		body any
 		want map[string][]string
 	}{
-		{"empty object", map[string]any{}, map[string][]string{"body": {"At least one of email, name or status must be provided."}}},
+		{"empty object", map[string]any{}, map[string][]string{"body": {"At least one of email, name, status, attributes or tags must be provided."}}},
 		{"unsubscribed status", map[string]any{"status": "unsubscribed"}, map[string][]string{"status": {"The selected status is invalid; it must be active or pending. To unsubscribe, send DELETE /api/v1/subscribers/{id}."}}},
 		{"bad email", map[string]any{"email": "nope"}, map[string][]string{"email": {"The email field must be a valid email address."}}},
 		{"unknown property", map[string]any{"id": uuid.NewString()}, map[string][]string{"id": {"The id field is prohibited."}}},

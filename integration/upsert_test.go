@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,7 @@ func TestUpsertCreatesANewAddress(t *testing.T) {
 	if got, want := r.header.Get("Location"), "/api/v1/subscribers/"+id; got != want {
 		t.Errorf("Location = %q, want %q", got, want)
 	}
-	want := map[string]any{"id": id, "email": "Ann@Example.com", "name": "Ann Lee", "status": "active", "created_at": d["created_at"]}
+	want := map[string]any{"id": id, "email": "Ann@Example.com", "name": "Ann Lee", "status": "active", "created_at": d["created_at"], "attributes": map[string]any{}, "tags": []any{}}
 	if diff := cmp.Diff(want, d); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
 	}
@@ -383,7 +384,7 @@ ORDER BY id`).Scan(context.Background(), &payloads); err != nil {
 				}
 			}
 			for field, v := range ev.Data.Subscriber {
-				if _, changed := ev.Data.Previous[field]; !changed && state[field] != v {
+				if _, changed := ev.Data.Previous[field]; !changed && !reflect.DeepEqual(state[field], v) {
 					t.Fatalf("event %d changed %s (%v → %v) without saying so", i, field, state[field], v)
 				}
 			}

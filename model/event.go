@@ -132,9 +132,20 @@ type Event struct {
 // NewEvent makes the event of type t for sub after a change, with the values the change
 // replaced (field name → value before; nil for none) and the change's source, at now.
 func NewEvent(t EventType, sub Subscriber, previous map[string]string, src EventSource, now time.Time) Event {
+	prev := make(map[string]any, len(previous))
+	for k, v := range previous {
+		prev[k] = v
+	}
+	return NewEventOf(t, sub, prev, src, now)
+}
+
+// NewEventOf is NewEvent with previous values of any JSON type: a subscriber.updated event's
+// previous attributes (each changed key with its value before, or nil) and tags (the whole set
+// before), docs/api-contract.md §19.2.
+func NewEventOf(t EventType, sub Subscriber, previous map[string]any, src EventSource, now time.Time) Event {
 	id := uuid.Must(uuid.NewV7())
 	if previous == nil {
-		previous = map[string]string{}
+		previous = map[string]any{}
 	}
 	var source any
 	switch src.Kind {
@@ -176,9 +187,16 @@ func NewEvent(t EventType, sub Subscriber, previous map[string]string, src Event
 	}
 	// The wire form of docs/api-contract.md §10.1.
 	w := wireEvent{ID: id.String(), Type: t, Timestamp: FormatTime(now)}
-	w.Data.Subscriber = wireSubscriber{sub.ID.String(), sub.Email, sub.Name(), sub.Status, FormatTime(sub.CreatedAt)}
+	w.Data.Subscriber = wireSubscriber{sub.ID.String(), sub.Email, sub.Name(), sub.Status, FormatTime(sub.CreatedAt),
+		sub.Attributes, sub.Tags}
+	if w.Data.Subscriber.Attributes == nil {
+		w.Data.Subscriber.Attributes = Attributes{}
+	}
+	if w.Data.Subscriber.Tags == nil {
+		w.Data.Subscriber.Tags = []string{}
+	}
 	w.Data.Previous, w.Data.Source = previous, source
-	payload, _ := json.Marshal(w) // cannot fail: strings and maps of strings
+	payload, _ := json.Marshal(w) // cannot fail: strings, and attribute values (string, bool, json.Number)
 	return Event{ID: id, NewsletterID: sub.NewsletterID, SubscriberID: sub.ID, Type: t, Timestamp: now, Payload: payload}
 }
 
@@ -188,18 +206,20 @@ type wireEvent struct {
 	Type      EventType `json:"type"`
 	Timestamp string    `json:"timestamp"`
 	Data      struct {
-		Subscriber wireSubscriber    `json:"subscriber"`
-		Previous   map[string]string `json:"previous"`
-		Source     any               `json:"source"`
+		Subscriber wireSubscriber `json:"subscriber"`
+		Previous   map[string]any `json:"previous"`
+		Source     any            `json:"source"`
 	} `json:"data"`
 }
 
 type wireSubscriber struct {
-	ID        string `json:"id"`
-	Email     string `json:"email"`
-	Name      string `json:"name"`
-	Status    Status `json:"status"`
-	CreatedAt string `json:"created_at"`
+	ID         string     `json:"id"`
+	Email      string     `json:"email"`
+	Name       string     `json:"name"`
+	Status     Status     `json:"status"`
+	CreatedAt  string     `json:"created_at"`
+	Attributes Attributes `json:"attributes"`
+	Tags       []string   `json:"tags"`
 }
 
 // TimeLayout is the contract's timestamp: RFC 3339, UTC, whole seconds, numeric offset

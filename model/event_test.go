@@ -51,7 +51,7 @@ func TestNewEventWireForm(t *testing.T) {
 			want := map[string]any{"id": e.ID.String(), "type": "subscriber.confirmed", "timestamp": "2026-06-11T17:00:00+00:00",
 				"data": map[string]any{
 					"subscriber": map[string]any{"id": sub.ID.String(), "email": "ann@example.com", "name": "Ann Lee",
-						"status": "active", "created_at": "2026-06-11T17:00:00+00:00"},
+						"status": "active", "created_at": "2026-06-11T17:00:00+00:00", "attributes": map[string]any{}, "tags": []any{}},
 					"previous": prev, "source": src}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("payload mismatch (-want +got):\n%s", diff)

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func FuzzParseCreate(f *testing.F) {
 					t.Errorf("ParseCreate(%s) field %q messages = %q; want non-empty", body, k, msgs)
 				}
 			}
-			if ns != (model.NewSubscriber{}) {
+			if !reflect.DeepEqual(ns, model.NewSubscriber{}) {
 				t.Errorf("ParseCreate(%s) = %+v with an error; want the zero value", body, ns)
 			}
 			return
@@ -116,7 +117,7 @@ func FuzzParseListQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, page, limit, status string) {
 		q, err := model.ParseListQuery(page, limit, status)
 		if err != nil {
-			if q != (model.ListQuery{}) {
+			if !reflect.DeepEqual(q, model.ListQuery{}) {
 				t.Errorf("ParseListQuery(%q, %q, %q) = %+v with an error; want the zero value", page, limit, status, q)
 			}
 			return

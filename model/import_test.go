@@ -37,7 +37,7 @@ func TestParseImportRow(t *testing.T) {
 			if diff := cmp.Diff(tc.fields, fields); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
 			}
-			if verr == nil && got != tc.want {
+			if diff := cmp.Diff(tc.want, got); verr == nil && diff != "" {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -50,6 +50,10 @@ type Subscriber struct {
 	Status       Status
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// Attributes and Tags (docs/api-contract.md §19.1): Tags sorted by code point. A subscriber
+	// read without them (a list page read by position) has them nil.
+	Attributes Attributes
+	Tags       []string
 }
 
 // Name joins the stored first and last name the way the contract returns it.
@@ -106,10 +110,12 @@ func JoinName(first, last string) string {
 
 // NewSubscriber is a validated request to create one subscriber.
 type NewSubscriber struct {
-	Email     string
-	FirstName string
-	LastName  string
-	Status    Status
+	Email      string
+	FirstName  string
+	LastName   string
+	Status     Status
+	Attributes Attributes // nil: none
+	Tags       []string   // sorted, without duplicates; nil: none
 }
 
 // SubscriberPatch is a validated update; nil fields keep their stored values.
@@ -117,6 +123,10 @@ type SubscriberPatch struct {
 	Email  *string
 	Name   *string // already trimmed; "" clears the name
 	Status *Status
+	// Attributes is a merge patch (MergeAttributes), nil when not given; Tags, when not nil,
+	// replaces the whole set (docs/api-contract.md §19.2).
+	Attributes AttributesPatch
+	Tags       []string
 }
 
 // ListQuery selects one page of a newsletter's subscribers.
@@ -130,6 +140,9 @@ type ListQuery struct {
 	// After, when set, starts the page after this position in the list order (a cursor,
 	// docs/api-contract.md §9.2); Page is then ignored.
 	After *Position
+	// Filter holds the filters of docs/api-contract.md §19.3 (its Status is unused: the
+	// list's is Status above).
+	Filter Filter
 }
 
 // Follows reports whether sub comes after the position p in the list order (newest first).

@@ -65,10 +65,11 @@ func NewErasedEvent(nl, id uuid.UUID, src EventSource, now time.Time) Event {
 	return ev
 }
 
-// Personal data an erasure removes from an event (docs/api-contract.md §14): these members of
+// Personal data an erasure removes from an event (docs/api-contract.md §14, §19.2: attributes
+// may hold personal data): these members of
 // data.subscriber and data.previous, and of data.source.
 var (
-	personalSubscriberFields = []string{"email", "name", "first_name", "last_name"}
+	personalSubscriberFields = []string{"email", "name", "first_name", "last_name", "attributes", "tags"}
 	personalSourceFields     = []string{"ip", "user_agent"}
 )
 

@@ -163,3 +163,29 @@ func (c TagsChange) Apply(stored []string) (result []string, changed bool, verr 
 	}
 	return result, !slices.Equal(result, stored), nil
 }
+
+// TagCount is a tag of a newsletter with how many of its subscribers (any status) hold it
+// (GET /tags, docs/api-contract.md §19.3).
+type TagCount struct {
+	Tag         string
+	Subscribers int64
+}
+
+// Default and largest page of GET /tags (docs/api-contract.md §19.3).
+const (
+	DefaultTagLimit = 100
+	MaxTagLimit     = 1000
+)
+
+// ParseTagLimit validates GET /tags' limit parameter; "" means the default. An invalid value
+// is a *QueryError (400).
+func ParseTagLimit(limit string) (int, error) {
+	if limit == "" {
+		return DefaultTagLimit, nil
+	}
+	n, ok := parseBoundedInt(limit, 1, MaxTagLimit)
+	if !ok {
+		return 0, &QueryError{fmt.Sprintf("The limit parameter must be an integer between 1 and %d.", MaxTagLimit)}
+	}
+	return n, nil
+}

@@ -22,7 +22,7 @@ const (
 )
 
 // InputFields are the only properties a SubscriberInput may carry.
-var InputFields = []string{"email", "name", "status"}
+var InputFields = []string{"email", "name", "status", "attributes", "tags"}
 
 // ValidationError is a failed validation: messages keyed by field, Laravel style
 // ("email", "2.email", "body"). It maps to 422 validation_error.
@@ -87,7 +87,6 @@ const (
 	msgDistinct     = "The %s field has a duplicate value."
 	msgBulkMin      = "The body field must have at least 1 item."
 	msgBulkMax      = "The body field must not have more than %d items."
-	msgPatchEmpty   = "At least one of email, name or status must be provided."
 	msgQueryPage    = "The page parameter must be an integer greater than or equal to 1."
 	msgQueryLimit   = "The limit parameter must be an integer between 1 and 100."
 	msgQueryStatus  = "The status filter must be one of: active, pending, unsubscribed."
@@ -177,8 +176,11 @@ func ParsePatch(obj map[string]any) (SubscriberPatch, *ValidationError) {
 		verr = prohibitUnknown(obj, "", nil)
 	)
 	if len(obj) == 0 {
-		return p, verr.Add(attrBody, msgPatchEmpty)
+		return p, verr.Add(attrBody, UpdateEmptyMessage)
 	}
+	attrs, tags, aerr := ParseSubscriberAttributesPatch(obj)
+	verr = verr.Merge(aerr)
+	p.Attributes, p.Tags = attrs, tags
 	if raw, ok := obj[attrEmail]; ok {
 		email, msg := checkEmail(raw, attrEmail)
 		if msg != "" {
@@ -245,6 +247,14 @@ func ParseUpsert(email string, obj map[string]any) (NewSubscriber, SubscriberPat
 	if p.Status != nil {
 		ns.Status = *p.Status
 	}
+	if p.Attributes != nil { // a new subscriber's attributes: the patch's, nulls removing nothing
+		attrs, _, aerr := MergeAttributes(nil, p.Attributes, attrAttributes)
+		if aerr != nil {
+			return NewSubscriber{}, SubscriberPatch{}, aerr
+		}
+		ns.Attributes = attrs
+	}
+	ns.Tags = p.Tags
 	return ns, p, nil
 }
 
@@ -290,6 +300,9 @@ func parseItem(obj map[string]any, prefix string) (ns NewSubscriber, emailOK boo
 		}
 		ns.Status = st
 	}
+	attrs, tags, aerr := ParseSubscriberAttributes(obj, prefix)
+	verr = verr.Merge(aerr)
+	ns.Attributes, ns.Tags = attrs, tags
 	return ns, emailOK, verr
 }
 
@@ -297,7 +310,7 @@ func parseItem(obj map[string]any, prefix string) (ns NewSubscriber, emailOK boo
 func prohibitUnknown(obj map[string]any, prefix string, verr *ValidationError) *ValidationError {
 	var unknown []string
 	for k := range obj {
-		if k != attrEmail && k != attrName && k != attrStatus {
+		if !slices.Contains(InputFields, k) {
 			unknown = append(unknown, k)
 		}
 	}

@@ -671,12 +671,12 @@ func TestParsePatch(t *testing.T) {
 		{
 			name:     "empty object",
 			in:       map[string]any{},
-			wantErrs: map[string][]string{"body": {"At least one of email, name or status must be provided."}},
+			wantErrs: map[string][]string{"body": {"At least one of email, name, status, attributes or tags must be provided."}},
 		},
 		{
 			name:     "nil object",
 			in:       nil,
-			wantErrs: map[string][]string{"body": {"At least one of email, name or status must be provided."}},
+			wantErrs: map[string][]string{"body": {"At least one of email, name, status, attributes or tags must be provided."}},
 		},
 		{
 			name: "email only, trimmed",

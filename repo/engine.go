@@ -6,8 +6,11 @@ package repo
 // rows and their endpoint query).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,6 +121,8 @@ type creation struct {
 	EmailHash, LegacyHash       []byte
 	MailID                      *uuid.UUID
 	MailTraceparent             string
+	Attributes                  string   // model.Attributes.JSON
+	Tags                        []string // sorted, without duplicates
 }
 
 // renaming is a change of a subscriber's names (engine.rename): the subscriber, the values
@@ -273,4 +278,35 @@ type deliveryClaim struct {
 func (c deliveryClaim) args(now time.Time) []any {
 	return []any{now, c.endpoints, c.perEndpoint, now.Add(c.lease), c.perNewsletter, c.endpoints + model.MaxWebhooks,
 		now.Add(outbox.StaleAfter(c.lease))}
+}
+
+// pgTextArray writes tags as a PostgreSQL array literal, each element quoted: {"a","b c"}.
+func pgTextArray(tags []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, t := range tags {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range t {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// tagsJSON writes tags as SQLite stores them: a JSON array, nothing escaped that JSON does
+// not require.
+func tagsJSON(tags []string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode([]string(tagsOf(tags))) // strings always encode
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -384,7 +384,8 @@ func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, sta
 		}
 		valid = append(valid, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
 			Email: ns.Email, EmailKey: model.EmailKey(ns.Email), FirstName: ns.FirstName, LastName: ns.LastName,
-			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now})
+			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now,
+			Attributes: attributesOf(ns.Attributes), Tags: tagsOf(ns.Tags)}) // an NDJSON line's (§19.2)
 	}
 	out.counts.Invalid = int64(len(errRows))
 	if len(errRows) > 0 {

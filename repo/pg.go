@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,6 +120,9 @@ func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, des
 }
 
 func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	if !q.Filter.IsZero() {
+		return listFilteredPostgres(ctx, db, dest, nl, q)
+	}
 	if q.After == nil && q.Offset() > listDirectMaxOffset {
 		// Not prepared: see listDeepPostgres.
 		return db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, dest)
@@ -319,7 +324,7 @@ func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, er
 			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt,
 			ev.ID, ev.Type, ev.Payload, ev.Traceparent, ev.CreatedAt,
 			c.NewsletterID.String()+"/"+c.LockKey, c.EmailHash,
-			c.MailID, c.MailTraceparent, c.LegacyHash)
+			c.MailID, c.MailTraceparent, c.LegacyHash, c.Attributes, pgTextArray(c.Tags))
 	})
 	switch {
 	case err != nil:
@@ -336,15 +341,17 @@ func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, er
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
 // the subscriber's); $15 and $16 the address's lock key and hash, $19 its 1.2 key's hash
 // (model.EmailHashes; $16 again when the same); $17 and $18 the confirmation email's id
-// (NULL: none) and traceparent. It returns the reason the address is suppressed for
-// (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
+// (NULL: none) and traceparent; $20 and $21 the attributes and tags. It returns the reason
+// the address is suppressed for (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
 // span is named for its main change, "INSERT subscribers". The values are cast: in an
 // INSERT … SELECT a parameter takes no type from the target column.
 var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
     SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea, $19::bytea) AS reason),
 s AS (
-    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-    SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
+        attributes, tags)
+    SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz,
+        $20::jsonb, $21::text[]
     WHERE (SELECT reason FROM chk) IS NULL
     ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING id),
 ev AS (
@@ -391,7 +398,8 @@ func listPostgres(nl uuid.UUID, q model.ListQuery) (*statement, []any) {
 // after. A keyset page reads the list index from that position on, like a first page.
 const (
 	listTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
+    NULL::jsonb AS attributes, NULL::text[] AS tags
 FROM subscriber_counts WHERE newsletter_id = $1`
 	listOrderPostgres = `
 ORDER BY created_at DESC, id DESC`
@@ -400,28 +408,28 @@ ORDER BY created_at DESC, id DESC`
 var (
 	listFirstPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1
     ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3
 )` + listOrderPostgres)
 
 	listFirstStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND status = $2
     ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
 )` + listOrderPostgres)
 
 	listAfterPostgres = listStatement(listTotalPostgres + `
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND (created_at, id) < ($3, $4)
     ORDER BY created_at DESC, id DESC LIMIT $2
 )` + listOrderPostgres)
 
 	listAfterStatusPostgres = listStatement(listTotalPostgres + ` AND status = $2
 UNION ALL (
-    SELECT NULL, id, email, first_name, last_name, status, created_at FROM subscribers
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
     WHERE newsletter_id = $1 AND status = $2 AND (created_at, id) < ($4, $5)
     ORDER BY created_at DESC, id DESC LIMIT $3
 )` + listOrderPostgres)
@@ -447,12 +455,13 @@ func listDeepPostgres(status model.Status) string {
 
 const (
 	listDeepTotalPostgres = `SELECT coalesce(sum(n), 0)::bigint AS total, NULL::uuid AS id, NULL AS email,
-    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at
+    NULL AS first_name, NULL AS last_name, NULL AS status, NULL::timestamptz AS created_at,
+    NULL::jsonb AS attributes, NULL::text[] AS tags
 FROM subscriber_counts WHERE newsletter_id = ?0`
 
 	listDeepAllPostgres = listDeepTotalPostgres + `
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
@@ -460,7 +469,7 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FR
 
 	listDeepStatusPostgres = listDeepTotalPostgres + ` AND status = ?1
 UNION ALL
-SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
     SELECT id FROM subscribers
     WHERE newsletter_id = ?0 AND status = ?1
     ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3
@@ -602,4 +611,70 @@ func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
 		}
 	}
 	return append(b, '\n')
+}
+
+// listFilteredPostgres is a list page with the filters of docs/api-contract.md §19.3: the
+// exact count of the matching subscribers as one row whose id is NULL (it sorts first), and the
+// page, in one statement and so one snapshot. Not prepared: a generic plan cannot see which
+// filter is selective. Each condition repeats its index's predicate (tags <> '{}',
+// attributes <> '{}') so that the partial GIN indexes serve it; values are bound, never
+// spliced, so metacharacters match literally.
+func listFilteredPostgres(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	where, args := filterPostgres(nl, q)
+	page, pageArgs := where, slices.Clone(args)
+	if q.After != nil {
+		page += " AND (created_at, id) < (?, ?)"
+		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
+	}
+	pageArgs = append(pageArgs, q.Limit+1)
+	limit := " LIMIT ?"
+	if q.After == nil {
+		limit += " OFFSET ?"
+		pageArgs = append(pageArgs, q.Offset())
+	}
+	query := `SELECT count(*) AS total, NULL::uuid AS id, NULL AS email, NULL AS first_name, NULL AS last_name,
+    NULL AS status, NULL::timestamptz AS created_at, NULL::jsonb AS attributes, NULL::text[] AS tags
+FROM subscribers WHERE ` + where + `
+UNION ALL (
+    SELECT NULL, id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
+    WHERE ` + page + `
+    ORDER BY created_at DESC, id DESC` + limit + `
+)` + listOrderPostgres
+	return db.NewRaw(query, append(args, pageArgs...)...).Scan(ctx, dest)
+}
+
+// filterPostgres is the WHERE clause of a filtered list and its arguments.
+func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
+	conds := []string{"newsletter_id = ?"}
+	args := []any{nl}
+	if q.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
+	}
+	f := q.Filter
+	if len(f.Tags) > 0 {
+		conds, args = append(conds, "tags <> '{}' AND tags @> ?::text[]"), append(args, pgTextArray(f.Tags))
+	}
+	if len(f.NotTags) > 0 {
+		conds, args = append(conds, "NOT (tags && ?::text[])"), append(args, pgTextArray(f.NotTags))
+	}
+	for _, c := range f.Attributes {
+		probes := model.AttributeProbes(c.Key, c.Value)
+		alts := make([]string, len(probes))
+		for i, p := range probes {
+			alts[i] = "attributes @> ?::jsonb"
+			args = append(args, string(p))
+		}
+		conds = append(conds, "attributes <> '{}' AND ("+strings.Join(alts, " OR ")+")")
+	}
+	if len(f.HasAttributes) > 0 {
+		conds = append(conds, "attributes <> '{}' AND subscriber_attribute_keys(attributes) @> ?::text[]")
+		args = append(args, pgTextArray(f.HasAttributes))
+	}
+	if f.CreatedAfter != nil {
+		conds, args = append(conds, "created_at > ?"), append(args, f.CreatedAfter.UTC())
+	}
+	if f.CreatedBefore != nil {
+		conds, args = append(conds, "created_at < ?"), append(args, f.CreatedBefore.UTC())
+	}
+	return strings.Join(conds, " AND "), args
 }

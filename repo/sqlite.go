@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -251,6 +252,9 @@ func (*sqliteEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, d
 }
 
 func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	if !q.Filter.IsZero() {
+		return listFilteredSQLite(ctx, db, dest, nl, q)
+	}
 	var statusFilter, afterTime, afterID any
 	if q.Status != "" {
 		statusFilter = string(q.Status)
@@ -279,7 +283,8 @@ func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool
 			return err
 		}
 		res, err := e.exec(ctx, tx, insertSubscriberSQLite,
-			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt)
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt,
+			c.Attributes, tagsJSON(c.Tags))
 		if err != nil {
 			return err
 		}
@@ -307,8 +312,9 @@ var (
 		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash IN ($2, $3)
 ORDER BY email_hash = $2 DESC LIMIT 1`)
 	insertSubscriberSQLite = newStatement("INSERT", "subscribers",
-		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
+    attributes, tags)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (newsletter_id, email_key) DO NOTHING`)
 	insertConfirmationSQLite = newStatement("INSERT", "email_outbox",
 		`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
@@ -525,11 +531,11 @@ const eventMatchSQLite = `instr(w.events, '"' || ev.type || '"') > 0`
 // listSQLite reads the total and the page in one statement (SQLite lacks LATERAL, so the
 // page is a plain subquery). One statement reads one snapshot, so page and total agree.
 const listSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)
         ORDER BY created_at DESC, id DESC
@@ -540,11 +546,11 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // listAfterSQLite is listSQLite for a keyset page: the rows after (?4, ?5) in the order.
 const listAfterSQLite = `
-SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM (SELECT coalesce(sum(n), 0) AS total FROM subscriber_counts
       WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1)) AS t
 LEFT JOIN (
-    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FROM (
+    SELECT s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags FROM (
         SELECT id FROM subscribers
         WHERE newsletter_id = ?0 AND (?1 IS NULL OR status = ?1) AND (created_at, id) < (?4, ?5)
         ORDER BY created_at DESC, id DESC
@@ -616,4 +622,70 @@ type stagedRowSQLite struct {
 	ImportID uuid.UUID `bun:"import_id,type:uuid"`
 	RowNo    int64     `bun:"row_no"`
 	Data     string    `bun:"data"`
+}
+
+// listFilteredSQLite is a list page with the filters of docs/api-contract.md §19.3, read with
+// JSON1 functions, and its exact total, in one statement (one snapshot), as listSQLite. Values
+// are bound, never spliced, so metacharacters match literally.
+func listFilteredSQLite(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	where, args := filterSQLite(nl, q)
+	page, pageArgs := where, slices.Clone(args)
+	if q.After != nil {
+		page += " AND (created_at, id) < (?, ?)"
+		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
+	}
+	pageArgs = append(pageArgs, q.Limit+1)
+	limit := " LIMIT ?"
+	if q.After == nil {
+		limit += " OFFSET ?"
+		pageArgs = append(pageArgs, q.Offset())
+	}
+	query := `
+SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
+FROM (SELECT count(*) AS total FROM subscribers WHERE ` + where + `) AS t
+LEFT JOIN (
+    SELECT id, email, first_name, last_name, status, created_at, attributes, tags FROM subscribers
+    WHERE ` + page + `
+    ORDER BY created_at DESC, id DESC` + limit + `
+) AS s ON true
+ORDER BY s.created_at DESC, s.id DESC`
+	return db.NewRaw(query, append(args, pageArgs...)...).Scan(ctx, dest)
+}
+
+// filterSQLite is the WHERE clause of a filtered list and its arguments.
+func filterSQLite(nl uuid.UUID, q model.ListQuery) (string, []any) {
+	conds := []string{"newsletter_id = ?"}
+	args := []any{nl}
+	if q.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
+	}
+	f := q.Filter
+	for _, t := range f.Tags {
+		conds, args = append(conds, "EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)"), append(args, t)
+	}
+	for _, t := range f.NotTags {
+		conds, args = append(conds, "NOT EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)"), append(args, t)
+	}
+	for _, c := range f.Attributes {
+		// The attribute's JSON text against each probe's (model.AttributeProbes): the key is
+		// bound as a path; keys match [a-z][a-z0-9_]*, so '$."k"' quotes nothing else.
+		path := `$."` + c.Key + `"`
+		probes := model.AttributeProbes(c.Key, c.Value)
+		alts, cargs := make([]string, len(probes)), []any{path}
+		for i, p := range probes {
+			alts[i] = "? -> ?"
+			cargs = append(cargs, string(p), path)
+		}
+		conds, args = append(conds, "(attributes -> ?) IN ("+strings.Join(alts, ", ")+")"), append(args, cargs...)
+	}
+	for _, k := range f.HasAttributes {
+		conds, args = append(conds, "(attributes -> ?) IS NOT NULL"), append(args, `$."`+k+`"`)
+	}
+	if f.CreatedAfter != nil {
+		conds, args = append(conds, "created_at > ?"), append(args, f.CreatedAfter.UTC())
+	}
+	if f.CreatedBefore != nil {
+		conds, args = append(conds, "created_at < ?"), append(args, f.CreatedBefore.UTC())
+	}
+	return strings.Join(conds, " AND "), args
 }

@@ -29,10 +29,9 @@ type subscriberRow struct {
 	Status       string    `bun:"status"`
 	CreatedAt    time.Time `bun:"created_at"`
 	UpdatedAt    time.Time `bun:"updated_at"`
-	// The 1.3 columns (docs/api-contract.md §19), read only where a statement selects every
-	// column (SELECT *), and never written through this row, until their wiring.
-	Attributes string `bun:"attributes,scanonly"`
-	Tags       string `bun:"tags,scanonly"`
+	// The 1.3 columns (docs/api-contract.md §19).
+	Attributes attributesColumn `bun:"attributes"`
+	Tags       tagsColumn       `bun:"tags"`
 }
 
 func (r *subscriberRow) toModel() model.Subscriber {
@@ -45,6 +44,8 @@ func (r *subscriberRow) toModel() model.Subscriber {
 		Status:       model.Status(r.Status),
 		CreatedAt:    r.CreatedAt.UTC(),
 		UpdatedAt:    r.UpdatedAt.UTC(),
+		Attributes:   r.Attributes.model(),
+		Tags:         r.Tags.model(),
 	}
 }
 
@@ -93,6 +94,8 @@ func (s *Subscribers) newRow(nl uuid.UUID, in model.NewSubscriber, now time.Time
 		Status:       string(in.Status),
 		CreatedAt:    now,
 		UpdatedAt:    now,
+		Attributes:   attributesOf(in.Attributes),
+		Tags:         tagsOf(in.Tags),
 	}
 }
 
@@ -108,7 +111,8 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	// is part of the change.
 	c := creation{ID: row.ID, NewsletterID: nl, Email: row.Email, EmailKey: row.EmailKey, FirstName: row.FirstName,
 		LastName: row.LastName, Status: row.Status, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
-		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: row.EmailKey}
+		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: row.EmailKey,
+		Attributes: string(row.Attributes), Tags: row.Tags}
 	hashes := model.EmailHashes(row.Email)
 	c.EmailHash, c.LegacyHash = hashes[0], hashes[len(hashes)-1]
 	if pending {
@@ -316,6 +320,9 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 		return nil, 0, translate(err)
 	}
 	sub := row.toModel()
+	if !q.Filter.Match(sub.Status, sub.CreatedAt, sub.Attributes, sub.Tags) { // §19.3's, ANDed
+		return nil, 0, nil
+	}
 	switch {
 	case q.After != nil && !model.Follows(q.After, sub):
 		return nil, 1, nil
@@ -326,7 +333,7 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 }
 
 // subscriberColumns are subscriberRow's columns, for the prepared statements that read it.
-const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`
+const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at, attributes, tags`
 
 // lockSubscriber reads the newsletter's (?) subscriber id (?) and locks its row until the
 // transaction ends: the first lock every writer of a subscriber takes.
@@ -357,7 +364,7 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // Update applies a patch; what it does to confirmations is model.SubscriberPatch.ConfirmationEffect.
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
-	if p.Email == nil && p.Status == nil {
+	if p.Email == nil && p.Status == nil && p.Attributes == nil && p.Tags == nil {
 		if sub, done, err := s.rename(ctx, nl, id, p.Name); done || err != nil {
 			return sub, err
 		}
@@ -429,19 +436,35 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		if p.Status != nil {
 			row.Status = string(*p.Status)
 		}
-		changed := model.Changes(before, row.toModel())
+		changed := map[string]any{}
+		for k, v := range model.Changes(before, row.toModel()) {
+			changed[k] = v
+		}
+		// docs/api-contract.md §19.2: the merge patch, applied to what the lock holds.
+		if p.Attributes != nil {
+			attrs, prev, verr := model.MergeAttributes(before.Attributes, p.Attributes, "attributes")
+			if verr != nil {
+				return verr
+			}
+			if len(prev) > 0 {
+				row.Attributes, changed["attributes"] = attributesOf(attrs), prev
+			}
+		}
+		if p.Tags != nil && !slices.Equal(p.Tags, before.Tags) {
+			row.Tags, changed["tags"] = tagsOf(p.Tags), before.Tags
+		}
 		if len(changed) == 0 && !retire && !queue {
 			return nil // the values already there: nothing to write, no event (§10.1)
 		}
 		row.UpdatedAt = s.now()
 		if _, err := tx.NewUpdate().Model(&row).WherePK().
-			Column("email", "email_key", "first_name", "last_name", "status", "updated_at").Exec(ctx); err != nil {
+			Column("email", "email_key", "first_name", "last_name", "status", "attributes", "tags", "updated_at").Exec(ctx); err != nil {
 			return translate(err)
 		}
 		if len(changed) > 0 {
 			var err error
 			delivering, err = s.recordEvents(ctx, tx, []model.Event{
-				model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)}, outbox.Interactive)
+				model.NewEventOf(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)}, outbox.Interactive)
 			if err != nil {
 				return err
 			}
@@ -706,4 +729,70 @@ ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.
 	wait := oldest.Add(model.ConfirmationWindow).Sub(now)
 	secs := int((wait + time.Second - 1) / time.Second)
 	return &model.ResendLimitError{RetryAfter: max(secs, 1)}
+}
+
+// ChangeTags adds and removes tags (POST /subscribers/{id}/tags, docs/api-contract.md §19.2)
+// under the subscriber's row lock, read and written in one transaction, so that concurrent
+// changes of different tags never lose each other's. Over model.MaxTags in the result is a
+// *model.ValidationError and changes nothing; a change that leaves the set as it is records
+// no event.
+func (s *Subscribers) ChangeTags(ctx context.Context, nl, id uuid.UUID, c model.TagsChange) (model.Subscriber, error) {
+	var row subscriberRow
+	var delivering bool
+	src := model.SourceFrom(ctx)
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
+		err := s.db.eng.raw(tx, lockSubscriber, nl, id).Scan(ctx, &row)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return translate(err)
+		}
+		before := row.toModel()
+		tags, changed, verr := c.Apply(before.Tags)
+		switch {
+		case verr != nil:
+			return verr
+		case !changed:
+			return nil
+		}
+		row.Tags, row.UpdatedAt = tagsOf(tags), s.now()
+		if _, err := tx.NewUpdate().Model(&row).WherePK().Column("tags", "updated_at").Exec(ctx); err != nil {
+			return translate(err)
+		}
+		delivering, err = s.recordEvents(ctx, tx, []model.Event{model.NewEventOf(model.EventUpdated, row.toModel(),
+			map[string]any{"tags": before.Tags}, src, row.UpdatedAt)}, outbox.Interactive)
+		return err
+	})
+	if err != nil {
+		return model.Subscriber{}, translate(err)
+	}
+	s.deliveriesQueued(delivering)
+	return row.toModel(), nil
+}
+
+// tagCountRow is a row of ListTags.
+type tagCountRow struct {
+	Tag         string `bun:"tag"`
+	Subscribers int64  `bun:"subscribers"`
+}
+
+// ListTags returns up to limit of the newsletter's tags that someone holds, sorted by code
+// point, after the tag after ("" from the first), each with its exact count: the sum of its
+// counter rows (see the migration), which the triggers keep in every write's transaction.
+func (s *Subscribers) ListTags(ctx context.Context, nl uuid.UUID, after string, limit int) ([]model.TagCount, error) {
+	var rows []tagCountRow
+	err := s.idb.NewRaw(`SELECT tag, sum(n) AS subscribers FROM subscriber_tag_counts
+WHERE newsletter_id = ? AND tag > ?
+GROUP BY tag HAVING sum(n) > 0
+ORDER BY tag LIMIT ?`, nl, after, limit).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
+	}
+	out := make([]model.TagCount, len(rows))
+	for i, r := range rows {
+		out[i] = model.TagCount{Tag: r.Tag, Subscribers: r.Subscribers}
+	}
+	return out, nil
 }
