@@ -414,11 +414,17 @@ type engine interface {
 	// Deliveries.Claim) without waiting on another worker's claim.
 	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
-	// stageImport stores a new import with the rows next yields (Imports.Stage), and
-	// skipLocked is the clause with which an import claim passes over rows another worker
-	// holds.
-	stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error
+	// stageImport stores a new import with the rows next yields, duplicates marked
+	// (Imports.Stage), and skipLocked is the clause with which an import claim passes over
+	// rows another worker holds.
+	stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error
 	skipLocked() string
+	// importBatch applies batch b's staged rows in tx, the batch's address locks held
+	// (Imports.Batch): the invalid rows' errors recorded; the suppressed ones, then the
+	// duplicates, skipped; the others created unless the newsletter has the address, with
+	// their created events, the events' deliveries and, for pending ones, confirmation
+	// emails. It returns the counts.
+	importBatch(ctx context.Context, s *Imports, tx bun.IDB, b importBatch) (appliedRows, error)
 
 	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
 	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -59,13 +57,41 @@ func (r *importRow) toModel() model.Import {
 	}
 }
 
-// stagedRow is one row of an import as uploaded.
+// stagedRow is one row of an import, validated and typed at the upload (newStagedRow): a
+// valid row has its address (as given, its key and its hash), names and status; an invalid one
+// only its errors (the JSON object of its field messages). Duplicate marks a valid row whose
+// address an earlier valid row of the file has (markDuplicates). Data is a row staged by an
+// older version as uploaded, still to be validated (typeLegacyRows); nil otherwise.
 type stagedRow struct {
 	bun.BaseModel `bun:"table:import_rows"`
 
-	ImportID uuid.UUID `bun:"import_id,type:uuid"`
-	RowNo    int64     `bun:"row_no"`
-	Data     string    `bun:"data"`
+	ImportID  uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo     int64     `bun:"row_no"`
+	Data      *string   `bun:"data"`
+	Email     string    `bun:"email,nullzero"`
+	EmailKey  string    `bun:"email_key,nullzero"`
+	EmailHash []byte    `bun:"email_hash,nullzero"`
+	FirstName string    `bun:"first_name"`
+	LastName  string    `bun:"last_name"`
+	Status    string    `bun:"status,nullzero"`
+	Errors    string    `bun:"errors,nullzero"`
+	Duplicate bool      `bun:"duplicate"`
+}
+
+// newStagedRow validates row n of import id (data: a JSON object, a CSV row's columns by name
+// or an NDJSON line) by the rules of a create (model.ParseImportRow, def the status of a row
+// that gives none) and returns it as staged.
+func newStagedRow(id uuid.UUID, n int64, data []byte, def model.Status) stagedRow {
+	r := stagedRow{ImportID: id, RowNo: n}
+	ns, verr := model.ParseImportRow(data, def)
+	if verr != nil {
+		msgs, _ := json.Marshal(verr.Fields) // cannot fail: strings
+		r.Errors = string(msgs)
+		return r
+	}
+	r.Email, r.EmailKey, r.EmailHash = ns.Email, model.EmailKey(ns.Email), model.EmailHash(ns.Email)
+	r.FirstName, r.LastName, r.Status = ns.FirstName, ns.LastName, string(ns.Status)
+	return r
 }
 
 // importErrorRow is the errors of one invalid row.
@@ -91,20 +117,43 @@ func NewImports(db *DB) *Imports {
 const sqliteStageBatch = 500
 
 // Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
-// them), durably, before it returns: on PostgreSQL in one transaction, the rows by COPY; on
-// SQLite in short transactions, the import invisible ("uploading") until its last row is
-// stored, so that a long upload never holds the database's write lock. When next fails (a
-// malformed file, a limit, a client that went away) nothing of the import remains, and its
-// error is returned as it is.
+// them), durably, before it returns: each row validated (newStagedRow) and staged typed, and
+// the rows whose address an earlier row has marked (markDuplicates); on PostgreSQL in one
+// transaction, the rows by COPY; on SQLite in short transactions, the import invisible
+// ("uploading") until its last row is stored, so that a long upload never holds the
+// database's write lock. When next fails (a malformed file, a limit, a client that went away)
+// nothing of the import remains, and its error is returned as it is.
 func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]byte, error)) (model.Import, error) {
 	now := s.now()
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
-	if err := s.db.eng.stageImport(ctx, s, &row, next); err != nil {
+	var n int64
+	rows := func() (stagedRow, error) {
+		data, err := next()
+		if err != nil {
+			return stagedRow{}, err
+		}
+		n++
+		return newStagedRow(row.ID, n, data, in.DefaultStatus), nil
+	}
+	if err := s.db.eng.stageImport(ctx, s, &row, rows); err != nil {
 		return model.Import{}, err
 	}
 	return row.toModel(), nil
+}
+
+// markDuplicates marks, in db (the staging's transaction), each valid staged row of import id
+// whose address an earlier valid row has: docs/api-contract.md §15 counts it as existing. It is
+// decided once for the whole file, so that no batch needs another's rows.
+func markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID) error {
+	_, err := db.NewRaw(`UPDATE import_rows SET duplicate = TRUE
+WHERE import_id = ?0 AND row_no IN (
+    SELECT row_no FROM (
+        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
+        FROM import_rows WHERE import_id = ?0 AND email_key IS NOT NULL) AS d
+    WHERE n > 1)`, id).Exec(ctx)
+	return err
 }
 
 // finishStaged sets the row count of a staged import; an empty one is complete at once.
@@ -275,18 +324,18 @@ func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
 // Batch processes the next up to size rows of job in one transaction: it creates the
 // subscribers of the valid rows whose address the newsletter does not have yet (with their
 // events, webhook deliveries and, for pending ones, confirmation emails), records the errors
-// of the invalid rows, and advances the import's counts, extending the lease. It returns what
-// this batch counted and whether the import is finished (completed). A worker that no longer
-// holds the import gets model.ErrImportLost, and nothing of the batch is stored.
+// of the invalid rows, and advances the import's counts, extending the lease. The rows never
+// pass through the service: the engine's importBatch does it in set-based statements over the
+// staged rows. It returns what this batch counted and whether the import is finished
+// (completed). A worker that no longer holds the import gets model.ErrImportLost, and nothing
+// of the batch is stored.
 func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, lease time.Duration) (model.ImportCounts, bool, error) {
 	var (
-		counts     model.ImportCounts
-		done       bool
-		pending    bool
-		delivering bool
+		res  appliedRows
+		done bool
 	)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
+		res, done = appliedRows{}, false
 		var cur importRow
 		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -298,26 +347,30 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		if cur.State != model.ImportRunning || cur.Claim == nil || *cur.Claim != job.Claim {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}
-		var staged []stagedRow
-		if err := tx.NewSelect().Model(&staged).Where("import_id = ? AND row_no > ?", job.ID, cur.Processed).
-			OrderExpr("row_no").Limit(size).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
 		now := s.now()
-		res, err := s.applyRows(ctx, tx, &cur, staged, now)
-		if err != nil {
+		// The rows are numbered 1 to row_count and removed once processed: the batch is the
+		// next size of them.
+		b := importBatch{Import: cur.ID, Newsletter: cur.NewsletterID, After: cur.Processed,
+			Last: cur.Processed + int64(size), Now: now, Traceparent: traceparent(ctx),
+			Source: model.APISource(cur.KeyPrefix)}
+		if err := s.typeLegacyRows(ctx, tx, b, model.Status(cur.DefaultStatus)); err != nil {
 			return err
 		}
-		counts, pending, delivering = res.counts, res.pending, res.delivering
-		cur.Processed += counts.Processed
-		cur.Created += counts.Created
-		cur.Existing += counts.Existing
-		cur.Suppressed += counts.Suppressed
-		cur.Invalid += counts.Invalid
+		if err := s.lockStagedKeys(ctx, tx, b); err != nil {
+			return err
+		}
+		if res, err = s.db.eng.importBatch(ctx, s, tx, b); err != nil {
+			return err
+		}
+		cur.Processed += res.counts.Processed
+		cur.Created += res.counts.Created
+		cur.Existing += res.counts.Existing
+		cur.Suppressed += res.counts.Suppressed
+		cur.Invalid += res.counts.Invalid
 		cur.UpdatedAt = now
 		leaseUntil := now.Add(lease)
 		cur.LeaseUntil = &leaseUntil
-		if cur.Processed >= cur.RowCount || len(staged) == 0 {
+		if cur.Processed >= cur.RowCount || res.counts.Processed == 0 {
 			done = true
 			cur.State, cur.FinishedAt, cur.Claim, cur.LeaseUntil = model.ImportCompleted, &now, nil, nil
 		}
@@ -326,12 +379,12 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 			WherePK().Exec(ctx); err != nil {
 			return err
 		}
-		if len(staged) > 0 {
+		if res.counts.Processed > 0 {
 			// The staged rows are not needed once their outcome is committed. Bounded below
 			// too: the index's entries of the rows deleted before are dead but still there
 			// until a vacuum, and "row_no <= last" walked all of them in every batch.
 			if _, err := tx.NewDelete().Table("import_rows").
-				Where("import_id = ? AND row_no BETWEEN ? AND ?", job.ID, staged[0].RowNo, staged[len(staged)-1].RowNo).Exec(ctx); err != nil {
+				Where("import_id = ? AND row_no > ? AND row_no <= ?", b.Import, b.After, b.Last).Exec(ctx); err != nil {
 				return err
 			}
 		}
@@ -340,105 +393,100 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 	if err != nil {
 		return model.ImportCounts{}, false, translate(err)
 	}
-	if pending {
+	if res.pending {
 		s.queued(emailQueue)
 	}
-	s.deliveriesQueued(delivering)
-	return counts, done, nil
+	s.deliveriesQueued(res.delivering)
+	return res.counts, done, nil
 }
 
+// importBatch is one batch of an import: the staged rows numbered After+1 to Last of Import
+// into Newsletter, at Now, with the events' traceparent (the batch's span) and source (the
+// upload's key).
+type importBatch struct {
+	Import, Newsletter uuid.UUID
+	After, Last        int64
+	Now                time.Time
+	Traceparent        string
+	Source             model.EventSource
+}
+
+// appliedRows is what a batch did: its counts (Rows unset), and whether it queued
+// confirmation emails and, where the engine knows, webhook deliveries.
 type appliedRows struct {
 	counts              model.ImportCounts
 	pending, delivering bool
 }
 
-// applyRows decides the outcome of each staged row and stores it, in tx.
-func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, staged []stagedRow, now time.Time) (appliedRows, error) {
-	var out appliedRows
-	out.counts.Processed = int64(len(staged))
-	var errRows []importErrorRow
-	var valid []subscriberRow
-	for _, st := range staged {
-		ns, verr := model.ParseImportRow([]byte(st.Data), model.Status(imp.DefaultStatus))
-		if verr != nil {
-			msgs, _ := json.Marshal(verr.Fields)
-			errRows = append(errRows, importErrorRow{ImportID: imp.ID, RowNo: st.RowNo, Errors: string(msgs)})
-			continue
-		}
-		valid = append(valid, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
-			Email: ns.Email, EmailKey: model.EmailKey(ns.Email), FirstName: ns.FirstName, LastName: ns.LastName,
-			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now})
+// batchCounts are the counts a batch's statements return; existing is what remains.
+type batchCounts struct {
+	Processed  int64 `bun:"processed"`
+	Invalid    int64 `bun:"invalid"`
+	Suppressed int64 `bun:"suppressed"`
+	Created    int64 `bun:"created"`
+	Pending    int64 `bun:"pending"`
+}
+
+func (c batchCounts) applied() appliedRows {
+	return appliedRows{counts: model.ImportCounts{Processed: c.Processed, Created: c.Created, Suppressed: c.Suppressed,
+		Invalid: c.Invalid, Existing: c.Processed - c.Invalid - c.Suppressed - c.Created}, pending: c.Pending > 0}
+}
+
+// lockStagedKeys takes, in tx, the address locks of the batch's valid rows before the batch
+// reads the suppression list, as every write that subscribes an address does (see
+// store.checkNotSuppressed): a suppression committed while the batch waited is seen.
+func (s *Imports) lockStagedKeys(ctx context.Context, tx bun.IDB, b importBatch) error {
+	var keys []string
+	if err := tx.NewRaw(`SELECT DISTINCT email_key FROM import_rows
+WHERE import_id = ? AND row_no > ? AND row_no <= ? AND email_key IS NOT NULL`, b.Import, b.After, b.Last).
+		Scan(ctx, &keys); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
 	}
-	out.counts.Invalid = int64(len(errRows))
-	if len(errRows) > 0 {
-		if _, err := tx.NewInsert().Model(&errRows).Exec(ctx); err != nil {
-			return out, err
-		}
+	return s.lockKeys(ctx, tx, b.Newsletter, keys)
+}
+
+// typeLegacyRows validates the batch's rows that an older version staged as uploaded (data)
+// and stores them typed, then marks the duplicates among them (earlier batches' addresses are
+// in the newsletter by now, and count as existing there).
+func (s *Imports) typeLegacyRows(ctx context.Context, tx bun.IDB, b importBatch, def model.Status) error {
+	var legacy []stagedRow
+	if err := tx.NewSelect().Model(&legacy).Column("row_no", "data").
+		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).
+		Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
 	}
-	if len(valid) == 0 {
-		return out, nil
+	if len(legacy) == 0 {
+		return nil
 	}
-	// docs/api-contract.md §13: a suppressed address is not subscribed, and this is checked
-	// before the uniqueness rule. The check takes each address's lock, as a suppression does,
-	// so that one committing meanwhile is seen.
-	emails := make([]string, len(valid))
-	for i, c := range valid {
-		emails[i] = c.Email
+	typed := make([]stagedRow, len(legacy))
+	for i, r := range legacy {
+		typed[i] = newStagedRow(b.Import, r.RowNo, []byte(*r.Data), def)
 	}
-	var supp *model.SuppressedError
-	if err := s.checkNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
-		return out, err
+	if _, err := tx.NewDelete().Table("import_rows").
+		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).Exec(ctx); err != nil {
+		return err
 	}
-	cands := make([]subscriberRow, 0, len(valid))
-	seen := make(map[string]bool, len(valid))
-	var suppressed map[int]model.SuppressionReason
-	if supp != nil {
-		suppressed = supp.Reasons
+	if _, err := tx.NewInsert().Model(&typed).Exec(ctx); err != nil {
+		return err
 	}
-	for i, c := range valid {
-		if _, ok := suppressed[i]; ok {
-			out.counts.Suppressed++
-			continue
-		}
-		if seen[c.EmailKey] { // earlier in the file
-			out.counts.Existing++
-			continue
-		}
-		seen[c.EmailKey] = true
-		cands = append(cands, c)
+	_, err := tx.NewRaw(`UPDATE import_rows SET duplicate = TRUE
+WHERE import_id = ?0 AND row_no IN (
+    SELECT row_no FROM (
+        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
+        FROM import_rows WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND email_key IS NOT NULL) AS d
+    WHERE n > 1)`, b.Import, b.After, b.Last).Exec(ctx)
+	return err
+}
+
+// eventSourceJSON is the "source" object of the events model.NewEvent makes for src: the
+// events a batch builds in SQL carry it as it is.
+func eventSourceJSON(src model.EventSource) string {
+	ev := model.NewEvent(model.EventCreated, model.Subscriber{}, nil, src, time.Time{})
+	var w struct {
+		Data struct {
+			Source json.RawMessage `json:"source"`
+		} `json:"data"`
 	}
-	if len(cands) == 0 {
-		return out, nil
-	}
-	// Keys in order, as insertMany takes them, so that concurrent writers never deadlock.
-	slices.SortFunc(cands, func(a, b subscriberRow) int { return strings.Compare(a.EmailKey, b.EmailKey) })
-	var inserted []uuid.UUID
-	if err := tx.NewInsert().Model(&cands).On("CONFLICT (newsletter_id, email_key) DO NOTHING").
-		Returning("id").Scan(ctx, &inserted); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return out, err
-	}
-	created := make(map[uuid.UUID]bool, len(inserted))
-	for _, id := range inserted {
-		created[id] = true
-	}
-	src := model.APISource(imp.KeyPrefix)
-	var evs []model.Event
-	var pendingRows []subscriberRow
-	for _, c := range cands {
-		if !created[c.ID] { // the newsletter has the address: nothing about it changes
-			out.counts.Existing++
-			continue
-		}
-		out.counts.Created++
-		evs = append(evs, model.NewEvent(model.EventCreated, c.toModel(), nil, src, now))
-		if c.Status == string(model.StatusPending) {
-			pendingRows = append(pendingRows, c)
-		}
-	}
-	var err error
-	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
-		return out, err
-	}
-	out.pending = len(pendingRows) > 0
-	return out, queueConfirmations(ctx, tx, pendingRows)
+	_ = json.Unmarshal(ev.Payload, &w) // model.NewEvent's own JSON
+	return string(w.Data.Source)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -489,14 +490,14 @@ SELECT count(*) FROM s`)
 
 // stageImport stages an import in one transaction on a connection of its own, the rows by COPY
 // (Imports.Stage).
-func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
+func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error {
 	return s.stagePostgres(ctx, row, next)
 }
 
 // skipLocked passes over the rows another worker's claim holds.
 func (*pgEngine) skipLocked() string { return " FOR UPDATE SKIP LOCKED" }
 
-func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
+func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() (stagedRow, error)) (err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return translate(err)
@@ -516,7 +517,8 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	cr := &copyReader{next: next, id: row.ID.String()}
-	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
+	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, email, email_key, email_hash, "+
+		"first_name, last_name, status, errors) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}
@@ -524,6 +526,9 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	n, _ := res.RowsAffected()
+	if err := markDuplicates(ctx, conn, row.ID); err != nil {
+		return translate(err)
+	}
 	now := s.now()
 	finishStaged(row, n, now)
 	if _, err := conn.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx); err != nil {
@@ -543,13 +548,13 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	return nil
 }
 
-// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB data"
-// lines, data escaped as COPY's text format wants. It fills each read as far as it can, so
+// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB email
+// TAB email_key TAB email_hash TAB first_name TAB last_name TAB status TAB errors" lines,
+// escaped as COPY's text format wants, \N for NULL. It fills each read as far as it can, so
 // that one COPY message carries many rows.
 type copyReader struct {
-	next func() ([]byte, error)
+	next func() (stagedRow, error)
 	id   string
-	row  int64
 	buf  []byte
 	err  error
 }
@@ -561,13 +566,12 @@ func (r *copyReader) Read(p []byte) (int, error) {
 			if r.err != nil {
 				break
 			}
-			data, err := r.next()
+			row, err := r.next()
 			if err != nil {
 				r.err = err
 				break
 			}
-			r.row++
-			r.buf = appendCopyLine(r.buf[:0], r.id, r.row, data)
+			r.buf = appendCopyLine(r.buf[:0], r.id, &row)
 		}
 		c := copy(p[n:], r.buf)
 		r.buf = r.buf[c:]
@@ -579,13 +583,32 @@ func (r *copyReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
+func appendCopyLine(b []byte, id string, row *stagedRow) []byte {
 	b = append(b, id...)
 	b = append(b, '\t')
-	b = strconv.AppendInt(b, row, 10)
-	b = append(b, '\t')
-	for _, c := range data {
-		switch c {
+	b = strconv.AppendInt(b, row.RowNo, 10)
+	if row.Errors != "" {
+		b = append(b, "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t"...)
+		b = appendCopyText(b, row.Errors)
+		return append(b, '\n')
+	}
+	for _, f := range []string{row.Email, row.EmailKey} {
+		b = append(b, '\t')
+		b = appendCopyText(b, f)
+	}
+	b = append(b, "\t\\\\x"...) // bytea's hex form, its backslash escaped
+	b = hex.AppendEncode(b, row.EmailHash)
+	for _, f := range []string{row.FirstName, row.LastName, row.Status} {
+		b = append(b, '\t')
+		b = appendCopyText(b, f)
+	}
+	return append(b, "\t\\N\n"...)
+}
+
+// appendCopyText appends s escaped for COPY's text format.
+func appendCopyText(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
 		case '\\':
 			b = append(b, '\\', '\\')
 		case '\n':
@@ -598,5 +621,79 @@ func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
 			b = append(b, c)
 		}
 	}
-	return append(b, '\n')
+	return b
 }
+
+// importBatch is one statement (importBatchStmt) over the batch's staged rows.
+func (e *pgEngine) importBatch(ctx context.Context, _ *Imports, tx bun.IDB, b importBatch) (appliedRows, error) {
+	var c batchCounts
+	err := e.queryRow(ctx, tx, importBatchStmt, &c, b.Import, b.Newsletter, b.After, b.Last, b.Now,
+		model.FormatTime(b.Now), string(model.EventCreated), b.Traceparent, eventSourceJSON(b.Source))
+	return c.applied(), err
+}
+
+// jsonStringPG is the SQL expression of the JSON string of the text expression x, written as
+// Go's encoding/json writes it (model.NewEvent): PostgreSQL's to_json escapes quotes,
+// backslashes and control characters as Go does, and Go also escapes <, >, & and the line and
+// paragraph separators.
+func jsonStringPG(x string) string {
+	return `replace(replace(replace(replace(replace(to_json(` + x + `)::text, '<', '\u003c'), '>', '\u003e'), '&', '\u0026'), ` +
+		`U&'\2028', '\u2028'), U&'\2029', '\u2029')`
+}
+
+// importBatchStmt is pgEngine.importBatch's statement, prepared (see statement): $1 the import,
+// $2 its newsletter, $3 and $4 the batch's rows (row_no after $3, up to $4), $5 the time, $6
+// the same in the contract's form, $7 the event type (subscriber.created), $8 the events'
+// traceparent, $9 their source object. Its parts, in one snapshot:
+//   - b: the batch's rows, each valid one checked against the suppression list by its hash
+//     (the caller holds the addresses' locks, so a suppression committed meanwhile is seen; a
+//     second hash to match is one more value in the IN list);
+//   - e: the invalid rows' errors;
+//   - s: the subscribers of the valid rows neither suppressed nor duplicates, unless the
+//     newsletter has the address (ON CONFLICT … DO NOTHING: then existing), in key order as
+//     every multi-row insert, ids made in SQL (uuid_v7);
+//   - ev, d, m: their created events (the JSON model.NewEvent writes, pinned by a test), the
+//     events' deliveries (queueDeliveriesSQL) and the pending ones' confirmation emails;
+// and it returns the counts. The subscriber counters follow by their trigger.
+var importBatchStmt = newStatement("INSERT", "subscribers", `WITH b AS (
+    SELECT r.row_no, r.email, r.email_key, r.first_name, r.last_name, r.status, r.errors, r.duplicate,
+        r.errors IS NULL AND EXISTS (
+            SELECT 1 FROM suppressions AS x
+            WHERE x.newsletter_id = $2::uuid AND x.email_hash IN (r.email_hash)) AS suppressed
+    FROM import_rows AS r
+    WHERE r.import_id = $1::uuid AND r.row_no > $3::bigint AND r.row_no <= $4::bigint),
+e AS (
+    INSERT INTO import_errors (import_id, row_no, errors)
+    SELECT $1::uuid, row_no, errors FROM b WHERE errors IS NOT NULL),
+s AS (
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+    SELECT uuid_v7(), $2::uuid, email, email_key, first_name, last_name, status, $5::timestamptz, $5::timestamptz
+    FROM b WHERE errors IS NULL AND NOT suppressed AND NOT duplicate
+    ORDER BY email_key COLLATE "C"
+    ON CONFLICT (newsletter_id, email_key) DO NOTHING
+    RETURNING id, newsletter_id, email, first_name, last_name, status),
+n AS (
+    SELECT uuid_v7() AS event_id, id, newsletter_id, email, first_name, last_name, status FROM s),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT event_id, newsletter_id, id, $7::text,
+        '{"id":"' || event_id || '","type":"' || $7::text || '","timestamp":"' || $6::text ||
+        '","data":{"subscriber":{"id":"' || id || '","email":' || `+jsonStringPG("email")+` ||
+        ',"name":' || `+jsonStringPG(`CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END`)+` ||
+        ',"status":"' || status || '","created_at":"' || $6::text || '"},"previous":{},"source":' || $9::text || '}}',
+        $8::text, $5::timestamptz
+    FROM n
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesSQL+`),
+m AS (
+    INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
+        traceparent, created_at, updated_at)
+    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', '`+StatePending+`', 0, $5::timestamptz, '',
+        $8::text, $5::timestamptz, $5::timestamptz
+    FROM s WHERE status = '`+string(model.StatusPending)+`')
+SELECT count(*) AS processed,
+    count(*) FILTER (WHERE errors IS NOT NULL) AS invalid,
+    count(*) FILTER (WHERE suppressed) AS suppressed,
+    (SELECT count(*) FROM s) AS created,
+    (SELECT count(*) FROM s WHERE status = '`+string(model.StatusPending)+`') AS pending
+FROM b`)

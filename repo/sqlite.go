@@ -428,14 +428,14 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // stageImport stages an import in short transactions, the import hidden until its last row is
 // stored, so that a long upload never holds the write lock (Imports.Stage).
-func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() ([]byte, error)) error {
+func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error {
 	return s.stageSQLite(ctx, row, next)
 }
 
 // skipLocked is nothing: the immediate transaction already excludes every other writer.
 func (*sqliteEngine) skipLocked() string { return "" }
 
-func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() ([]byte, error)) (err error) {
+func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (stagedRow, error)) (err error) {
 	row.State = model.ImportUploading
 	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
 		return translate(err)
@@ -467,7 +467,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 		return translate(err)
 	}
 	for {
-		data, err := next()
+		r, err := next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -475,7 +475,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			return err
 		}
 		n++
-		batch = append(batch, stagedRow{ImportID: row.ID, RowNo: n, Data: string(data)})
+		batch = append(batch, r)
 		if len(batch) == sqliteStageBatch {
 			if err := flush(); err != nil {
 				return err
@@ -486,6 +486,68 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 		return err
 	}
 	finishStaged(row, n, s.now())
-	_, err = s.idb.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
-	return translate(err)
+	return translate(s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		if err := markDuplicates(ctx, tx, row.ID); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+		return err
+	}))
 }
+
+// importBatch applies the batch in a few statements (see importBatchSQLite); the created
+// subscribers come back to make their events with model.NewEvent, as the other writes do.
+func (*sqliteEngine) importBatch(ctx context.Context, s *Imports, tx bun.IDB, b importBatch) (appliedRows, error) {
+	var c batchCounts
+	if err := tx.NewRaw(`SELECT count(*) AS processed,
+    coalesce(sum(errors IS NOT NULL), 0) AS invalid,
+    coalesce(sum(errors IS NULL AND `+stagedSuppressedSQLite+`), 0) AS suppressed
+FROM import_rows AS r WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3`,
+		b.Import, b.Newsletter, b.After, b.Last).Scan(ctx, &c); err != nil {
+		return appliedRows{}, err
+	}
+	if _, err := tx.NewRaw(`INSERT INTO import_errors (import_id, row_no, errors)
+SELECT import_id, row_no, errors FROM import_rows
+WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b.Import, b.After, b.Last).Exec(ctx); err != nil {
+		return appliedRows{}, err
+	}
+	ms := b.Now.UnixMilli()
+	var created []subscriberRow
+	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+SELECT `+uuidV7SQLite+`, ?1, email, email_key, first_name, last_name, status, ?5, ?5
+FROM import_rows AS r
+WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3 AND r.errors IS NULL AND NOT r.duplicate
+    AND NOT `+stagedSuppressedSQLite+`
+ON CONFLICT (newsletter_id, email_key) DO NOTHING
+RETURNING id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`,
+		b.Import, b.Newsletter, b.After, b.Last, fmt.Sprintf("%08x-%04x-7", ms>>16, ms&0xffff), b.Now).
+		Scan(ctx, &created); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return appliedRows{}, err
+	}
+	c.Created = int64(len(created))
+	evs := make([]model.Event, len(created))
+	var pending []subscriberRow
+	for i, r := range created {
+		evs[i] = model.NewEvent(model.EventCreated, r.toModel(), nil, b.Source, b.Now)
+		if r.Status == string(model.StatusPending) {
+			pending = append(pending, r)
+		}
+	}
+	c.Pending = int64(len(pending))
+	out := c.applied()
+	var err error
+	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
+		return out, err
+	}
+	return out, queueConfirmations(ctx, tx, pending)
+}
+
+// stagedSuppressedSQLite is the condition that the staged row r's address is on the
+// suppression list of the newsletter ?1 (by its hash; a second hash to match is one more
+// value in the IN list).
+const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.newsletter_id = ?1 AND x.email_hash IN (r.email_hash))`
+
+// uuidV7SQLite is a UUID version 7 in SQL, as uuid.NewV7 makes them: ?4 its time part, the
+// text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
+const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
+    substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`
