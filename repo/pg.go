@@ -653,8 +653,9 @@ func jsonStringPG(x string) string {
 //     newsletter has the address (ON CONFLICT … DO NOTHING: then existing), in key order as
 //     every multi-row insert, ids made in SQL (uuid_v7);
 //   - ev, d, m: their created events (the JSON model.NewEvent writes, pinned by a test), the
-//     events' deliveries (queueDeliveriesSQL) and the pending ones' confirmation emails;
-// and it returns the counts. The subscriber counters follow by their trigger.
+//     events' deliveries (queueDeliveriesSQL) and the pending ones' confirmation emails.
+//
+// It returns the counts. The subscriber counters follow by their trigger.
 var importBatchStmt = newStatement("INSERT", "subscribers", `WITH b AS (
     SELECT r.row_no, r.email, r.email_key, r.first_name, r.last_name, r.status, r.errors, r.duplicate,
         r.errors IS NULL AND EXISTS (
