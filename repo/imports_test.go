@@ -149,7 +149,7 @@ func TestImportFileOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	imp := runImport(t, db, nl, 2,
-		`{"email":"a@example.com","name":"First"}`, // 1 created
+		`{"email":"a@example.com","name":"First"}`,  // 1 created
 		`{"email":"b@example.com","status":"nope"}`, // 2 invalid
 		`{"email":"B@example.com","name":"Valid"}`,  // 3 created: the earlier one was invalid
 		`{"email":"A@EXAMPLE.com","name":"Second"}`, // 4 existing: earlier in the file (another batch)
