@@ -425,6 +425,9 @@ type engine interface {
 	// their created events, the events' deliveries and, for pending ones, confirmation
 	// emails. It returns the counts.
 	importBatch(ctx context.Context, s *Imports, tx bun.IDB, b importBatch) (appliedRows, error)
+	// markDuplicates marks each valid staged row of import id numbered after after up to
+	// last whose address an earlier one of them has (stagedRow.Duplicate).
+	markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error
 
 	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
 	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does

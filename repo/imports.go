@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -146,14 +147,8 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]
 // markDuplicates marks, in db (the staging's transaction), each valid staged row of import id
 // whose address an earlier valid row has: docs/api-contract.md §15 counts it as existing. It is
 // decided once for the whole file, so that no batch needs another's rows.
-func markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID) error {
-	_, err := db.NewRaw(`UPDATE import_rows SET duplicate = TRUE
-WHERE import_id = ?0 AND row_no IN (
-    SELECT row_no FROM (
-        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
-        FROM import_rows WHERE import_id = ?0 AND email_key IS NOT NULL) AS d
-    WHERE n > 1)`, id).Exec(ctx)
-	return err
+func (s *Imports) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID) error {
+	return s.db.eng.markDuplicates(ctx, db, id, 0, math.MaxInt64)
 }
 
 // finishStaged sets the row count of a staged import; an empty one is complete at once.
@@ -469,13 +464,7 @@ func (s *Imports) typeLegacyRows(ctx context.Context, tx bun.IDB, b importBatch,
 	if _, err := tx.NewInsert().Model(&typed).Exec(ctx); err != nil {
 		return err
 	}
-	_, err := tx.NewRaw(`UPDATE import_rows SET duplicate = TRUE
-WHERE import_id = ?0 AND row_no IN (
-    SELECT row_no FROM (
-        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
-        FROM import_rows WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND email_key IS NOT NULL) AS d
-    WHERE n > 1)`, b.Import, b.After, b.Last).Exec(ctx)
-	return err
+	return s.db.eng.markDuplicates(ctx, tx, b.Import, b.After, b.Last)
 }
 
 // eventSourceJSON is the "source" object of the events model.NewEvent makes for src: the

@@ -487,7 +487,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 	}
 	finishStaged(row, n, s.now())
 	return translate(s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		if err := markDuplicates(ctx, tx, row.ID); err != nil {
+		if err := s.markDuplicates(ctx, tx, row.ID); err != nil {
 			return err
 		}
 		_, err := tx.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
@@ -551,3 +551,15 @@ const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.
 // text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
 const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
     substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`
+
+// markDuplicates finds the rows by an IN list, which SQLite builds once.
+func (*sqliteEngine) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error {
+	_, err := db.NewRaw(`UPDATE import_rows SET duplicate = TRUE
+WHERE import_id = ?0 AND row_no IN (
+    SELECT row_no FROM (
+        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
+        FROM import_rows
+        WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND email_key IS NOT NULL) AS d
+    WHERE n > 1)`, id, after, last).Exec(ctx)
+	return err
+}
