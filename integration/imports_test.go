@@ -571,13 +571,14 @@ func TestImportBatchSpansAndMetrics(t *testing.T) {
 	m := telemetry.NewMetrics("test")
 	const upload = "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
 	rows := []string{`{"email":"a@example.com"}`, `{"email":"b@example.com"}`, `{"email":"nope"}`}
-	next := func() ([]byte, error) {
+	next := func() (map[string]any, error) {
 		if len(rows) == 0 {
 			return nil, io.EOF
 		}
-		r := rows[0]
+		var obj map[string]any
+		err := json.Unmarshal([]byte(rows[0]), &obj)
 		rows = rows[1:]
-		return []byte(r), nil
+		return obj, err
 	}
 	imp, err := repo.NewImports(e.db).Stage(context.Background(), model.NewImport{NewsletterID: e.nl, Format: model.ImportNDJSON,
 		DefaultStatus: model.StatusActive, KeyPrefix: "sk_test", Traceparent: upload}, next)

@@ -79,12 +79,10 @@ type stagedRow struct {
 	Duplicate bool      `bun:"duplicate"`
 }
 
-// newStagedRow validates row n of import id (data: a JSON object, a CSV row's columns by name
-// or an NDJSON line) by the rules of a create (model.ParseImportRow, def the status of a row
-// that gives none) and returns it as staged.
-func newStagedRow(id uuid.UUID, n int64, data []byte, def model.Status) stagedRow {
+// newStagedRow is row n of import id as staged: the subscriber it validated as, or its
+// errors.
+func newStagedRow(id uuid.UUID, n int64, ns model.NewSubscriber, verr *model.ValidationError) stagedRow {
 	r := stagedRow{ImportID: id, RowNo: n}
-	ns, verr := model.ParseImportRow(data, def)
 	if verr != nil {
 		msgs, _ := json.Marshal(verr.Fields) // cannot fail: strings
 		r.Errors = string(msgs)
@@ -117,26 +115,28 @@ func NewImports(db *DB) *Imports {
 // sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
 const sqliteStageBatch = 500
 
-// Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
-// them), durably, before it returns: each row validated (newStagedRow) and staged typed, and
+// Stage stores a new import with every row next yields (a row's object: a CSV row's columns
+// by name or an NDJSON line's; io.EOF ends them), durably, before it returns: each row
+// validated (newStagedRow) and staged typed, and
 // the rows whose address an earlier row has marked (markDuplicates); on PostgreSQL in one
 // transaction, the rows by COPY; on SQLite in short transactions, the import invisible
 // ("uploading") until its last row is stored, so that a long upload never holds the
 // database's write lock. When next fails (a malformed file, a limit, a client that went away)
 // nothing of the import remains, and its error is returned as it is.
-func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]byte, error)) (model.Import, error) {
+func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() (map[string]any, error)) (model.Import, error) {
 	now := s.now()
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
 	var n int64
 	rows := func() (stagedRow, error) {
-		data, err := next()
+		obj, err := next()
 		if err != nil {
 			return stagedRow{}, err
 		}
 		n++
-		return newStagedRow(row.ID, n, data, in.DefaultStatus), nil
+		ns, verr := model.ParseImportObject(obj, in.DefaultStatus)
+		return newStagedRow(row.ID, n, ns, verr), nil
 	}
 	if err := s.db.eng.stageImport(ctx, s, &row, rows); err != nil {
 		return model.Import{}, err
@@ -455,7 +455,8 @@ func (s *Imports) typeLegacyRows(ctx context.Context, tx bun.IDB, b importBatch,
 	}
 	typed := make([]stagedRow, len(legacy))
 	for i, r := range legacy {
-		typed[i] = newStagedRow(b.Import, r.RowNo, []byte(*r.Data), def)
+		ns, verr := model.ParseImportRow([]byte(*r.Data), def)
+		typed[i] = newStagedRow(b.Import, r.RowNo, ns, verr)
 	}
 	if _, err := tx.NewDelete().Table("import_rows").
 		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).Exec(ctx); err != nil {

@@ -20,13 +20,14 @@ func runImport(t *testing.T, db *repo.DB, nl uuid.UUID, size int, rows ...string
 	t.Helper()
 	ctx := context.Background()
 	imports := repo.NewImports(db)
-	next := func() ([]byte, error) {
+	next := func() (map[string]any, error) {
 		if len(rows) == 0 {
 			return nil, io.EOF
 		}
-		r := rows[0]
+		var obj map[string]any
+		err := json.Unmarshal([]byte(rows[0]), &obj)
 		rows = rows[1:]
-		return []byte(r), nil
+		return obj, err
 	}
 	imp, err := imports.Stage(ctx, model.NewImport{NewsletterID: nl, Format: model.ImportNDJSON,
 		DefaultStatus: model.StatusActive, KeyPrefix: "sk_pin", Traceparent: ""}, next)
