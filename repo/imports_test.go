@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -209,5 +210,36 @@ VALUES (?, ?, 'queued', 'ndjson', 'pending', 'sk_old', '', 4, 0, 0, 0, 0, 0, ?, 
 	var pending int
 	if err := db.NewRaw("SELECT count(*) FROM email_outbox").Scan(ctx, &pending); err != nil || pending != 1 {
 		t.Errorf("%d confirmation emails (%v), want 1: x@ took the import's default, pending", pending, err)
+	}
+}
+
+// TestImportSlowUpload: an upload that takes longer than the statement timeout is stored, and
+// the batches then run under the timeout as usual.
+func TestImportSlowUpload(t *testing.T) {
+	db, err := repo.Open(pg.Fresh(t), repo.Options{StatementTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	created, err := repo.NewAccounts(db).CreateNewsletter(context.Background(), "slow", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	next := func() (map[string]any, error) {
+		if n == 4 {
+			return nil, io.EOF
+		}
+		n++
+		time.Sleep(150 * time.Millisecond)
+		return map[string]any{"email": fmt.Sprintf("slow%d@example.com", n)}, nil
+	}
+	imp, err := repo.NewImports(db).Stage(context.Background(), model.NewImport{NewsletterID: created.ID, Format: model.ImportNDJSON,
+		DefaultStatus: model.StatusActive, KeyPrefix: "sk_slow"}, next)
+	if err != nil {
+		t.Fatalf("a 600 ms upload with a 300 ms statement timeout: %v", err)
+	}
+	if got := finishImport(t, db, created.ID, imp.ID, 10); got.Counts.Created != 4 {
+		t.Errorf("counts = %+v, want 4 created", got.Counts)
 	}
 }

@@ -516,6 +516,14 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.NewInsert().Model(row).Exec(ctx); err != nil {
 		return translate(err)
 	}
+	// The COPY lasts as long as the upload arrives, which may take minutes (docs/api-contract.md
+	// §15.1): the statement timeout, meant for the server's own work, would cut an upload
+	// from a slow client (or on a busy machine) after 25 s. The COPY is bounded by the
+	// request instead: when its context ends the connection is dropped and the server rolls
+	// back. The statements after it have the timeout again.
+	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+		return translate(err)
+	}
 	cr := &copyReader{next: next, id: row.ID.String()}
 	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, email, email_key, email_hash, "+
 		"first_name, last_name, status, errors) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
@@ -526,6 +534,9 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 		return translate(err)
 	}
 	n, _ := res.RowsAffected()
+	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout TO DEFAULT"); err != nil {
+		return translate(err)
+	}
 	if err := s.markDuplicates(ctx, conn, row.ID); err != nil {
 		return translate(err)
 	}
