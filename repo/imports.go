@@ -117,12 +117,12 @@ const sqliteStageBatch = 500
 
 // Stage stores a new import with every row next yields (a row's object: a CSV row's columns
 // by name or an NDJSON line's; io.EOF ends them), durably, before it returns: each row
-// validated (newStagedRow) and staged typed, and
-// the rows whose address an earlier row has marked (markDuplicates); on PostgreSQL in one
-// transaction, the rows by COPY; on SQLite in short transactions, the import invisible
-// ("uploading") until its last row is stored, so that a long upload never holds the
-// database's write lock. When next fails (a malformed file, a limit, a client that went away)
-// nothing of the import remains, and its error is returned as it is.
+// validated (model.ParseImportObject) and staged typed, and the rows whose address an earlier
+// row has marked (markDuplicates); on PostgreSQL in one transaction, the rows by COPY; on
+// SQLite in short transactions, the import invisible ("uploading") until its last row is
+// stored, so that a long upload never holds the database's write lock. When next fails (a
+// malformed file, a limit, a client that went away) nothing of the import remains, and its
+// error is returned as it is.
 func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() (map[string]any, error)) (model.Import, error) {
 	now := s.now()
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
