@@ -222,7 +222,7 @@ func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins
 	defer conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+subs) //nolint:errcheck // best effort
 	start = time.Now()
 	_, err = conn.ExecContext(ctx, `INSERT INTO `+subs+` (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-SELECT gen_random_uuid(), $1, email, lower(email), split_part(name, ' ', 1), substr(name, length(split_part(name, ' ', 1)) + 2),
+SELECT gen_random_uuid(), ?, email, lower(email), split_part(name, ' ', 1), substr(name, length(split_part(name, ' ', 1)) + 2),
     status, now(), now()
 FROM `+table+`
 ON CONFLICT (newsletter_id, email_key) DO NOTHING`, b.rep.Meta.Newsletter)
