@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
@@ -13,7 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/subscriberd/subscriberd/internal/bench/baseline"
 )
 
 // ImportScenario is the name of the import scenario (docs/api-contract.md §15): -import-rows
@@ -196,7 +201,12 @@ func (b *bench) getImport(ctx context.Context, id string) (importState, error) {
 // INCLUDING ALL: columns, defaults, keys and indexes, no triggers or foreign keys), and drops
 // both: what the database itself needs to take the rows in, and to store them as subscribers.
 func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins time.Duration, err error) {
-	conn, err := b.db.Conn(ctx)
+	// A pool of its own: the baseline pool's reads time out after pgdriver's 10 s, and one
+	// INSERT of a million rows takes longer.
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(b.cfg.databaseURL),
+		pgdriver.WithReadTimeout(10*time.Minute), pgdriver.WithApplicationName(baseline.ApplicationName))), pgdialect.New())
+	defer db.Close()
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
