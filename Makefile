@@ -3,7 +3,8 @@
 .PHONY: run test build fmt bench
 
 run:
-	go build -o bin/subscriberd ./cmd/subscriberd && exec bin/subscriberd dev
+	@test -x bin/subscriberd || echo "First build: compiling subscriberd and its dependencies takes several minutes (about 7 on 2 cores); the packages are listed as they compile. Later builds take seconds."
+	go build -v -o bin/subscriberd ./cmd/subscriberd && exec bin/subscriberd dev
 
 test:
 	./scripts/test.sh
@@ -20,6 +21,7 @@ fmt:
 # and 20), then imports a million rows three times (plain, with a webhook endpoint, 10 %
 # pending): about 30 minutes on 2 cores, 50 with --passes 3. BENCH_ARGS passes options:
 # BENCH_ARGS="--million", "--passes 3", "--profile", "--no-telemetry",
-# "--markdown docs/benchmarks.md"; scripts/bench.sh --help lists them.
+# "--markdown docs/benchmarks.md", or "--quick" (every scenario briefly, to check the tool);
+# scripts/bench.sh --help lists them.
 bench:
 	./scripts/bench.sh $(BENCH_ARGS)

@@ -1,6 +1,34 @@
 // Package api is subscriberd's HTTP edge: the Huma operations of the subscriber API, their
 // input and output shapes, the error envelope, authentication and the middleware around them.
 // It reaches storage only through the small interfaces it declares here.
+//
+// A request passes, in order: edge.go's bounds (before routing), middleware.go's observe and
+// route, then the Huma middleware of New (client lockout, key, scope, limits, the bulk gate,
+// Idempotency-Key, the body's preflight), then its operation's handler, which gets the caller,
+// the Stores to use and its decoded input as parameters; nothing a handler needs travels in the
+// context but deadlines, spans and the caller's identity.
+//
+// One job per file:
+//   - api.go: Server and Config, the storage interfaces (Store, Stores, …), New and the order
+//     of the middleware.
+//   - subscribers.go: the subscriber operations (create, bulk create, list, get, update,
+//     unsubscribe), their shapes, and handle and run, through which an operation without
+//     Idempotency-Key is registered; upsert.go: the upsert by email (§16.1) and its route.
+//   - idempotency.go: Idempotency-Key (§8): Keyed, registerKeyed and runKeyed, through which a
+//     write runs in its key's unit of work, and the middleware that answers replays.
+//   - events.go: a subscriber's history (§10.2) and the Event schema; webhooks.go: the webhook
+//     endpoints (§10.3); suppressions.go: the suppression list (§13); privacy.go: export and
+//     erasure (§14); imports.go: imports (§15), whose file importfile.go reads as it arrives.
+//   - confirm.go: the confirm and decline pages (§12), without an API key.
+//   - errors.go: the error envelope and mapError, the one place errors become HTTP; codes.go:
+//     the codes each operation declares, and the error responses of the document.
+//   - middleware.go: observe (access log, metrics), route (404, 405), authentication,
+//     preflight (media type, body) and the body helpers; edge.go: bounds checked before
+//     routing; keycache.go and keyusage.go: verified keys and when they were last used.
+//   - limits.go: rate limits and lockouts (§5); scope.go: read-only keys (§16.2); each with
+//     what it adds to the document; gate.go: the bulk gate; cursorparam.go: an empty cursor
+//     parameter.
+//   - docs.go: the reference page (/api/v1/docs) served from the binary.
 package api
 
 import (
@@ -42,6 +70,9 @@ type Store interface {
 	Get(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
 	Update(ctx context.Context, newsletterID, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error)
 	Unsubscribe(ctx context.Context, newsletterID, id uuid.UUID) (model.Subscriber, error)
+	// Upsert creates the subscriber with in.Email (created true) or applies p to the one that
+	// has it, in one unit of work under the address's lock (docs/api-contract.md §16.1).
+	Upsert(ctx context.Context, newsletterID uuid.UUID, in model.NewSubscriber, p model.SubscriberPatch) (sub model.Subscriber, created bool, err error)
 }
 
 // Stores are the stores a handler uses: the pool's (Config's), or, for a request with an
@@ -251,7 +282,8 @@ func humaConfig() huma.Config {
 	// Every tag an operation uses, described (the linters of api.TestOpenAPILint ask for it).
 	cfg.Tags = []*huma.Tag{
 		{Name: "Subscribers", Description: "The subscribers of the key's newsletter: create, bulk create, list, look up, " +
-			"update, unsubscribe, and each one's history of events."},
+			"update, create or update by email (upsert), unsubscribe, each one's history of events, and the export and " +
+			"erasure of a person's data."},
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},

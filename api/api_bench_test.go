@@ -56,6 +56,10 @@ func (s benchStore) Get(context.Context, uuid.UUID, uuid.UUID) (model.Subscriber
 	return s.sub, nil
 }
 
+func (s benchStore) Upsert(context.Context, uuid.UUID, model.NewSubscriber, model.SubscriberPatch) (model.Subscriber, bool, error) {
+	return s.sub, false, nil
+}
+
 func (s benchStore) Update(context.Context, uuid.UUID, uuid.UUID, model.SubscriberPatch) (model.Subscriber, error) {
 	return s.sub, nil
 }

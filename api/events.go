@@ -59,12 +59,68 @@ type EventSubscriber struct {
 	CreatedAt string `json:"created_at,omitempty" format:"date-time" doc:"Absent in subscriber.erased." example:"2026-06-11T17:00:00+00:00"`
 }
 
-// EventSource says who or what made a change.
-type EventSource struct {
-	Kind      string `json:"kind" enum:"api,email,confirmation_link"`
-	APIKey    string `json:"api_key,omitempty" doc:"kind api: the display prefix of the API key."`
-	IP        string `json:"ip,omitempty" doc:"kind confirmation_link: the client's address; absent once the subscriber is erased."`
-	UserAgent string `json:"user_agent,omitempty" doc:"kind confirmation_link: the browser's User-Agent, first 512 characters; absent once the subscriber is erased."`
+// EventSource says who or what made a change (docs/api-contract.md §10.1, §12, §13, §18): one
+// object per kind, told apart by kind. It only documents: the service sends the stored event.
+type EventSource struct{}
+
+// Schema implements huma.SchemaProvider: a oneOf of the kinds the service sends, with a
+// discriminator on kind. An erasure (§14) removes ip and user_agent from the sources that
+// have them, so neither is required.
+func (EventSource) Schema(r huma.Registry) *huma.Schema {
+	const name = "EventSource"
+	if _, ok := r.Map()[name]; !ok {
+		str := func(desc string) *huma.Schema { return &huma.Schema{Type: huma.TypeString, Description: desc} }
+		seconds := func(desc string) *huma.Schema {
+			return &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(0.0), Nullable: true, Description: desc}
+		}
+		reasons := make([]any, len(model.InputSuppressionReasons))
+		for i, rs := range model.InputSuppressionReasons {
+			reasons[i] = string(rs)
+		}
+		ip := str("The client's address (§5); absent once the subscriber is erased.")
+		ua := str("The browser's User-Agent, its first 512 characters; absent once the subscriber is erased.")
+		kinds := []struct {
+			kind, schema, desc string
+			props              map[string]*huma.Schema
+			required           []string
+		}{
+			{model.SourceAPI, "EventSourceAPI", "A change made with an API key (an import's rows: the key that uploaded it).",
+				map[string]*huma.Schema{"api_key": str("The display prefix of the key; \"\" for a change the service made itself.")},
+				[]string{"api_key"}},
+			{model.SourceEmail, "EventSourceEmail", "The SMTP server accepted a confirmation email.", nil, nil},
+			{model.SourceConfirmationLink, "EventSourceConfirmationLink", "The person confirmed through the link (§12.1): the consent proof.",
+				map[string]*huma.Schema{"ip": ip, "user_agent": ua,
+					"method": {Type: huma.TypeString, Enum: []any{model.MethodButton, model.MethodCheckbox},
+						Description: "How the person confirmed: the button (with the page's script) or the checkbox (without)."},
+					"seconds_since_sent": seconds("Whole seconds since the SMTP server accepted the email; null when not known."),
+					"seconds_on_page":    seconds("Whole seconds since the page was served; null for checkbox."),
+				}, nil},
+			{model.SourceDeclineLink, "EventSourceDeclineLink", "The person said \"I did not sign up\" (§12.2).",
+				map[string]*huma.Schema{"ip": ip, "user_agent": ua}, nil},
+			{model.SourceSuppression, "EventSourceSuppression", "The address was suppressed (§13): by the service (a hard bounce) or with an API key.",
+				map[string]*huma.Schema{"reason": {Type: huma.TypeString, Enum: reasons, Description: "The suppression's reason."},
+					"api_key": str("The display prefix of the key that suppressed the address; absent when the service did.")},
+				[]string{"reason"}},
+			{model.SourceDuplicateAddress, "EventSourceDuplicateAddress", "The 1.3 upgrade unsubscribed this subscriber: an older subscriber of the newsletter holds the same address (§18).",
+				map[string]*huma.Schema{"kept": {Type: huma.TypeString, Format: "uuid", Description: "The id of the older subscriber, which kept the address."}},
+				[]string{"kept"}},
+		}
+		src := &huma.Schema{Description: "Who or what made the change, by kind.",
+			Discriminator: &huma.Discriminator{PropertyName: "kind", Mapping: map[string]string{}}}
+		for _, k := range kinds {
+			props := map[string]*huma.Schema{"kind": {Type: huma.TypeString, Enum: []any{k.kind}}}
+			for p, s := range k.props {
+				props[p] = s
+			}
+			r.Map()[k.schema] = &huma.Schema{Type: huma.TypeObject, Description: k.desc, Properties: props,
+				Required: append([]string{"kind"}, k.required...), AdditionalProperties: false}
+			ref := "#/components/schemas/" + k.schema
+			src.OneOf = append(src.OneOf, &huma.Schema{Ref: ref})
+			src.Discriminator.Mapping[k.kind] = ref
+		}
+		r.Map()[name] = src
+	}
+	return &huma.Schema{Ref: "#/components/schemas/" + name}
 }
 
 // EventPagination describes a page of a history.

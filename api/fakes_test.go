@@ -228,6 +228,34 @@ func (s *fakeStore) Update(_ context.Context, newsletter, id uuid.UUID, p model.
 	return sub, nil
 }
 
+// Upsert creates the subscriber with in.Email or updates the one that has it, under the
+// store's lock (the repo's unit of work).
+func (s *fakeStore) Upsert(_ context.Context, newsletter uuid.UUID, in model.NewSubscriber, p model.SubscriberPatch) (model.Subscriber, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("Upsert"); err != nil {
+		return model.Subscriber{}, false, err
+	}
+	i := slices.IndexFunc(s.subs, func(sub model.Subscriber) bool {
+		return sub.NewsletterID == newsletter && model.EmailKey(sub.Email) == model.EmailKey(in.Email)
+	})
+	if i < 0 {
+		s.received = append(s.received, in)
+		sub := s.newSub(newsletter, in)
+		s.subs = append(s.subs, sub)
+		return sub, true, nil
+	}
+	sub := s.subs[i]
+	if p.Name != nil {
+		sub.FirstName, sub.LastName = model.SplitName(*p.Name)
+	}
+	if p.Status != nil {
+		sub.Status = *p.Status
+	}
+	s.subs[i] = sub
+	return sub, false, nil
+}
+
 func (s *fakeStore) Unsubscribe(_ context.Context, newsletter, id uuid.UUID) (model.Subscriber, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -398,6 +426,9 @@ type fakeIdempotency struct {
 	stored  map[string]model.StoredResponse
 	running map[string]bool
 	stores  api.Stores // handed to every request, as a unit of work hands out its own
+	// blind makes Lookup find nothing: a request with the key then meets the stored response
+	// only in Run, as one does whose twin finished between the look-up and Run's lock.
+	blind bool
 }
 
 func newFakeIdempotency() *fakeIdempotency {
@@ -408,7 +439,7 @@ func (f *fakeIdempotency) Lookup(_ context.Context, nl uuid.UUID, key string) (m
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.stored[nl.String()+" "+key]
-	return r, ok, nil
+	return r, ok && !f.blind, nil
 }
 
 func (f *fakeIdempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,

@@ -2,10 +2,11 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,17 +21,21 @@ import (
 
 // Idempotency-Key (docs/api-contract.md §8)
 //
-// To make a write operation idempotent, wrap its operation in idempotent when registering it:
+// A write becomes idempotent in two places, both typed: its input struct embeds Keyed (the
+// header, decoded by Huma), and it is registered through registerKeyed instead of
+// huma.Register:
 //
-//	huma.Register(s.api, idempotent(s.operation(http.MethodPost, ...)), handle(s, s.createWebhook))
+//	registerKeyed(s, s.operation(http.MethodPost, ...), s.createWebhook)
 //
-// That is all: idempotent declares the Idempotency-Key header and the 400, 408, 409, 413 and
-// 422 responses and their codes in the document (codes.go) and marks the operation; the
-// idempotency middleware (after authentication and limits, before the body is read by
-// preflight) then answers replays and 422. Once Huma has decoded and validated the request,
-// handle runs the handler inside IdempotencyStore.Run's unit of work, with the Stores that
-// unit hands out, so the change and the stored response commit together; a key whose request
-// still runs answers 409. The handler itself needs no change: it uses the Stores it is given.
+// registerKeyed declares the header and the 400, 408, 409, 413 and 422 responses and their
+// codes in the document (codes.go) and marks the operation. The idempotency middleware (after
+// authentication and limits, before the body is read by preflight) checks the header and
+// answers a replay or 422 from the stored response. Otherwise Huma decodes and validates the
+// request, and runKeyed runs the handler inside IdempotencyStore.Run's unit of work with the
+// Stores that unit hands out, so the change and the stored response commit together. Run says
+// what happened: the handler ran, or another request with the key finished first (its stored
+// response is sent byte for byte, or 422), or one still runs (409). The handler needs no
+// change: it uses the Stores it is given, and its output says what is stored (response).
 
 // HeaderIdempotencyKey and HeaderReplayed are the request and replay headers of §8.
 const (
@@ -54,7 +59,8 @@ const (
 )
 
 // IdempotencyStore keeps idempotent responses: Run runs fn in one unit of work with the stores
-// bound to it and stores fn's response there (cmd/subscriberd adapts *repo.Idempotency).
+// bound to it and stores fn's response there (cmd/subscriberd passes IdempotencyOf of a
+// *repo.Idempotency).
 type IdempotencyStore interface {
 	Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error)
 	Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
@@ -69,33 +75,119 @@ type UnitOfWork[T any] interface {
 		fn func(tx T) (*model.StoredResponse, error)) (model.IdempotencyResult, error)
 }
 
-// IdempotencyOf is the IdempotencyStore of u, whose unit of work gives a request the Stores
-// stores returns for it.
-func IdempotencyOf[T any](u UnitOfWork[T], stores func(tx T) Stores) IdempotencyStore {
-	return unitStore[T]{u: u, stores: stores}
+// UnitStores is a unit of work that hands out the stores bound to it (repo.Tx): each of its
+// methods returns one of the Stores.
+type UnitStores[S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore] interface {
+	Subscribers() S
+	Events() E
+	Webhooks() W
+	Suppressions() Q
+	Privacy() P
 }
 
-type unitStore[T any] struct {
-	u      UnitOfWork[T]
-	stores func(T) Stores
+// IdempotencyOf is the IdempotencyStore of u, whose unit of work gives a request the Stores it
+// hands out. The type arguments are inferred: IdempotencyOf(repo.NewIdempotency(db, ttl)).
+func IdempotencyOf[T UnitStores[S, E, W, Q, P], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore](
+	u UnitOfWork[T]) IdempotencyStore {
+	return unitStore[T, S, E, W, Q, P]{u: u}
 }
 
-func (s unitStore[T]) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+type unitStore[T UnitStores[S, E, W, Q, P], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore] struct {
+	u UnitOfWork[T]
+}
+
+func (s unitStore[T, S, E, W, Q, P]) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
 	return s.u.Lookup(ctx, nl, key)
 }
 
-func (s unitStore[T]) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+func (s unitStore[T, S, E, W, Q, P]) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
 	fn func(st Stores) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
-	return s.u.Run(ctx, nl, key, fp, func(tx T) (*model.StoredResponse, error) { return fn(s.stores(tx)) })
+	return s.u.Run(ctx, nl, key, fp, func(tx T) (*model.StoredResponse, error) {
+		return fn(Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
+			Suppressions: tx.Suppressions(), Privacy: tx.Privacy()})
+	})
 }
 
 // metaIdempotent marks an operation that accepts Idempotency-Key.
 const metaIdempotent = "idempotent"
 
-// idempotent declares that op accepts Idempotency-Key (see the top of this file).
-func idempotent(op huma.Operation) huma.Operation {
-	op.Metadata[metaIdempotent] = true
-	op.Parameters = append(op.Parameters, &huma.Param{
+// Keyed is the Idempotency-Key of a write's input: an input struct that embeds it takes the
+// header, and its handler, registered through registerKeyed, runs under the key.
+type Keyed struct {
+	// Key is the header as sent; the idempotency middleware has refused it (400) unless it is
+	// absent or one valid key.
+	Key string `header:"Idempotency-Key"`
+	// fp is the request's fingerprint (model.Fingerprint), set by Resolve when Key is.
+	fp []byte
+}
+
+// keyed is how registerKeyed reaches the Keyed of an input that embeds it.
+func (k *Keyed) keyed() *Keyed { return k }
+
+// keyedInput is an input struct that embeds Keyed.
+type keyedInput interface{ keyed() *Keyed }
+
+// Resolve implements huma.Resolver: it takes the fingerprint of a request with a key, from its
+// method, its path and its body as the idempotency middleware read and kept it (bufferedBody),
+// which Huma has decoded since.
+func (k *Keyed) Resolve(ctx huma.Context) []error {
+	if k.Key == "" {
+		return nil
+	}
+	r, _ := humago.Unwrap(ctx)
+	var body []byte
+	if b, ok := r.Body.(*bufferedBody); ok {
+		body = b.all
+	}
+	k.fp = model.Fingerprint(r.Method, r.URL.Path, body)
+	return nil
+}
+
+// response is the output of an idempotent write: what its stored response holds (docs/api-
+// contract.md §8). status 0 is the operation's status; location "" sends no Location.
+type response interface {
+	response() (status int, location string, body any)
+}
+
+// handler is an operation's work: the caller, the stores to use (the pool's, or those of a
+// key's unit of work), and the decoded input.
+type handler[I, O any] func(ctx context.Context, p model.Principal, st Stores, in *I) (*O, error)
+
+// registerKeyed registers op as a write that accepts Idempotency-Key, answered by fn (see the
+// top of this file): fn's input embeds Keyed, and its output is a response.
+func registerKeyed[I, O any, PI interface {
+	*I
+	keyedInput
+}, PO interface {
+	*O
+	response
+}](s *Server, op huma.Operation, fn handler[I, O]) {
+	op = idempotent(op)
+	status := cmp.Or(op.DefaultStatus, http.StatusOK)
+	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
+		k := PI(in).keyed()
+		if k.Key == "" || s.cfg.Idempotency == nil {
+			return run(s, ctx, fn, in)
+		}
+		return runKeyed(s, ctx, k, status, fn, in, func(o *O) (int, string, any) { return PO(o).response() })
+	})
+	// Huma declared the header from Keyed; the document says what it does, first among the
+	// operation's parameters.
+	item := s.api.OpenAPI().Paths[op.Path]
+	for _, o := range []*huma.Operation{item.Post, item.Put, item.Patch, item.Delete} {
+		if o == nil || o.OperationID != op.OperationID {
+			continue
+		}
+		o.Parameters = slices.DeleteFunc(o.Parameters, func(p *huma.Param) bool {
+			return p.In == "header" && p.Name == HeaderIdempotencyKey
+		})
+		o.Parameters = slices.Insert(o.Parameters, 0, idempotencyKeyParam())
+	}
+}
+
+// idempotencyKeyParam is the document's Idempotency-Key parameter.
+func idempotencyKeyParam() *huma.Param {
+	return &huma.Param{
 		Name: HeaderIdempotencyKey, In: "header",
 		Description: "Makes the write safe to retry: a second request with the same key and the same method, path " +
 			"and body within the retention time (24 h by default) gets the first one's response again, with " +
@@ -103,7 +195,13 @@ func idempotent(op huma.Operation) huma.Operation {
 		Schema: &huma.Schema{Type: huma.TypeString, MinLength: ptr(1), MaxLength: ptr(model.MaxIdempotencyKeyLength),
 			Pattern: "^[!-~]+$"},
 		Example: "5f1c7a9e-3b1d-4c55-9d0e-2a6f4b8c1d2e",
-	})
+	}
+}
+
+// idempotent declares that op accepts Idempotency-Key: its own answers and the mark the
+// idempotency middleware applies to.
+func idempotent(op huma.Operation) huma.Operation {
+	op.Metadata[metaIdempotent] = true
 	// The key's own answers; and the check reads the body (to fingerprint it), so a body too
 	// slow or too large is answered there, on a write without a body too.
 	op = answersUsual(op, http.StatusBadRequest, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge)
@@ -144,10 +242,11 @@ func (s *Server) documentIdempotency() {
 }
 
 // idempotency applies Idempotency-Key to the operations marked idempotent: it checks the
-// header, answers a replay, 409 or 422, or runs the rest of the chain inside the store's
-// transaction, holding the response until it is stored and committed.
+// header and answers, from the stored response of an earlier request with the key, the
+// replay or 422. Any other request with a key goes on with its body kept (bufferedBody), to
+// run under the key (runKeyed).
 func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
-	r, key, ok := s.keyed(ctx, next, true)
+	r, key, ok := s.requestKey(ctx, next, true)
 	if !ok {
 		return
 	}
@@ -155,118 +254,99 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	if !ok {
 		return
 	}
-	nl := principalFrom(ctx.Context()).NewsletterID
-	fp := model.Fingerprint(r.Method, r.URL.Path, body)
-	stored, found, err := s.cfg.Idempotency.Lookup(ctx.Context(), nl, key)
-	if err != nil {
-		s.writeErr(ctx, err)
-		return
-	}
-	if found {
-		s.answerStored(ctx, stored, fp)
-		return
-	}
-	status := ctx.Operation().DefaultStatus
-	if status == 0 {
-		status = http.StatusOK
-	}
-	req := &keyedRequest{nl: nl, key: key, fp: fp, status: status}
-	rec := &bufferedResponse{headerRecorder: headerRecorder{header: http.Header{}}}
-	r2 := r.WithContext(context.WithValue(ctx.Context(), keyedRequestKey{}, req))
-	r2.Body = newBufferedBody(body)
-	next(humago.NewContext(ctx.Operation(), r2, rec))
+	stored, found, err := s.cfg.Idempotency.Lookup(ctx.Context(), principalFrom(ctx.Context()).NewsletterID, key)
 	switch {
-	case req.inUse:
-		s.idemOutcome(ctx, IdempotencyInUse)
-		e := newError(http.StatusConflict, model.MsgIdempotencyKeyInUse)
-		e.Code = CodeIdempotencyKeyInUse
-		e.headers = http.Header{"Retry-After": {"1"}}
-		s.writeErr(ctx, e)
-	case req.stored != nil:
-		s.answerStored(ctx, *req.stored, fp)
+	case err != nil:
+		s.writeErr(ctx, err)
+	case found:
+		s.answerStored(ctx, stored, model.Fingerprint(r.Method, r.URL.Path, body))
 	default:
-		// Ran, or refused before it could (a body Huma found invalid): the answer held in rec.
-		s.idemOutcome(ctx, IdempotencyRan)
-		rec.flush(ctx)
+		r.Body = newBufferedBody(body)
+		next(ctx)
 	}
 }
 
-// keyedRequest is what the idempotency middleware tells handle about a request with an
-// Idempotency-Key, and what handle tells it back: that another request with the key is still
-// running, or the stored response of one that finished first.
-type keyedRequest struct {
-	nl     uuid.UUID
-	key    string
-	fp     []byte
-	status int // the operation's success status, stored with the response
-
-	inUse  bool
-	stored *model.StoredResponse
-}
-
-type keyedRequestKey struct{}
-
-// errAnswered ends a handler whose answer the idempotency middleware gives instead.
-var errAnswered = errors.New("answered by the idempotency middleware")
-
-// runKeyed runs fn, the handler, in the unit of work of req's key (IdempotencyStore.Run) with
-// the stores bound to it, and stores its output, encoded as Huma sends it, as the response.
-func runKeyed[O any](s *Server, ctx context.Context, req *keyedRequest, fn func(Stores) (*O, error)) (*O, error) {
+// runKeyed runs fn, the handler, in the unit of work of k's key (IdempotencyStore.Run) with the
+// stores bound to it, and stores there its output's response, encoded as Huma sends it (status
+// 0: the operation's status). It answers fn's output, or, as Run reports, the stored response
+// of a request with the key that finished first (replay, or 422), or 409 while one still runs.
+func runKeyed[I, O any](s *Server, ctx context.Context, k *Keyed, status int, fn handler[I, O], in *I,
+	parts func(*O) (int, string, any)) (*O, error) {
+	p := principalFrom(ctx)
 	var out *O
-	res, err := s.cfg.Idempotency.Run(ctx, req.nl, req.key, req.fp, func(st Stores) (*model.StoredResponse, error) {
-		o, err := fn(st)
+	res, err := s.cfg.Idempotency.Run(ctx, p.NewsletterID, k.Key, k.fp, func(st Stores) (*model.StoredResponse, error) {
+		o, err := fn(ctx, p, st, in)
 		if err != nil {
 			return nil, err
 		}
 		out = o
-		location, body, status := outputParts(o)
+		code, location, body := parts(o)
 		var buf bytes.Buffer
 		if err := s.api.Marshal(&buf, "application/json", body); err != nil {
 			return nil, err
 		}
-		if status == 0 {
-			status = req.status
-		}
-		return &model.StoredResponse{Fingerprint: req.fp, Status: status, Location: location, Body: buf.Bytes()}, nil
+		return &model.StoredResponse{Fingerprint: k.fp, Status: cmp.Or(code, status), Location: location, Body: buf.Bytes()}, nil
 	})
 	switch {
 	case errors.Is(err, model.ErrIdempotencyInUse):
-		req.inUse = true
-		return nil, errAnswered
-	case err != nil:
-		return nil, err
-	case res.Stored != nil:
-		req.stored = res.Stored
-		return nil, errAnswered
+		s.idemOutcome(ctx, IdempotencyInUse)
+		e := newError(http.StatusConflict, model.MsgIdempotencyKeyInUse)
+		e.Code = CodeIdempotencyKeyInUse
+		e.headers = http.Header{"Retry-After": {"1"}}
+		return nil, e
+	case err == nil && res.Stored != nil:
+		return nil, s.storedAnswer(ctx, *res.Stored, k.fp)
 	}
+	s.idemOutcome(ctx, IdempotencyRan)
+	if err != nil {
+		return nil, s.mapError(ctx, err)
+	}
+	s.dbOutage.OK(ctx)
 	return out, nil
 }
 
-// outputParts are the Location header, the body and the status of an operation's output, a
-// pointer to a struct with a Body field and, for a create, a Location field tagged
-// header:"Location"; an operation whose success status varies (the upsert's 201 or 200) sets
-// it in a Status field, else status is 0.
-func outputParts(out any) (location string, body any, status int) {
-	v := reflect.ValueOf(out).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		switch f := t.Field(i); {
-		case f.Name == "Body":
-			body = v.Field(i).Interface()
-		case f.Name == "Status" && f.Type.Kind() == reflect.Int:
-			status = int(v.Field(i).Int())
-		case f.Tag.Get("header") == "Location":
-			location = v.Field(i).String()
-		}
+// replay is a stored response sent again from a handler (runKeyed), as Huma sends an error:
+// with its status, Location and Idempotent-Replayed, and its body byte for byte. The body was
+// encoded by the API's JSON format, whose encoder compacts what MarshalJSON returns and ends it
+// with a newline: it comes out as it was stored.
+type replay struct{ stored model.StoredResponse }
+
+func (r replay) Error() string { return "the stored response of an earlier request with the key" }
+
+// GetStatus implements huma.StatusError.
+func (r replay) GetStatus() int { return r.stored.Status }
+
+// GetHeaders implements huma.HeadersError.
+func (r replay) GetHeaders() http.Header {
+	h := http.Header{HeaderReplayed: {"true"}}
+	if r.stored.Location != "" {
+		h.Set("Location", r.stored.Location)
 	}
-	return location, body, status
+	return h
 }
 
-// keyed returns the request and its Idempotency-Key when the middleware applies to it (when
+// MarshalJSON is the stored body.
+func (r replay) MarshalJSON() ([]byte, error) { return r.stored.Body, nil }
+
+// storedAnswer is the answer to a request whose key has a stored response, as a handler returns
+// it: the replay when the fingerprints agree, else 422 idempotency_key_reused.
+func (s *Server) storedAnswer(ctx context.Context, stored model.StoredResponse, fp []byte) error {
+	if !bytes.Equal(stored.Fingerprint, fp) {
+		s.idemOutcome(ctx, IdempotencyReused)
+		e := newError(http.StatusUnprocessableEntity, model.MsgIdempotencyKeyReused)
+		e.Code = CodeIdempotencyKeyReused
+		e.Errors = map[string][]string{"idempotency_key": {model.MsgIdempotencyKeyReused}}
+		return e
+	}
+	s.idemOutcome(ctx, IdempotencyReplayed)
+	return replay{stored}
+}
+
+// requestKey returns the request and its Idempotency-Key when the middleware applies to it (when
 // applies is set and the operation takes the header) and it has a valid one. Otherwise it
 // reports false, having passed the request on (it has no key, or the middleware does not
 // apply) or answered 400 (the header is there but not one valid key).
-func (s *Server) keyed(ctx huma.Context, next func(huma.Context), applies bool) (*http.Request, string, bool) {
+func (s *Server) requestKey(ctx huma.Context, next func(huma.Context), applies bool) (*http.Request, string, bool) {
 	if !applies || s.cfg.Idempotency == nil || ctx.Operation().Metadata[metaIdempotent] != true {
 		next(ctx)
 		return nil, "", false
@@ -293,7 +373,7 @@ func (s *Server) keyed(ctx huma.Context, next func(huma.Context), applies bool) 
 // idempotency, after it, looks the key up again: the first request with the key may finish
 // while this one waits.
 func (s *Server) replayUngated(ctx huma.Context, next func(huma.Context)) {
-	r, key, ok := s.keyed(ctx, next, s.bulkSlots != nil && ctx.Operation().Metadata[metaGated] == true)
+	r, key, ok := s.requestKey(ctx, next, s.bulkSlots != nil && ctx.Operation().Metadata[metaGated] == true)
 	if !ok {
 		return
 	}
@@ -310,31 +390,26 @@ func (s *Server) replayUngated(ctx huma.Context, next func(huma.Context)) {
 	}
 }
 
-// answerStored answers a request whose key has a stored response: the replay when the
-// fingerprints agree, else 422 idempotency_key_reused.
+// answerStored answers, from a middleware, a request whose key has a stored response: the
+// replay when the fingerprints agree, else 422 idempotency_key_reused (storedAnswer).
 func (s *Server) answerStored(ctx huma.Context, stored model.StoredResponse, fp []byte) {
-	if !bytes.Equal(stored.Fingerprint, fp) {
-		s.idemOutcome(ctx, IdempotencyReused)
-		e := newError(http.StatusUnprocessableEntity, model.MsgIdempotencyKeyReused)
-		e.Code = CodeIdempotencyKeyReused
-		e.Errors = map[string][]string{"idempotency_key": {model.MsgIdempotencyKeyReused}}
-		s.writeErr(ctx, e)
+	var r replay
+	if err := s.storedAnswer(ctx.Context(), stored, fp); !errors.As(err, &r) {
+		s.writeErr(ctx, err)
 		return
 	}
-	s.idemOutcome(ctx, IdempotencyReplayed)
 	ctx.SetHeader("Content-Type", "application/json")
-	if stored.Location != "" {
-		ctx.SetHeader("Location", stored.Location)
+	for k, v := range r.GetHeaders() {
+		ctx.SetHeader(k, v[0])
 	}
-	ctx.SetHeader(HeaderReplayed, "true")
 	ctx.SetStatus(stored.Status)
 	ctx.BodyWriter().Write(stored.Body) //nolint:errcheck // the client may be gone
 }
 
 // idemOutcome records the outcome on the request's span (an "idempotency" event) and, but for
 // ran, in the metrics.
-func (s *Server) idemOutcome(ctx huma.Context, outcome string) {
-	if span := trace.SpanFromContext(ctx.Context()); span.IsRecording() {
+func (s *Server) idemOutcome(ctx context.Context, outcome string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent("idempotency", trace.WithAttributes(attribute.String("app.idempotency.outcome", outcome)))
 		if outcome == IdempotencyReplayed {
 			span.SetAttributes(attribute.Bool("app.idempotency.replayed", true))
@@ -343,34 +418,4 @@ func (s *Server) idemOutcome(ctx huma.Context, outcome string) {
 	if outcome != IdempotencyRan {
 		s.metrics.IdempotencyOutcome(outcome)
 	}
-}
-
-// bufferedResponse holds a response until its record is committed: the status and headers
-// as headerRecorder keeps them, and the body.
-type bufferedResponse struct {
-	headerRecorder
-	body bytes.Buffer
-}
-
-func (b *bufferedResponse) Write(p []byte) (int, error) {
-	b.headerRecorder.Write(p) //nolint:errcheck // records the status only
-	return b.body.Write(p)
-}
-
-// flush sends the held response through ctx.
-func (b *bufferedResponse) flush(ctx huma.Context) {
-	for k, vs := range b.header {
-		for i, v := range vs {
-			if i == 0 {
-				ctx.SetHeader(k, v)
-			} else {
-				ctx.AppendHeader(k, v)
-			}
-		}
-	}
-	if b.status == 0 {
-		b.status = http.StatusOK
-	}
-	ctx.SetStatus(b.status)
-	ctx.BodyWriter().Write(b.body.Bytes()) //nolint:errcheck // the client may be gone
 }

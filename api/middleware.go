@@ -39,21 +39,23 @@ const RouteUnmatched = "unmatched"
 
 type ctxKey int
 
-const (
-	infoKey ctxKey = iota
-	principalKey
-)
+// principalKey carries the authenticated caller (model.Principal), read-only.
+const principalKey ctxKey = 0
 
-// requestInfo is filled in as the request passes the layers, for the access log and metrics.
-type requestInfo struct {
-	route string
-}
-
-// statusWriter remembers the status and size of a response.
+// statusWriter remembers the status and size of a response, and the route that answered it,
+// for the access log and the metrics.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	route  string
+}
+
+// SetRoute implements routeSetter: route tells it the route it matched, and it tells the
+// writers it wraps (the server span's).
+func (w *statusWriter) SetRoute(route string) {
+	w.route = route
+	setRoute(w.ResponseWriter, route)
 }
 
 // WriteHeader sends the status once. A later call is not passed on (net/http would log
@@ -143,15 +145,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		s.metrics.RequestStarted()
-		// One allocation for both: they live exactly as long as the request.
-		o := &struct {
-			sw   statusWriter
-			info requestInfo
-		}{statusWriter{ResponseWriter: w}, requestInfo{route: RouteUnmatched}}
-		info, sw := &o.info, &o.sw
-		ctx := context.WithValue(r.Context(), infoKey, info)
+		sw := &statusWriter{ResponseWriter: w, route: RouteUnmatched}
+		ctx := r.Context()
 		defer s.metrics.RequestDone()
-		next.ServeHTTP(sw, r.WithContext(ctx))
+		next.ServeHTTP(sw, r)
 		end := time.Now()
 		d := end.Sub(start)
 		switch {
@@ -162,13 +159,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		case sw.status == 0:
 			sw.status = http.StatusOK
 		}
-		s.metrics.ObserveRequest(ctx, r.Method, info.route, sw.status, d)
+		s.metrics.ObserveRequest(ctx, r.Method, sw.route, sw.status, d)
 		if s.log.Enabled(ctx, slog.LevelInfo) {
 			var reqID string // set by envelope; read without canonicalising the name
 			if v := w.Header()["X-Request-Id"]; len(v) > 0 {
 				reqID = v[0]
 			}
-			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("route", info.route),
+			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("route", sw.route),
 				slog.Int("status", sw.status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 				slog.Int("bytes", sw.bytes), slog.String("request_id", reqID))
 		}
@@ -195,11 +192,9 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern != "" {
-			if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
-				// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
-				_, info.route, _ = strings.Cut(pattern, " ")
-				setRoute(w, info.route)
-			}
+			// "POST /api/v1/subscribers" → "/api/v1/subscribers": the template, never the path.
+			_, route, _ := strings.Cut(pattern, " ")
+			setRoute(w, route)
 			mux.ServeHTTP(w, r)
 			return
 		}
@@ -217,10 +212,11 @@ func (s *Server) route(mux *http.ServeMux) http.Handler {
 	})
 }
 
-// routeSetter is the response writer of the server span outside (telemetry.NewHTTPHandler's):
-// told the route, it names the span "METHOD /route" and sets http.route, as the HTTP semantic
-// conventions ask. It cannot see the route itself, as the middleware here hands the mux a
-// copy of the request.
+// routeSetter is a response writer that wants the route the request matched: observe's (for
+// the access log and the metrics) and the server span's outside (telemetry.NewHTTPHandler's),
+// which names the span "METHOD /route" and sets http.route, as the HTTP semantic conventions
+// ask. It cannot see the route itself, as the middleware here hands the mux a copy of the
+// request. The route travels with the response, not in the request's context.
 type routeSetter interface{ SetRoute(route string) }
 
 // setRoute tells route to the first routeSetter among w and the writers it wraps.

@@ -100,10 +100,17 @@ type (
 	exportOutput struct {
 		Body ExportEnvelope
 	}
+	eraseInput struct {
+		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
+		Keyed
+	}
 	erasedOutput struct {
 		Body ErasedEnvelope
 	}
 )
+
+// response is the erasure's stored response (docs/api-contract.md §8).
+func (o *erasedOutput) response() (int, string, any) { return 0, "", o.Body }
 
 // registerPrivacy adds export and erase (docs/api-contract.md §14); erase takes
 // Idempotency-Key (§8).
@@ -114,14 +121,14 @@ func (s *Server) registerPrivacy(common []int) {
 		"Everything stored about the person (GDPR art. 15): the subscriber with its stored first and last name, "+
 			"every event oldest first, the suppression of its address, and the confirmation emails with their states.",
 		http.StatusOK, "", errs), handle(s, s.export))
-	huma.Register(s.api, idempotent(s.operation(http.MethodPost, item+"/erase", "erase-subscriber", "Erase a subscriber",
+	registerKeyed(s, s.operation(http.MethodPost, item+"/erase", "erase-subscriber", "Erase a subscriber",
 		"Erases the person (GDPR art. 17), irreversibly, in one transaction: the address is suppressed by its hash "+
 			"only (reason `erased`), so it is never emailed or subscribed again; the subscriber's email and names are "+
 			"deleted with its unsent emails; its events lose the email, name, IP and user agent they held, and so do "+
 			"webhook deliveries not made yet; stored Idempotency-Key responses that contain it are deleted; the event "+
 			"`subscriber.erased` is recorded and delivered. Afterwards the id answers 404 everywhere and no list or "+
 			"total counts it. No body is read.",
-		http.StatusOK, "", errs)), handle(s, s.erase))
+		http.StatusOK, "", errs), s.erase)
 }
 
 func (s *Server) export(ctx context.Context, p model.Principal, st Stores, in *idInput) (out *exportOutput, err error) {
@@ -158,7 +165,7 @@ func (s *Server) export(ctx context.Context, p model.Principal, st Stores, in *i
 	return &exportOutput{Body: ExportEnvelope{Success: true, Data: data}}, nil
 }
 
-func (s *Server) erase(ctx context.Context, p model.Principal, st Stores, in *idInput) (out *erasedOutput, err error) {
+func (s *Server) erase(ctx context.Context, p model.Principal, st Stores, in *eraseInput) (out *erasedOutput, err error) {
 	ctx, done := s.privacySpan(ctx, PrivacyErase)
 	defer func() { done(err) }()
 	id, err := parseID(in.ID)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -196,9 +195,11 @@ func (cursorParam) Schema(huma.Registry) *huma.Schema { return &huma.Schema{Type
 type (
 	createInput struct {
 		Body SubscriberInput
+		Keyed
 	}
 	bulkInput struct {
 		Body BulkInput
+		Keyed
 	}
 	listInput struct {
 		Page   pageParam   `query:"page" doc:"Page number, from 1."`
@@ -213,6 +214,11 @@ type (
 	updateInput struct {
 		ID   string `path:"id" format:"uuid" doc:"The subscriber's id."`
 		Body SubscriberUpdate
+		Keyed
+	}
+	unsubscribeInput struct {
+		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
+		Keyed
 	}
 	createdOutput struct {
 		Location string `header:"Location" doc:"Path of the new subscriber."`
@@ -228,6 +234,11 @@ type (
 		Body ListEnvelope
 	}
 )
+
+// The responses of the idempotent writes (docs/api-contract.md §8).
+func (o *createdOutput) response() (int, string, any)    { return 0, o.Location, o.Body }
+func (o *subscriberOutput) response() (int, string, any) { return 0, "", o.Body }
+func (o *bulkOutput) response() (int, string, any)       { return 0, "", o.Body }
 
 // register adds the six operations.
 func (s *Server) register() {
@@ -245,13 +256,13 @@ func (s *Server) register() {
 			"An email already in the newsletter (any status, case-insensitive) gives 422 `email_already_subscribed`.",
 		http.StatusCreated, bodyObject, withBody), http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)
 	create.Metadata[metaBulkPath] = bulkPath
-	huma.Register(s.api, idempotent(create), handle(s, s.create))
-	bulk := idempotent(answers(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
+	registerKeyed(s, create, s.create)
+	bulk := answers(s.operation(http.MethodPost, bulkPath, "bulk-create-subscribers", "Bulk create subscribers",
 		"Creates 1 to 100 subscribers all or nothing; `created` follows the input order. "+
 			"Field errors are keyed `<index>.<field>`.",
-		http.StatusCreated, bodyArray, withBody), http.StatusUnprocessableEntity, CodeEmailSuppressed))
+		http.StatusCreated, bodyArray, withBody), http.StatusUnprocessableEntity, CodeEmailSuppressed)
 	bulk.Metadata[metaGated] = true
-	huma.Register(s.api, bulk, handle(s, s.bulkCreate))
+	registerKeyed(s, bulk, s.bulkCreate)
 	huma.Register(s.api, s.operation(http.MethodGet, coll, "list-subscribers", "List subscribers",
 		"Newest first (`created_at`, then `id`, descending). A page past the end returns `data: []` with the real totals. "+
 			"`email` finds one subscriber by address; `cursor` (from `pagination.next_cursor`) walks the list at constant cost per page.",
@@ -260,14 +271,14 @@ func (s *Server) register() {
 		"The subscriber with this id in the key's newsletter, whatever its status. Another newsletter's id, an unknown id "+
 			"or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), handle(s, s.get))
-	huma.Register(s.api, idempotent(answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
+	registerKeyed(s, answers(s.operation(http.MethodPut, item, "update-subscriber", "Update a subscriber",
 		"Any of `email`, `name`, `status`; omitted fields keep their values. `status: pending` sends a new "+
 			"confirmation email and retires earlier links; `status: active` activates at once (also re-subscribes).",
 		http.StatusOK, bodyObject, append([]int{http.StatusNotFound}, withBody...)),
-		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)), handle(s, s.update))
-	huma.Register(s.api, idempotent(s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
+		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed), s.update)
+	registerKeyed(s, s.operation(http.MethodDelete, item, "unsubscribe-subscriber", "Unsubscribe a subscriber",
 		"Sets the status to `unsubscribed` and keeps the record; unsent confirmation emails are cancelled. Idempotent.",
-		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.unsubscribe))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)), s.unsubscribe)
 
 	s.registerUpsert(withBody)
 	s.registerEvents(common)
@@ -319,27 +330,21 @@ func (s *Server) operation(method, path, id, summary, desc string, status int, b
 	return answersUsual(op, http.StatusRequestEntityTooLarge)
 }
 
-// handle applies mapError to every handler's error: the one place errors become HTTP.
-func handle[I, O any](s *Server, fn func(context.Context, model.Principal, Stores, *I) (*O, error)) func(context.Context, *I) (*O, error) {
-	return func(ctx context.Context, in *I) (*O, error) {
-		p := principalFrom(ctx)
-		var out *O
-		var err error
-		if req, ok := ctx.Value(keyedRequestKey{}).(*keyedRequest); ok {
-			// An Idempotency-Key (docs/api-contract.md §8): one unit of work, after validation.
-			out, err = runKeyed(s, ctx, req, func(st Stores) (*O, error) { return fn(ctx, p, st, in) })
-		} else {
-			out, err = fn(ctx, p, s.stores, in)
-		}
-		if errors.Is(err, errAnswered) {
-			return nil, newError(http.StatusConflict, "") // the middleware answers instead
-		}
-		if err != nil {
-			return nil, s.mapError(ctx, err)
-		}
-		s.dbOutage.OK(ctx)
-		return out, nil
+// handle is the Huma handler of fn, an operation that takes no Idempotency-Key (for one
+// that does, see registerKeyed).
+func handle[I, O any](s *Server, fn handler[I, O]) func(context.Context, *I) (*O, error) {
+	return func(ctx context.Context, in *I) (*O, error) { return run(s, ctx, fn, in) }
+}
+
+// run runs fn on the pool's stores and applies mapError to its error: the one place errors
+// become HTTP (runKeyed does the same under a key).
+func run[I, O any](s *Server, ctx context.Context, fn handler[I, O], in *I) (*O, error) {
+	out, err := fn(ctx, principalFrom(ctx), s.stores, in)
+	if err != nil {
+		return nil, s.mapError(ctx, err)
 	}
+	s.dbOutage.OK(ctx)
+	return out, nil
 }
 
 func (s *Server) create(ctx context.Context, p model.Principal, st Stores, in *createInput) (*createdOutput, error) {
@@ -347,22 +352,19 @@ func (s *Server) create(ctx context.Context, p model.Principal, st Stores, in *c
 	if verr != nil {
 		return nil, verr
 	}
-	return s.createNew(ctx, p, st.Subscribers, ns, "create")
-}
-
-// createNew is the create path on store, shared by create and the upsert (upsert.go):
-// operation names it in the metrics.
-func (s *Server) createNew(ctx context.Context, p model.Principal, store Store, ns model.NewSubscriber, operation string) (*createdOutput, error) {
-	sub, err := store.Create(withSource(ctx, p), p.NewsletterID, ns)
+	sub, err := st.Subscribers.Create(withSource(ctx, p), p.NewsletterID, ns)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.SubscribersCreated(operation, string(sub.Status), 1)
+	s.metrics.SubscribersCreated("create", string(sub.Status), 1)
 	return &createdOutput{
-		Location: BasePath + "/subscribers/" + sub.ID.String(),
+		Location: subscriberPath(sub.ID),
 		Body:     SubscriberEnvelope{Success: true, Data: toSubscriber(sub)},
 	}, nil
 }
+
+// subscriberPath is the path of the subscriber id, a create's Location.
+func subscriberPath(id uuid.UUID) string { return BasePath + "/subscribers/" + id.String() }
 
 func (s *Server) bulkCreate(ctx context.Context, p model.Principal, st Stores, in *bulkInput) (*bulkOutput, error) {
 	items, verr := model.ParseBulk(in.Body)
@@ -498,7 +500,7 @@ func (s *Server) update(ctx context.Context, p model.Principal, st Stores, in *u
 	return &subscriberOutput{Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
 }
 
-func (s *Server) unsubscribe(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {
+func (s *Server) unsubscribe(ctx context.Context, p model.Principal, st Stores, in *unsubscribeInput) (*subscriberOutput, error) {
 	id, err := parseID(in.ID)
 	if err != nil {
 		return nil, err

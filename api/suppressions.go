@@ -111,9 +111,11 @@ func (reasonParam) Schema(huma.Registry) *huma.Schema {
 type (
 	createSuppressionInput struct {
 		Body SuppressionInput
+		Keyed
 	}
 	bulkSuppressionInput struct {
 		Body SuppressionBulkInput
+		Keyed
 	}
 	listSuppressionsInput struct {
 		Limit  limitParam  `query:"limit" doc:"Entries per page, 1 to 100."`
@@ -123,6 +125,10 @@ type (
 	}
 	suppressionIDInput struct {
 		ID string `path:"id" format:"uuid" doc:"The entry's id."`
+	}
+	deleteSuppressionInput struct {
+		ID string `path:"id" format:"uuid" doc:"The entry's id."`
+		Keyed
 	}
 	createdSuppressionOutput struct {
 		Status   int
@@ -139,6 +145,11 @@ type (
 		Body SuppressionListEnvelope
 	}
 )
+
+// The responses of the idempotent writes (docs/api-contract.md §8).
+func (o *createdSuppressionOutput) response() (int, string, any) { return o.Status, o.Location, o.Body }
+func (o *suppressionOutput) response() (int, string, any)        { return 0, "", o.Body }
+func (o *bulkSuppressionOutput) response() (int, string, any)    { return 0, "", o.Body }
 
 // SuppressionEnvelope is the success body carrying one entry.
 type SuppressionEnvelope struct {
@@ -186,23 +197,23 @@ func (s *Server) registerSuppressions(common, withBody []int) {
 			"An active or pending subscriber with it is unsubscribed at once and its unsent confirmation emails are cancelled. "+
 			"An address already suppressed answers 200 with its entry as it is (its first reason stays).",
 		http.StatusCreated, bodyObject, withBody))
-	huma.Register(s.api, idempotent(create), handle(s, s.createSuppression))
+	registerKeyed(s, create, s.createSuppression)
 	if op := s.api.OpenAPI().Paths[coll].Post; op != nil && op.Responses["201"] != nil {
 		op.Responses["200"] = &huma.Response{Description: "Already suppressed: the existing entry, unchanged.",
 			Content: op.Responses["201"].Content}
 	}
-	huma.Register(s.api, idempotent(tag(s.operation(http.MethodPost, coll+"/bulk", "bulk-create-suppressions", "Suppress addresses in bulk",
+	registerKeyed(s, tag(s.operation(http.MethodPost, coll+"/bulk", "bulk-create-suppressions", "Suppress addresses in bulk",
 		"1 to 1000 entries, validated all or nothing (field errors keyed `<index>.<field>`); `suppressions` follows the input order, "+
 			"each the new or existing entry.",
-		http.StatusOK, bodyArray, withBody))), handle(s, s.bulkSuppress))
+		http.StatusOK, bodyArray, withBody)), s.bulkSuppress)
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-suppressions", "List suppressed addresses",
 		"Newest first. `email` looks one address up (erased entries match by the hash of the address).",
 		http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listSuppressions))
 	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-suppression", "Get a suppression", "The suppression with this id in the key's newsletter. An unknown id, another newsletter's or one that is not a UUID gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getSuppression))
-	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-suppression", "Delete a suppression",
+	registerKeyed(s, tag(s.operation(http.MethodDelete, item, "delete-suppression", "Delete a suppression",
 		"The address may be subscribed again; subscribers it unsubscribed stay unsubscribed. Answers the entry as it was.",
-		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)))), handle(s, s.deleteSuppression))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), s.deleteSuppression)
 }
 
 // suppressionSource is the source of the entries p's key makes.
@@ -293,16 +304,16 @@ func (s *Server) listSuppressions(ctx context.Context, p model.Principal, st Sto
 }
 
 func (s *Server) getSuppression(ctx context.Context, p model.Principal, st Stores, in *suppressionIDInput) (*suppressionOutput, error) {
-	return s.suppressionOp(ctx, p, in, st.Suppressions.Get)
+	return s.suppressionOp(ctx, p, in.ID, st.Suppressions.Get)
 }
 
-func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, st Stores, in *suppressionIDInput) (*suppressionOutput, error) {
-	return s.suppressionOp(ctx, p, in, st.Suppressions.Delete)
+func (s *Server) deleteSuppression(ctx context.Context, p model.Principal, st Stores, in *deleteSuppressionInput) (*suppressionOutput, error) {
+	return s.suppressionOp(ctx, p, in.ID, st.Suppressions.Delete)
 }
 
-func (s *Server) suppressionOp(ctx context.Context, p model.Principal, in *suppressionIDInput,
+func (s *Server) suppressionOp(ctx context.Context, p model.Principal, rawID string,
 	op func(context.Context, uuid.UUID, uuid.UUID) (model.Suppression, error)) (*suppressionOutput, error) {
-	id, err := parseID(in.ID)
+	id, err := parseID(rawID)
 	if err != nil {
 		return nil, model.ErrSuppressionNotFound
 	}

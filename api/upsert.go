@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -28,10 +27,8 @@ func routeUpsert(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	probe := *r
 	probe.URL = &url.URL{Path: upsertPrefix + "x"}
 	h, pattern := mux.Handler(&probe)
-	if info, ok := r.Context().Value(infoKey).(*requestInfo); ok {
-		_, info.route, _ = strings.Cut(pattern, " ")
-		setRoute(w, info.route)
-	}
+	_, route, _ := strings.Cut(pattern, " ")
+	setRoute(w, route)
 	r.Pattern = pattern
 	r.SetPathValue("email", strings.TrimPrefix(r.URL.Path, upsertPrefix))
 	h.ServeHTTP(w, r)
@@ -77,6 +74,7 @@ type (
 	upsertInput struct {
 		Email emailPathParam `path:"email" doc:"The address (§3 rule), percent-encoded or not; matched case-insensitively."`
 		Body  SubscriberUpsert
+		Keyed
 	}
 	upsertOutput struct {
 		Status   int
@@ -85,23 +83,22 @@ type (
 	}
 )
 
-// upsertTries is how many times the upsert looks the address up again after the subscriber it
-// was about to create or update was created or taken away by another request meanwhile.
-const upsertTries = 3
+// response is the upsert's stored response: 201 with Location, or 200.
+func (o *upsertOutput) response() (int, string, any) { return o.Status, o.Location, o.Body }
 
 // registerUpsert adds PUT /subscribers/by-email/{email}.
 func (s *Server) registerUpsert(withBody []int) {
-	op := idempotent(answers(s.operation(http.MethodPut, upsertPath, "upsert-subscriber-by-email", "Create or update a subscriber by email",
+	op := answers(s.operation(http.MethodPut, upsertPath, "upsert-subscriber-by-email", "Create or update a subscriber by email",
 		"Makes sure the address is a subscriber with the fields given. No subscriber with the address "+
 			"(case-insensitively): created as `POST /subscribers` would (default status `active`) → `201` with `Location`. "+
 			"One exists: updated as `PUT /subscribers/{id}` would with the fields given (none given: unchanged) → `200`. "+
 			"Concurrent upserts of one new address create it once; the others update it. "+
 			"An address that is not valid → `422` keyed `email`.",
 		http.StatusOK, bodyObject, withBody),
-		// As create and update: a suppressed address; and, after upsertTries lost races, the
-		// create's email_already_subscribed.
-		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed))
-	huma.Register(s.api, op, handle(s, s.upsert))
+		// As create and update: a suppressed address; and the create's email_already_subscribed,
+		// should the address be taken twice between the store's look and its insert.
+		http.StatusUnprocessableEntity, CodeEmailTaken, CodeEmailSuppressed)
+	registerKeyed(s, op, s.upsert)
 	// The created case: the same body, with Location.
 	o := s.api.OpenAPI().Paths[upsertPath].Put
 	ok := o.Responses[strconv.Itoa(http.StatusOK)]
@@ -121,47 +118,22 @@ func (s *Server) registerUpsert(withBody []int) {
 	o.Responses[strconv.Itoa(http.StatusCreated)] = &created
 }
 
-// upsert creates the subscriber with the path's address through the create path, or, when the
-// address is taken, updates it through the update path: its events, emails, webhooks and
-// metrics are theirs. A create that loses a race to another request's (email taken) or an
-// update whose subscriber went away meanwhile looks the address up again.
+// upsert creates the subscriber with the path's address or updates the one that has it, in one
+// unit of work of the store under the address's lock (Store.Upsert): as create and update
+// would, with their events, emails and webhooks.
 func (s *Server) upsert(ctx context.Context, p model.Principal, st Stores, in *upsertInput) (*upsertOutput, error) {
 	ns, patch, verr := model.ParseUpsert(string(in.Email), in.Body)
 	if verr != nil {
 		return nil, verr
 	}
-	return s.upsertOn(ctx, p, st.Subscribers, ns, patch)
-}
-
-// upsertOn is the upsert of ns (or patch, when its address exists) on store.
-func (s *Server) upsertOn(ctx context.Context, p model.Principal, store Store, ns model.NewSubscriber, patch model.SubscriberPatch) (*upsertOutput, error) {
-	var err error
-	for range upsertTries {
-		var existing []model.Subscriber
-		existing, _, err = store.List(ctx, p.NewsletterID, model.ListQuery{Page: 1, Limit: 1, Email: ns.Email})
-		if err != nil {
-			return nil, err
-		}
-		if len(existing) == 0 {
-			var out *createdOutput
-			out, err = s.createNew(ctx, p, store, ns, "upsert")
-			if errors.Is(err, model.ErrEmailTaken) {
-				continue // created meanwhile by another request: update it
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &upsertOutput{Status: http.StatusCreated, Location: out.Location, Body: out.Body}, nil
-		}
-		var sub model.Subscriber
-		sub, err = store.Update(withSource(ctx, p), p.NewsletterID, existing[0].ID, patch)
-		if errors.Is(err, model.ErrNotFound) {
-			continue // gone meanwhile: create it
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &upsertOutput{Status: http.StatusOK, Body: SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}}, nil
+	sub, created, err := st.Subscribers.Upsert(withSource(ctx, p), p.NewsletterID, ns, patch)
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	body := SubscriberEnvelope{Success: true, Data: toSubscriber(sub)}
+	if !created {
+		return &upsertOutput{Status: http.StatusOK, Body: body}, nil
+	}
+	s.metrics.SubscribersCreated("upsert", string(sub.Status), 1)
+	return &upsertOutput{Status: http.StatusCreated, Location: subscriberPath(sub.ID), Body: body}, nil
 }

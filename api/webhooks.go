@@ -130,9 +130,14 @@ func (in *WebhookInput) toWebhookBody() model.WebhookBody {
 type (
 	createWebhookInput struct {
 		Body WebhookInput
+		Keyed
 	}
 	webhookIDInput struct {
 		ID string `path:"id" format:"uuid" doc:"The endpoint's id."`
+	}
+	deleteWebhookInput struct {
+		ID string `path:"id" format:"uuid" doc:"The endpoint's id."`
+		Keyed
 	}
 	createdWebhookOutput struct {
 		Location string `header:"Location" doc:"Path of the new endpoint."`
@@ -145,6 +150,10 @@ type (
 		Body WebhookListEnvelope
 	}
 )
+
+// The responses of the idempotent writes (docs/api-contract.md §8).
+func (o *createdWebhookOutput) response() (int, string, any) { return 0, o.Location, o.Body }
+func (o *webhookOutput) response() (int, string, any)        { return 0, "", o.Body }
 
 // CreatedWebhookEnvelope is the success body of a create: the endpoint with its secret.
 type CreatedWebhookEnvelope struct {
@@ -176,18 +185,18 @@ func (s *Server) registerWebhooks(common, withBody []int) {
 		op.Tags = []string{"Webhooks"}
 		return op
 	}
-	huma.Register(s.api, idempotent(tag(s.operation(http.MethodPost, coll, "create-webhook", "Create a webhook endpoint",
+	registerKeyed(s, tag(s.operation(http.MethodPost, coll, "create-webhook", "Create a webhook endpoint",
 		"Events of the chosen types are POSTed to `url`, signed with the returned `secret` (Standard Webhooks). "+
 			"The secret is shown only in this answer. At most 20 endpoints per newsletter.",
-		http.StatusCreated, bodyObject, withBody))), handle(s, s.createWebhook))
+		http.StatusCreated, bodyObject, withBody)), s.createWebhook)
 	huma.Register(s.api, tag(s.operation(http.MethodGet, coll, "list-webhooks", "List webhook endpoints",
 		"Oldest first, without secrets.", http.StatusOK, "", append([]int{http.StatusBadRequest}, common...))), handle(s, s.listWebhooks))
 	huma.Register(s.api, tag(s.operation(http.MethodGet, item, "get-webhook", "Get a webhook endpoint",
 		"The endpoint with this id, without its secret. An unknown id gives 404 `not_found`.",
 		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), handle(s, s.getWebhook))
-	huma.Register(s.api, idempotent(tag(s.operation(http.MethodDelete, item, "delete-webhook", "Delete a webhook endpoint",
+	registerKeyed(s, tag(s.operation(http.MethodDelete, item, "delete-webhook", "Delete a webhook endpoint",
 		"Its undelivered events are dropped. Answers the endpoint as it was.",
-		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...)))), handle(s, s.deleteWebhook))
+		http.StatusOK, "", append([]int{http.StatusBadRequest, http.StatusNotFound}, common...))), s.deleteWebhook)
 }
 
 func (s *Server) createWebhook(ctx context.Context, p model.Principal, st Stores, in *createWebhookInput) (*createdWebhookOutput, error) {
@@ -225,16 +234,16 @@ func (s *Server) listWebhooks(ctx context.Context, p model.Principal, st Stores,
 }
 
 func (s *Server) getWebhook(ctx context.Context, p model.Principal, st Stores, in *webhookIDInput) (*webhookOutput, error) {
-	return s.webhookOp(ctx, p, in, st.Webhooks.Get)
+	return s.webhookOp(ctx, p, in.ID, st.Webhooks.Get)
 }
 
-func (s *Server) deleteWebhook(ctx context.Context, p model.Principal, st Stores, in *webhookIDInput) (*webhookOutput, error) {
-	return s.webhookOp(ctx, p, in, st.Webhooks.Delete)
+func (s *Server) deleteWebhook(ctx context.Context, p model.Principal, st Stores, in *deleteWebhookInput) (*webhookOutput, error) {
+	return s.webhookOp(ctx, p, in.ID, st.Webhooks.Delete)
 }
 
-func (s *Server) webhookOp(ctx context.Context, p model.Principal, in *webhookIDInput,
+func (s *Server) webhookOp(ctx context.Context, p model.Principal, rawID string,
 	op func(context.Context, uuid.UUID, uuid.UUID) (model.Webhook, error)) (*webhookOutput, error) {
-	id, err := parseID(in.ID)
+	id, err := parseID(rawID)
 	if err != nil {
 		return nil, model.ErrWebhookNotFound
 	}

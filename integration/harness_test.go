@@ -37,11 +37,11 @@ func TestMain(m *testing.M) {
 	testredis.Stop()
 	// The answers the tests received, against the document (traffic_test.go).
 	if problems := checkTraffic(); len(problems) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: the servers answered %d kinds of answer the OpenAPI document does not declare "+
-			"(declare them in package api: api/codes.go):\n  %s\n", len(problems), strings.Join(problems, "\n  "))
+		fmt.Fprintf(os.Stderr, "FAIL: the servers sent %d answers the OpenAPI document does not declare "+
+			"(declare them in package api: api/codes.go, the response types):\n  %s\n", len(problems), strings.Join(problems, "\n  "))
 		code = max(code, 1)
 	} else if n := trafficSummary(); n > 0 && testing.Verbose() {
-		fmt.Fprintf(os.Stderr, "traffic: %d kinds of answer, all declared by the OpenAPI document\n", n)
+		fmt.Fprintf(os.Stderr, "traffic: %d kinds of answer, all declared by the OpenAPI document, bodies included\n", n)
 	}
 	os.Exit(code)
 }
@@ -132,7 +132,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
-		Idempotency:    api.IdempotencyOf(e.idem, requestStores),
+		Idempotency:    api.IdempotencyOf(e.idem),
 		CursorKey:      cursorKey,
 		PageNonceKey:   nonceKey,
 		Imports:        repo.NewImports(db),
@@ -279,11 +279,4 @@ func (e *env) count(query string, args ...any) int {
 		e.t.Fatal(err)
 	}
 	return n
-}
-
-// requestStores are the stores an idempotent request uses, as cmd/subscriberd gives them: those
-// of its unit of work.
-func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
-		Suppressions: tx.Suppressions(), Privacy: tx.Privacy()}
 }

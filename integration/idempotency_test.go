@@ -42,7 +42,7 @@ func (e *env) secondInstance(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(recordTraffic(api.New(api.Config{Store: repo.NewSubscribers(db), Auth: repo.NewAccounts(db),
-		Idempotency: api.IdempotencyOf(repo.NewIdempotency(db, 24*time.Hour), requestStores), CursorKey: key})))
+		Idempotency: api.IdempotencyOf(repo.NewIdempotency(db, 24*time.Hour)), CursorKey: key})))
 	t.Cleanup(srv.Close)
 	return srv.URL + api.BasePath
 }

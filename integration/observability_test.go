@@ -113,7 +113,7 @@ func newObservedLimited(t *testing.T, lim *limits.Config, opts ...func(*envOptio
 		Metrics:     o.metrics,
 		KeyCacheTTL: cfg.keyCacheTTL,
 		Limiter:     limiter,
-		Idempotency: api.IdempotencyOf(e.idem, requestStores),
+		Idempotency: api.IdempotencyOf(e.idem),
 		Privacy:     repo.NewPrivacy(e.db),
 	})
 	public.HandleConfirmations(repo.NewConfirmations(e.db))

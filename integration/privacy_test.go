@@ -55,7 +55,7 @@ func newPrivacyEnv(t *testing.T) *mailEnv {
 	e := newEnv(t)
 	srv := api.New(api.Config{Store: repo.NewSubscribers(e.db), Auth: e.accounts, Events: repo.NewEvents(e.db),
 		Privacy: repo.NewPrivacy(e.db), Webhooks: repo.NewWebhooks(e.db), WebhookGuard: webhook.Guard{AllowPrivate: true},
-		Idempotency: api.IdempotencyOf(e.idem, requestStores), TrustedProxies: loopback})
+		Idempotency: api.IdempotencyOf(e.idem), TrustedProxies: loopback})
 	srv.HandleConfirmations(repo.NewConfirmations(e.db))
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

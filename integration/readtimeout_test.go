@@ -29,7 +29,7 @@ func TestSlowBodyPastReadTimeout(t *testing.T) {
 	id := e.do("POST", "/subscribers", map[string]any{"email": "slow@example.com"}).want(t, http.StatusCreated, "").data(t)["id"].(string)
 	logs, serverLog, metrics := &logbuf.Buffer{}, &logbuf.Buffer{}, &statusCodes{}
 	h := api.New(api.Config{
-		Store: repo.NewSubscribers(e.db), Auth: e.accounts, Metrics: metrics, Idempotency: api.IdempotencyOf(e.idem, requestStores),
+		Store: repo.NewSubscribers(e.db), Auth: e.accounts, Metrics: metrics, Idempotency: api.IdempotencyOf(e.idem),
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	srv := httptest.NewUnstartedServer(recordTraffic(h))

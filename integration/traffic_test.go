@@ -2,9 +2,15 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,12 +19,14 @@ import (
 	"github.com/subscriberd/subscriberd/api"
 )
 
-// The document never lies about errors (docs/api-contract.md §1, §17): every answer the
-// servers of this suite send is recorded, with the operation that sent it, and when the
-// package's tests have run, TestMain checks each (status, code) against the OpenAPI document:
-// a status the operation does not declare, or an error code its response's code enum does not
-// list, fails the package run (checkTraffic). It is fed by the tests' real requests, so a new
-// operation or code is checked as soon as a test drives it.
+// The document never lies (docs/api-contract.md §1, §17): every answer the servers of this
+// suite send is recorded, with the operation that sent it, and when the package's tests have
+// run, TestMain checks each against the OpenAPI document: a status the operation does not
+// declare, an error code its response's code enum does not list, or a body its response's
+// schema does not accept fails the package run (checkTraffic). The bodies are checked by Ajv,
+// a JSON Schema 2020-12 validator (testdata/ajv, pinned, installed with npm ci when missing;
+// without node the body check is skipped, loudly). It is fed by the tests' real requests, so a
+// new operation, code or event source is checked as soon as a test drives it.
 //
 // A server of the suite takes part when its handler is wrapped in recordTraffic (newEnv's
 // is). The operation is the route the server itself matched (it tells its response writers
@@ -37,7 +45,19 @@ type answer struct {
 var traffic = struct {
 	mu   sync.Mutex
 	seen map[answer]string // → an example: the request's path and the start of the body
-}{seen: map[answer]string{}}
+	// bodies are distinct JSON bodies of each answer, up to maxBodyBytesPerAnswer in all,
+	// and hashes what they hold.
+	bodies map[answer][]string
+	size   map[answer]int
+	hashes map[[sha256.Size]byte]bool
+}{seen: map[answer]string{}, bodies: map[answer][]string{}, size: map[answer]int{}, hashes: map[[sha256.Size]byte]bool{}}
+
+// How much of the bodies the body check keeps: a body up to maxRecordedBody (a longer one is
+// not checked), and up to maxBodyBytesPerAnswer of the distinct bodies of each answer.
+const (
+	maxRecordedBody       = 1 << 20
+	maxBodyBytesPerAnswer = 4 << 20
+)
 
 // recordTraffic wraps a server's handler so that its answers are checked against the
 // document at the end of the package run.
@@ -63,6 +83,13 @@ func recordTraffic(h http.Handler) http.Handler {
 		if _, ok := traffic.seen[a]; !ok {
 			traffic.seen[a] = fmt.Sprintf("%s %s → %.200s", r.Method, r.URL.Path, rec.body.String())
 		}
+		if body := rec.body.Bytes(); rec.json && !rec.cut && len(body) > 0 && traffic.size[a]+len(body) <= maxBodyBytesPerAnswer {
+			if h := sha256.Sum256(body); !traffic.hashes[h] {
+				traffic.hashes[h] = true
+				traffic.bodies[a] = append(traffic.bodies[a], string(body))
+				traffic.size[a] += len(body)
+			}
+		}
 		traffic.mu.Unlock()
 	})
 }
@@ -70,12 +97,15 @@ func recordTraffic(h http.Handler) http.Handler {
 // StatusClientClosed is api.StatusClientClosed (499).
 const StatusClientClosed = api.StatusClientClosed
 
-// trafficWriter remembers an answer's status, route and, for an error, its body.
+// trafficWriter remembers an answer's status, route and body (up to maxRecordedBody: cut
+// tells it was longer), and whether the body is JSON.
 type trafficWriter struct {
 	http.ResponseWriter
 	status int
 	route  string
 	body   bytes.Buffer
+	cut    bool
+	json   bool
 }
 
 // SetRoute records the route the server matched, and tells it on to the writers this one
@@ -106,8 +136,14 @@ func (w *trafficWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	if w.status >= 400 && w.body.Len() < 1<<16 {
+	if w.body.Len() == 0 {
+		mt, _, _ := mime.ParseMediaType(w.Header().Get("Content-Type"))
+		w.json = mt == "application/json"
+	}
+	if w.body.Len()+len(b) <= maxRecordedBody {
 		w.body.Write(b)
+	} else {
+		w.cut = true
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -146,6 +182,7 @@ func checkTraffic() []string {
 	traffic.mu.Lock()
 	defer traffic.mu.Unlock()
 	var problems []string
+	var bodies []bodyAnswer // the bodies of declared JSON responses, for the schema check
 	for a, example := range traffic.seen {
 		method := a.method
 		if method == http.MethodHead { // the mux answers HEAD with the GET operation
@@ -164,6 +201,11 @@ func checkTraffic() []string {
 				op.OperationID, a.method, a.route, a.status, example))
 			continue
 		}
+		if _, isJSON := resp.Content["application/json"]; isJSON {
+			for _, b := range traffic.bodies[a] {
+				bodies = append(bodies, bodyAnswer{Method: method, Route: a.route, Status: a.status, Body: b})
+			}
+		}
 		if a.status < 400 {
 			continue
 		}
@@ -176,7 +218,98 @@ func checkTraffic() []string {
 				op.OperationID, a.method, a.route, a.status, a.code, a.status, enum, example))
 		}
 	}
+	problems = append(problems, checkBodies(raw, bodies)...)
 	slices.Sort(problems)
+	return problems
+}
+
+// bodyAnswer is a body to check against the schema of its response in the document.
+type bodyAnswer struct {
+	Method string `json:"method"`
+	Route  string `json:"route"`
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+}
+
+// ajvDir holds the pinned validator of the body check and its script.
+const ajvDir = "testdata/ajv"
+
+// checkBodies validates bodies against the document doc (JSON) with testdata/ajv/validate.mjs
+// and returns one line per body the document's schema refuses. Without node it returns
+// nothing, having said loudly that the check did not run.
+func checkBodies(doc []byte, bodies []bodyAnswer) []string {
+	if len(bodies) == 0 {
+		return nil
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		fmt.Fprint(os.Stderr, "\n###########################################################################\n"+
+			"## NO NODE: the check of response bodies against the OpenAPI document    ##\n"+
+			"## (traffic_test.go) is SKIPPED. Install Node.js and npm to run it.       ##\n"+
+			"###########################################################################\n")
+		return nil
+	}
+	dir, err := filepath.Abs(ajvDir)
+	if err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	env := append(os.Environ(), "NO_UPDATE_NOTIFIER=1", "NPM_CONFIG_UPDATE_NOTIFIER=false", "NPM_CONFIG_FUND=false", "NPM_CONFIG_AUDIT=false")
+	run := func(name string, args ...string) ([]byte, error) {
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = dir, env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			err = fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		return out, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "ajv")); err != nil {
+		if _, err := run("npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"); err != nil {
+			return []string{"body check: installing the pinned validator: " + err.Error()}
+		}
+	}
+	tmp, err := os.MkdirTemp("", "traffic-bodies")
+	if err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	defer os.RemoveAll(tmp)
+	answers, err := json.Marshal(bodies)
+	if err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	docPath, answersPath := filepath.Join(tmp, "openapi.json"), filepath.Join(tmp, "answers.json")
+	if err := os.WriteFile(docPath, doc, 0o600); err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	if err := os.WriteFile(answersPath, answers, 0o600); err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	out, err := run(node, "validate.mjs", docPath, answersPath)
+	if err != nil {
+		return []string{"body check: " + err.Error()}
+	}
+	var refused []struct {
+		bodyAnswer
+		Errors []struct {
+			InstancePath string `json:"instancePath"`
+			SchemaPath   string `json:"schemaPath"`
+			Message      string `json:"message"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &refused); err != nil {
+		return []string{"body check: reading the validator's answer: " + err.Error()}
+	}
+	problems := make([]string, 0, len(refused))
+	for _, r := range refused {
+		var why []string
+		for _, e := range r.Errors {
+			why = append(why, fmt.Sprintf("%s %s (%s)", cmp.Or(e.InstancePath, "/"), e.Message, e.SchemaPath))
+		}
+		problems = append(problems, fmt.Sprintf("%s %s answered %d with a body its schema refuses: %s: %.300s",
+			r.Method, r.Route, r.Status, strings.Join(why, "; "), r.Body))
+	}
 	return problems
 }
 

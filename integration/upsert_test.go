@@ -2,7 +2,9 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -312,4 +314,87 @@ func TestUpsertSuppressedAddress(t *testing.T) {
 	if n := e.count("SELECT count(*) FROM email_outbox WHERE state = 'pending'"); n != 0 {
 		t.Errorf("confirmation emails queued = %d, want 0", n)
 	}
+}
+
+// TestUpsertRaceWithoutKeys: 50 concurrent upserts of one new address without Idempotency-Key,
+// with mixed names and statuses, run each in one unit of work under the address's lock: one
+// creates the subscriber, every other one updates what those before it committed. One row
+// remains, and its history is one chain: a single created event, then updates whose previous
+// values are what the event before left, ending at the row as it is.
+func TestUpsertRaceWithoutKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 50
+	var (
+		wg     sync.WaitGroup
+		counts statusCounter
+	)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			body := map[string]any{"name": fmt.Sprintf("Name %d", i%4)}
+			switch i % 3 {
+			case 0:
+				body["status"] = "active"
+			case 1:
+				body["status"] = "pending"
+			}
+			status, raw, err := e.sendWith("PUT", upsertPath("Race@Example.com"), body)
+			counts.add(status, raw, err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	// A pending upsert of a subscriber that was sent its confirmations already may meet the
+	// re-send limit (§12.3): 429, nothing changed.
+	counts.check(t, http.StatusCreated, http.StatusOK, http.StatusTooManyRequests)
+	if counts.counts[http.StatusCreated] != 1 {
+		t.Errorf("statuses = %v, want exactly one 201", counts.counts)
+	}
+	if got := e.count("SELECT count(*) FROM subscribers"); got != 1 {
+		t.Fatalf("subscribers = %d, want 1", got)
+	}
+	var payloads []string
+	if err := e.db.NewRaw(`SELECT payload FROM subscriber_events WHERE type IN ('subscriber.created', 'subscriber.updated')
+ORDER BY id`).Scan(context.Background(), &payloads); err != nil {
+		t.Fatal(err)
+	}
+	type event struct {
+		Type string `json:"type"`
+		Data struct {
+			Subscriber map[string]any    `json:"subscriber"`
+			Previous   map[string]string `json:"previous"`
+		} `json:"data"`
+	}
+	var state map[string]any
+	for i, p := range payloads {
+		var ev event
+		if err := json.Unmarshal([]byte(p), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if (i == 0) != (ev.Type == "subscriber.created") {
+			t.Fatalf("event %d is %s; want one subscriber.created, first", i, ev.Type)
+		}
+		if i > 0 {
+			for field, before := range ev.Data.Previous {
+				if state[field] != before {
+					t.Fatalf("event %d says %s was %q; the event before left %q", i, field, before, state[field])
+				}
+			}
+			for field, v := range ev.Data.Subscriber {
+				if _, changed := ev.Data.Previous[field]; !changed && state[field] != v {
+					t.Fatalf("event %d changed %s (%v → %v) without saying so", i, field, state[field], v)
+				}
+			}
+		}
+		state = ev.Data.Subscriber
+	}
+	row := e.do("GET", "/subscribers/"+state["id"].(string), nil).want(t, http.StatusOK, "").data(t)
+	for _, field := range []string{"email", "name", "status"} {
+		if row[field] != state[field] {
+			t.Errorf("the row's %s is %v; the last event left %v", field, row[field], state[field])
+		}
+	}
+	t.Logf("statuses %v, %d events", counts.counts, len(payloads))
 }

@@ -10,7 +10,8 @@ import (
 	"unicode/utf8"
 
 	gomail "github.com/wneessen/go-mail"
-	"golang.org/x/net/idna"
+
+	"github.com/subscriberd/subscriberd/model"
 )
 
 // GatedTransport is a Transport that can hold a message just before the server accepts it.
@@ -115,22 +116,17 @@ func (s *SMTP) SendGated(ctx context.Context, m *Message, gate func(accept func(
 	return nil
 }
 
-// envelopeAddress is addr as the SMTP envelope names it: the domain in punycode, and whether
-// the local part needs SMTPUTF8.
+// envelopeAddress is addr as the SMTP envelope names it (model.EnvelopeAddress: the domain
+// in its A-label form, from the same IDNA processing that keys addresses, so that the mailbox
+// written to is the one the suppression list and the uniqueness rule compare,
+// docs/api-contract.md §18), and whether its local part needs SMTPUTF8.
 func envelopeAddress(addr string) (string, bool, error) {
-	at := strings.LastIndexByte(addr, '@')
-	if at <= 0 {
-		return "", false, errors.New("address without a domain")
+	env, err := model.EnvelopeAddress(addr)
+	if err != nil {
+		return "", false, fmt.Errorf("address: %w", err)
 	}
-	local, domain := addr[:at], addr[at+1:]
-	if !isASCII(domain) {
-		ascii, err := idna.Lookup.ToASCII(domain)
-		if err != nil {
-			return "", false, fmt.Errorf("address domain: %w", err)
-		}
-		domain = ascii
-	}
-	return local + "@" + domain, !isASCII(local), nil
+	local := env[:strings.LastIndexByte(env, '@')]
+	return env, !isASCII(local), nil
 }
 
 func isASCII(s string) bool {

@@ -98,3 +98,16 @@ const DefaultRotationGrace = 24 * time.Hour
 func Expired(expiresAt, now time.Time) bool {
 	return !expiresAt.IsZero() && !now.Before(expiresAt)
 }
+
+// RevokedAsOf is when k was revoked, as of now: RevokedAt when it was revoked by hand, or, for
+// a rotated key whose grace has ended (Expired), the end of its grace, since such a key "is
+// revoked" (docs/api-contract.md §16.2); nil while it works.
+func (k APIKey) RevokedAsOf(now time.Time) *time.Time {
+	if k.RevokedAt != nil {
+		return k.RevokedAt
+	}
+	if k.ExpiresAt != nil && Expired(*k.ExpiresAt, now) {
+		return new(*k.ExpiresAt)
+	}
+	return nil
+}

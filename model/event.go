@@ -48,6 +48,10 @@ const (
 	SourceSuppression = "suppression"
 	// SourceDeclineLink is a subscriber who said "I did not sign up" (§12.2).
 	SourceDeclineLink = "decline_link"
+	// SourceDuplicateAddress is a subscriber unsubscribed by the 1.3 upgrade because an older
+	// subscriber of its newsletter holds the same address (docs/api-contract.md §18); Kept is
+	// the older one's id.
+	SourceDuplicateAddress = "duplicate_address"
 )
 
 // MaxUserAgentLength is how much of a confirming browser's User-Agent an event keeps, in
@@ -62,6 +66,7 @@ type EventSource struct {
 	IP        string // SourceConfirmationLink
 	UserAgent string // SourceConfirmationLink, at most MaxUserAgentLength characters
 	Reason    string // SourceSuppression
+	Kept      string // SourceDuplicateAddress: the id of the subscriber that kept the address
 	// The proof of a confirmation through the link (docs/api-contract.md §12.1): Method is
 	// "button" or "checkbox"; the durations are whole seconds, nil when not known.
 	Method           string
@@ -152,6 +157,11 @@ func NewEvent(t EventType, sub Subscriber, previous map[string]string, src Event
 			SecondsSinceSent *int64 `json:"seconds_since_sent"`
 			SecondsOnPage    *int64 `json:"seconds_on_page"`
 		}{src.Kind, src.IP, src.UserAgent, src.Method, src.SecondsSinceSent, src.SecondsOnPage}
+	case SourceDuplicateAddress:
+		source = struct {
+			Kind string `json:"kind"`
+			Kept string `json:"kept"`
+		}{src.Kind, src.Kept}
 	case SourceDeclineLink:
 		source = struct {
 			Kind      string `json:"kind"`

@@ -32,6 +32,9 @@ func TestNewEventWireForm(t *testing.T) {
 			`{"kind":"suppression","reason":"manual","api_key":"sk_AbCd"}`},
 		{"decline", EventSource{Kind: SourceDeclineLink, IP: "203.0.113.9", UserAgent: "UA", Method: MethodButton}, nil,
 			`{"kind":"decline_link","ip":"203.0.113.9","user_agent":"UA"}`},
+		{"duplicate address", EventSource{Kind: SourceDuplicateAddress, Kept: "01a21363-a43b-7cde-b444-4915076b1130"},
+			map[string]string{"status": "active"},
+			`{"kind":"duplicate_address","kept":"01a21363-a43b-7cde-b444-4915076b1130"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := NewEvent(EventConfirmed, sub, c.prev, c.src, at)

@@ -104,9 +104,6 @@ func JoinName(first, last string) string {
 	return strings.TrimSpace(first + " " + last)
 }
 
-// EmailKey is the form under which emails are unique within a newsletter: case-insensitive.
-func EmailKey(email string) string { return strings.ToLower(email) }
-
 // NewSubscriber is a validated request to create one subscriber.
 type NewSubscriber struct {
 	Email     string

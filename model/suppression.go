@@ -1,14 +1,12 @@
 package model
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,16 +125,9 @@ type NewSuppression struct {
 	Source SuppressionSource
 }
 
-// NormalizeEmail is the form under which a suppression matches an address: trimmed and
-// lowercased (docs/api-contract.md §13).
-func NormalizeEmail(email string) string { return EmailKey(strings.TrimSpace(email)) }
-
-// EmailHash is the SHA-256 of the normalised address: what an erased entry keeps, and what
-// every entry is unique on.
-func EmailHash(email string) []byte {
-	h := sha256.Sum256([]byte(NormalizeEmail(email)))
-	return h[:]
-}
+// NormalizeEmail is EmailKey, under the name the suppression code knew it by: the form under
+// which a suppression matches an address (docs/api-contract.md §13, §18).
+func NormalizeEmail(email string) string { return EmailKey(email) }
 
 // SuppressionQuery selects one page of a newsletter's suppression list (newest first).
 type SuppressionQuery struct {

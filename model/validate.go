@@ -497,6 +497,15 @@ func isAtext(r rune) bool {
 }
 
 func validDomain(domain string) bool {
+	// docs/api-contract.md §18: the domain must pass the IDNA processing that keys the
+	// address and names it in the SMTP envelope, and still be a domain in the form the
+	// envelope names (a mapping may empty a label or leave a top level of digits).
+	return validDomainLabels(domain) && domainPassesIDNA(domain)
+}
+
+// validDomainLabels is the §3 rule of the domain as given: at least two labels of letters
+// (Unicode allowed), digits and inner hyphens, a top level that is not all digits.
+func validDomainLabels(domain string) bool {
 	if utf8.RuneCountInString(domain) > maxDomain {
 		return false
 	}

@@ -4,11 +4,34 @@
 // behind one seam, the engine interface, with one file per engine (pg.go, sqlite.go); callers
 // see the same behaviour on both, and no other file asks which engine runs.
 //
+// The files, by job:
+//
+//   - db.go: the database (Open, EnsureDatabase, DB), units of work (DB.InTx, Tx), the store
+//     every store embeds, migrations, and the translation of driver errors.
+//   - engine.go: the seam: the engine interface, and what crosses it or both engines share.
+//   - pg.go, sqlite.go: the engines, one each: opening the pool, and the statements and
+//     locks that differ. They name nothing of the stores (TestSeamRunsOneWay).
+//   - prepared.go: statement, a statement written once for both engines, and the prepared
+//     statements PostgreSQL runs it as. Package pgconn holds the PostgreSQL connections that
+//     stop a statement when its context ends.
+//   - tx.go: running a unit of work in a transaction, or one statement atomically, again
+//     after a deadlock or a busy database.
+//   - tracing.go: a span per statement.
+//   - The stores, one file each: subscribers.go (Subscribers), events.go (the event log:
+//     recording events, Events), outbox.go (Outbox: the confirmation emails' outbox),
+//     webhooks.go (Webhooks: endpoints; Deliveries: their outbox), tokens.go (Confirmations:
+//     confirm and decline links), imports.go (Imports), suppressions.go (Suppressions),
+//     privacy.go (Privacy: export and erasure), keys.go (Accounts: newsletters and API keys),
+//     idempotency.go (Idempotency: stored responses; the service's shared secrets); and
+//     rekey.go, the re-key of stored addresses to the 1.3 rule (Rekey, run by Migrate).
+//
 // A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit
 // of work it came from: DB.InTx hands out stores through Tx), a write of several statements
 // runs in s.inTx (its unit's transaction, or a new one with retries), queued work wakes its
-// workers through s.queued, and whatever differs between the engines is a method of s.db.eng.
-// A new store gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
+// workers through s.queued, and whatever differs between the engines is a call of s.db.eng,
+// with plain values. A store writes a statement once for both engines: a locking one through
+// s.db.eng.raw, a hot one as a statement (prepared.go) through s.db.eng.queryRow. A new store
+// gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
 package repo
 
 import (
@@ -24,7 +47,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/migrate"
@@ -224,7 +246,8 @@ func migrator(db *DB) (*migrate.Migrator, error) {
 }
 
 // Migrate applies every pending migration, holding bun's migration lock so that several
-// instances starting at once apply each migration once. It returns the names applied.
+// instances starting at once apply each migration once, and then re-keys what needs it
+// (Rekey: what a 1.2 instance wrote). It returns the names applied.
 func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	m, err := migrator(db)
 	if err != nil {
@@ -246,6 +269,9 @@ func Migrate(ctx context.Context, db *DB) ([]string, error) {
 	group, err := m.Migrate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", translate(err))
+	}
+	if _, err := Rekey(ctx, db); err != nil {
+		return nil, err
 	}
 	var names []string
 	for _, mg := range group.Migrations {
@@ -359,12 +385,14 @@ func utcNow() time.Time { return time.Now().UTC() }
 // a serialization failure or a busy SQLite database (see retry). Nothing may be answered to a
 // client from inside fn.
 func (s *store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.IDB) error) error {
-	if s.unit != nil {
-		return fn(ctx, s.idb)
-	}
-	return retry(ctx, func(ctx context.Context) error {
-		return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
-	})
+	return runInTx(ctx, s.idb, fn)
+}
+
+// atomic runs fn, one statement that takes effect whole or not at all, on the store's
+// connection: in its unit of work as it is, or on the pool, run again after a deadlock or
+// a busy database (see runAtomic).
+func (s *store) atomic(ctx context.Context, fn func(ctx context.Context) error) error {
+	return runAtomic(ctx, s.idb, fn)
 }
 
 // queued wakes the workers of queue (on SQLite; see engine.wake) after a commit that queued
@@ -375,89 +403,6 @@ func (s *store) queued(queue string) {
 		return
 	}
 	s.db.eng.wake(queue)
-}
-
-// engine is the seam between the stores and the database engine: everything that differs
-// between PostgreSQL (pg.go) and SQLite (sqlite.go), and nothing else. The stores call it and
-// never ask which engine runs.
-type engine interface {
-	// migrations are the engine's schema migrations; migrationsTableExists is a statement
-	// that reads whether bun's table of applied migrations exists.
-	migrations() (*migrate.Migrations, error)
-	migrationsTableExists() string
-
-	// queryRow runs st with args on db (the pool or a transaction of it) and scans its one
-	// row into dest (sql.ErrNoRows when there is none); queryRows scans every row into dest,
-	// a pointer to a slice. Errors are the driver's, for the caller to translate.
-	queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
-	queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error
-
-	// listPage reads one page of a newsletter's subscribers and the total matching q in one
-	// statement (Subscribers.List): the first row carries the total, rows without an id are
-	// not subscribers.
-	listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error)
-
-	// create stores row, after the suppression check under the address's lock, with its
-	// created event, the event's deliveries and mail (when not nil), in one statement on s's
-	// connection (Subscribers.Create); done is false when the engine has no such statement,
-	// and the caller then writes them in a transaction.
-	create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (done bool, err error)
-	// rename applies a patch that sets at most the name without a transaction, when the
-	// engine can (see Subscribers.rename); done is false when it did not.
-	rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error)
-	// insertEvents appends rows to the event log and queues their webhook deliveries, in
-	// the caller's transaction, and reports whether it queued any delivery (when the engine
-	// knows: its workers need waking).
-	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error)
-
-	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
-	// Deliveries.Claim) without waiting on another worker's claim.
-	claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
-	claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error)
-	// stageImport stores a new import with the rows next yields, duplicates marked
-	// (Imports.Stage), and skipLocked is the clause with which an import claim passes over
-	// rows another worker holds.
-	stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error
-	skipLocked() string
-	// importBatch applies batch b's staged rows in tx, the batch's address locks held
-	// (Imports.Batch): the invalid rows' errors recorded; the suppressed ones, then the
-	// duplicates, skipped; the others created unless the newsletter has the address, with
-	// their created events, the events' deliveries and, for pending ones, confirmation
-	// emails. It returns the counts.
-	importBatch(ctx context.Context, s *Imports, tx bun.IDB, b importBatch) (appliedRows, error)
-	// markDuplicates marks each valid staged row of import id numbered after after up to
-	// last whose address an earlier one of them has (stagedRow.Duplicate).
-	markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error
-
-	// forUpdate is the clause that locks the rows a SELECT reads in a write transaction, and
-	// forNoKeyUpdate the one for a row about to be updated without changing its key (it does
-	// not wait for the key-share locks of rows referencing it being inserted).
-	forUpdate() string
-	forNoKeyUpdate() string
-	// forShare is the clause that keeps the rows a SELECT reads from changing until the
-	// transaction ends (Privacy.Export).
-	forShare() string
-	// bytesContain is the condition that the bytes of column col contain those of the one
-	// parameter (Privacy.Erase's search of stored responses).
-	bytesContain(col string) string
-	// lockRows is q locking the rows it reads as forUpdate does.
-	lockRows(q *bun.SelectQuery) *bun.SelectQuery
-	// lockEmailKey makes two transactions that give the same new email key to a subscriber
-	// of nl wait for each other (Subscribers.Update), when nobody holds the key yet.
-	lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error
-	// lockEmailKeys is lockEmailKey for several keys at once, taken in the order given
-	// (sorted by the caller): the suppression check and the suppressions themselves
-	// (docs/api-contract.md §13) take them until commit.
-	lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error
-	// lockIdempotencyKey takes, in the transaction of Idempotency.Run, the right to run the
-	// request of (nl, key): it returns the stored response of a request with the key that
-	// finished first, or model.ErrIdempotencyInUse while one still runs.
-	lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error)
-
-	// listen returns a channel signalled (coalesced) after each commit of this process that
-	// queued into queue, until ctx ends, or nil when the workers poll; wake signals it.
-	listen(ctx context.Context, queue string) <-chan struct{}
-	wake(queue string)
 }
 
 // deliveriesQueued wakes the webhook workers after a commit that queued deliveries, when it

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -13,30 +12,6 @@ import (
 
 	"github.com/subscriberd/subscriberd/model"
 )
-
-// eventRow is one row of the append-only event log.
-type eventRow struct {
-	bun.BaseModel `bun:"table:subscriber_events"`
-
-	ID           uuid.UUID `bun:"id,pk,type:uuid"`
-	NewsletterID uuid.UUID `bun:"newsletter_id,type:uuid"`
-	SubscriberID uuid.UUID `bun:"subscriber_id,type:uuid"`
-	Type         string    `bun:"type"`
-	Payload      string    `bun:"payload"`
-	Traceparent  string    `bun:"traceparent"`
-	CreatedAt    time.Time `bun:"created_at"`
-}
-
-// queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
-// created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
-// engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
-// (pg.go) and eventMatchSQLite (sqlite.go).
-const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
-    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
-SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
-FROM ev JOIN webhook_endpoints AS w
-    ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
-    AND `
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so

@@ -3,9 +3,7 @@ package repo
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"time"
 
@@ -92,13 +90,8 @@ func (s *Idempotency) Run(ctx context.Context, nl uuid.UUID, key string, fp []by
 	var lost bool // a request with the key may have finished first; look its record up
 	err := s.db.InTx(ctx, func(tx Tx) error {
 		res, lost = model.IdempotencyResult{}, false
-		stored, err := s.db.eng.lockIdempotencyKey(ctx, s, tx.tx, nl, key)
-		if err != nil {
+		if err := s.db.eng.lockIdempotencyKey(ctx, tx.tx, nl, key); err != nil {
 			return translate(err)
-		}
-		if stored != nil {
-			res.Stored = stored
-			return errRollback
 		}
 		resp, err := fn(tx)
 		res.Ran = true
@@ -144,21 +137,10 @@ ON CONFLICT (newsletter_id, key) DO UPDATE SET fingerprint = excluded.fingerprin
     location = excluded.location, body = excluded.body, created_at = excluded.created_at, expires_at = excluded.expires_at
 WHERE k.expires_at <= excluded.created_at
 RETURNING 1`)
-	// tryLockPG takes the transaction-scoped advisory lock of a key if it is free, prepared.
-	tryLockPG = newStatement("SELECT", "", `SELECT pg_try_advisory_xact_lock($1)`)
 )
 
 // errRollback ends a transaction of Run without an error for the caller.
 var errRollback = errors.New("rollback")
-
-// advisoryKey is the 64-bit advisory lock id of (nl, key). Two keys sharing one (a chance of
-// 2⁻⁶⁴) only make one of them wait or answer 409 once.
-func advisoryKey(nl uuid.UUID, key string) int64 {
-	h := sha256.New()
-	h.Write(nl[:])
-	h.Write([]byte(key))
-	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8])) //nolint:gosec // a hash, any bits will do
-}
 
 // Purge deletes up to limit expired records and returns how many it deleted. Each call is one
 // short statement, so purging never holds up writes for long; call it until it returns less

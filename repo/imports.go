@@ -58,27 +58,6 @@ func (r *importRow) toModel() model.Import {
 	}
 }
 
-// stagedRow is one row of an import, validated and typed at the upload (newStagedRow): a
-// valid row has its address (as given, its key and its hash), names and status; an invalid one
-// only its errors (the JSON object of its field messages). Duplicate marks a valid row whose
-// address an earlier valid row of the file has (markDuplicates). Data is a row staged by an
-// older version as uploaded, still to be validated (typeLegacyRows); nil otherwise.
-type stagedRow struct {
-	bun.BaseModel `bun:"table:import_rows"`
-
-	ImportID  uuid.UUID `bun:"import_id,type:uuid"`
-	RowNo     int64     `bun:"row_no"`
-	Data      *string   `bun:"data"`
-	Email     string    `bun:"email,nullzero"`
-	EmailKey  string    `bun:"email_key,nullzero"`
-	EmailHash []byte    `bun:"email_hash,nullzero"`
-	FirstName string    `bun:"first_name"`
-	LastName  string    `bun:"last_name"`
-	Status    string    `bun:"status,nullzero"`
-	Errors    string    `bun:"errors,nullzero"`
-	Duplicate bool      `bun:"duplicate"`
-}
-
 // newStagedRow is row n of import id as staged: the subscriber it validated as, or its
 // errors.
 func newStagedRow(id uuid.UUID, n int64, ns model.NewSubscriber, verr *model.ValidationError) stagedRow {
@@ -88,8 +67,12 @@ func newStagedRow(id uuid.UUID, n int64, ns model.NewSubscriber, verr *model.Val
 		r.Errors = string(msgs)
 		return r
 	}
-	r.Email, r.EmailKey, r.EmailHash = ns.Email, model.EmailKey(ns.Email), model.EmailHash(ns.Email)
-	r.FirstName, r.LastName, r.Status = ns.FirstName, ns.LastName, string(ns.Status)
+	r.Email, r.EmailKey, r.FirstName, r.LastName, r.Status = ns.Email, model.EmailKey(ns.Email), ns.FirstName, ns.LastName, string(ns.Status)
+	hashes := model.EmailHashes(ns.Email)
+	r.EmailHash = hashes[0]
+	if len(hashes) > 1 {
+		r.LegacyHash = hashes[1]
+	}
 	return r
 }
 
@@ -112,17 +95,15 @@ func NewImports(db *DB) *Imports {
 	return &Imports{store: newStore(db)}
 }
 
-// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
-const sqliteStageBatch = 500
-
 // Stage stores a new import with every row next yields (a row's object: a CSV row's columns
 // by name or an NDJSON line's; io.EOF ends them), durably, before it returns: each row
 // validated (model.ParseImportObject) and staged typed, and the rows whose address an earlier
-// row has marked (markDuplicates); on PostgreSQL in one transaction, the rows by COPY; on
-// SQLite in short transactions, the import invisible ("uploading") until its last row is
-// stored, so that a long upload never holds the database's write lock. When next fails (a
-// malformed file, a limit, a client that went away) nothing of the import remains, and its
-// error is returned as it is.
+// row has marked (engine.markDuplicates: decided once for the whole file, so that no batch
+// needs another's rows); on PostgreSQL in one transaction, the rows by COPY; on SQLite in
+// short transactions, the import invisible ("uploading") until its last row is stored, so
+// that a long upload never holds the database's write lock. When next fails (a malformed
+// file, a limit, a client that went away) nothing of the import remains, and its error is
+// returned as it is.
 func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() (map[string]any, error)) (model.Import, error) {
 	now := s.now()
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
@@ -138,17 +119,32 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() (ma
 		ns, verr := model.ParseImportObject(obj, in.DefaultStatus)
 		return newStagedRow(row.ID, n, ns, verr), nil
 	}
-	if err := s.db.eng.stageImport(ctx, s, &row, rows); err != nil {
+	err := s.db.eng.stageImport(ctx, s.db.DB, staging{id: row.ID, next: rows,
+		insert: func(ctx context.Context, db bun.IDB, uploading bool) error {
+			if uploading {
+				row.State = model.ImportUploading
+			}
+			_, err := db.NewInsert().Model(&row).Exec(ctx)
+			return translate(err)
+		},
+		alive: func(ctx context.Context, db bun.IDB) error {
+			_, err := db.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
+			return err
+		},
+		finish: func(ctx context.Context, db bun.IDB, n int64) error {
+			if err := s.db.eng.markDuplicates(ctx, db, row.ID, 0, math.MaxInt64); err != nil {
+				return translate(err)
+			}
+			finishStaged(&row, n, s.now())
+			_, err := db.NewUpdate().Model(&row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
+			return translate(err)
+		},
+		drop: func(ctx context.Context) error { return s.dropImport(ctx, row.ID) },
+	})
+	if err != nil {
 		return model.Import{}, err
 	}
 	return row.toModel(), nil
-}
-
-// markDuplicates marks, in db (the staging's transaction), each valid staged row of import id
-// whose address an earlier valid row has: docs/api-contract.md §15 counts it as existing. It is
-// decided once for the whole file, so that no batch needs another's rows.
-func (s *Imports) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID) error {
-	return s.db.eng.markDuplicates(ctx, db, id, 0, math.MaxInt64)
 }
 
 // finishStaged sets the row count of a staged import; an empty one is complete at once.
@@ -250,7 +246,7 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+s.db.eng.forUpdate(), id, nl).Scan(ctx, &row)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+" FOR UPDATE", id, nl).Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportNotFound)
 		}
@@ -283,7 +279,7 @@ func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.Imp
 	now := s.now()
 	claim := uuid.Must(uuid.NewV7())
 	var rows []importRow
-	err = s.idb.NewRaw(`UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
+	err = s.db.eng.raw(s.idb, `UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
     started_at = coalesce(started_at, ?), updated_at = ?
 WHERE id = (
     SELECT i.id FROM imports AS i
@@ -293,7 +289,7 @@ WHERE id = (
                                AND (o.created_at, o.id) < (i.created_at, i.id)))
        OR (i.state = 'running' AND i.lease_until < ?)
     ORDER BY i.created_at, i.id
-    LIMIT 1`+s.db.eng.skipLocked()+`)
+    LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
 	switch {
 	case sqlState(err) == "23505":
@@ -319,20 +315,22 @@ func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
 // Batch processes the next up to size rows of job in one transaction: it creates the
 // subscribers of the valid rows whose address the newsletter does not have yet (with their
 // events, webhook deliveries and, for pending ones, confirmation emails), records the errors
-// of the invalid rows, and advances the import's counts, extending the lease. The rows never
+// of the invalid rows, and advances the import's counts, extending the lease. The rows do not
 // pass through the service: the engine's importBatch does it in set-based statements over the
 // staged rows. It returns what this batch counted and whether the import is finished
 // (completed). A worker that no longer holds the import gets model.ErrImportLost, and nothing
 // of the batch is stored.
 func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, lease time.Duration) (model.ImportCounts, bool, error) {
 	var (
-		res  appliedRows
-		done bool
+		counts     model.ImportCounts
+		done       bool
+		pending    bool
+		delivering bool
 	)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		res, done = appliedRows{}, false
+		counts, done, pending, delivering = model.ImportCounts{}, false, false, false
 		var cur importRow
-		err := tx.NewRaw("SELECT * FROM imports WHERE id = ?"+s.db.eng.forNoKeyUpdate(), job.ID).Scan(ctx, &cur)
+		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? FOR NO KEY UPDATE", job.ID).Scan(ctx, &cur)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}
@@ -345,27 +343,32 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		now := s.now()
 		// The rows are numbered 1 to row_count and removed once processed: the batch is the
 		// next size of them.
+		src := model.APISource(cur.KeyPrefix)
 		b := importBatch{Import: cur.ID, Newsletter: cur.NewsletterID, After: cur.Processed,
 			Last: cur.Processed + int64(size), Now: now, Traceparent: traceparent(ctx),
-			Source: model.APISource(cur.KeyPrefix)}
+			Source: src, SourceJSON: eventSourceJSON(src)}
 		if err := s.typeLegacyRows(ctx, tx, b, model.Status(cur.DefaultStatus)); err != nil {
 			return err
 		}
 		if err := s.lockStagedKeys(ctx, tx, b); err != nil {
 			return err
 		}
-		if res, err = s.db.eng.importBatch(ctx, s, tx, b); err != nil {
+		c, d, err := s.db.eng.importBatch(ctx, tx, b)
+		if err != nil {
 			return err
 		}
-		cur.Processed += res.counts.Processed
-		cur.Created += res.counts.Created
-		cur.Existing += res.counts.Existing
-		cur.Suppressed += res.counts.Suppressed
-		cur.Invalid += res.counts.Invalid
+		counts = model.ImportCounts{Processed: c.Processed, Created: c.Created, Suppressed: c.Suppressed,
+			Invalid: c.Invalid, Existing: c.Processed - c.Invalid - c.Suppressed - c.Created}
+		pending, delivering = c.Pending > 0, d
+		cur.Processed += counts.Processed
+		cur.Created += counts.Created
+		cur.Existing += counts.Existing
+		cur.Suppressed += counts.Suppressed
+		cur.Invalid += counts.Invalid
 		cur.UpdatedAt = now
 		leaseUntil := now.Add(lease)
 		cur.LeaseUntil = &leaseUntil
-		if cur.Processed >= cur.RowCount || res.counts.Processed == 0 {
+		if cur.Processed >= cur.RowCount || counts.Processed == 0 {
 			done = true
 			cur.State, cur.FinishedAt, cur.Claim, cur.LeaseUntil = model.ImportCompleted, &now, nil, nil
 		}
@@ -374,7 +377,7 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 			WherePK().Exec(ctx); err != nil {
 			return err
 		}
-		if res.counts.Processed > 0 {
+		if counts.Processed > 0 {
 			// The staged rows are not needed once their outcome is committed. Bounded below
 			// too: the index's entries of the rows deleted before are dead but still there
 			// until a vacuum, and "row_no <= last" walked all of them in every batch.
@@ -388,43 +391,11 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 	if err != nil {
 		return model.ImportCounts{}, false, translate(err)
 	}
-	if res.pending {
+	if pending {
 		s.queued(emailQueue)
 	}
-	s.deliveriesQueued(res.delivering)
-	return res.counts, done, nil
-}
-
-// importBatch is one batch of an import: the staged rows numbered After+1 to Last of Import
-// into Newsletter, at Now, with the events' traceparent (the batch's span) and source (the
-// upload's key).
-type importBatch struct {
-	Import, Newsletter uuid.UUID
-	After, Last        int64
-	Now                time.Time
-	Traceparent        string
-	Source             model.EventSource
-}
-
-// appliedRows is what a batch did: its counts (Rows unset), and whether it queued
-// confirmation emails and, where the engine knows, webhook deliveries.
-type appliedRows struct {
-	counts              model.ImportCounts
-	pending, delivering bool
-}
-
-// batchCounts are the counts a batch's statements return; existing is what remains.
-type batchCounts struct {
-	Processed  int64 `bun:"processed"`
-	Invalid    int64 `bun:"invalid"`
-	Suppressed int64 `bun:"suppressed"`
-	Created    int64 `bun:"created"`
-	Pending    int64 `bun:"pending"`
-}
-
-func (c batchCounts) applied() appliedRows {
-	return appliedRows{counts: model.ImportCounts{Processed: c.Processed, Created: c.Created, Suppressed: c.Suppressed,
-		Invalid: c.Invalid, Existing: c.Processed - c.Invalid - c.Suppressed - c.Created}, pending: c.Pending > 0}
+	s.deliveriesQueued(delivering)
+	return counts, done, nil
 }
 
 // lockStagedKeys takes, in tx, the address locks of the batch's valid rows before the batch

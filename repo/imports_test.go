@@ -134,7 +134,8 @@ func TestImportEventsAreNewEvents(t *testing.T) {
 // TestImportFileOrder: an earlier valid row of the file makes a later one with the same
 // address existing, whichever batch each is in; an earlier invalid one does not. A suppressed
 // address (by its entry, or an erased one by its hash) is suppressed each time it comes,
-// before the file-order rule. The counts add up and the counters match.
+// before the file-order rule, and so is one erased before 1.3 (by its 1.2 key's hash). The
+// counts add up and the counters match.
 func TestImportFileOrder(t *testing.T) {
 	db, nl := openFresh(t)
 	ctx := context.Background()
@@ -150,6 +151,15 @@ func TestImportFileOrder(t *testing.T) {
 	if _, err := repo.NewSubscribers(db).Create(ctx, nl, model.NewSubscriber{Email: "there@example.com", Status: model.StatusActive}); err != nil {
 		t.Fatal(err)
 	}
+	// An erased entry made before 1.3 holds the hash of the address's 1.2 key (§18).
+	const old = "ann@xn--bcher-kva.example"
+	if string(model.LegacyEmailHash(old)) == string(model.EmailHash(old)) {
+		t.Fatal("the test's address has one key in 1.2 and 1.3")
+	}
+	if _, err := db.NewRaw(`INSERT INTO suppressions (id, newsletter_id, email, email_key, email_hash, reason, source, created_at)
+VALUES (?, ?, NULL, NULL, ?, 'erased', '{}', ?)`, uuid.Must(uuid.NewV7()), nl, model.LegacyEmailHash(old), time.Now().UTC()).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
 	imp := runImport(t, db, nl, 2,
 		`{"email":"a@example.com","name":"First"}`,  // 1 created
 		`{"email":"b@example.com","status":"nope"}`, // 2 invalid
@@ -160,8 +170,9 @@ func TestImportFileOrder(t *testing.T) {
 		`{"email":"GONE@example.com"}`,              // 7 suppressed: erased, by hash
 		`{"email":"there@example.com"}`,             // 8 existing: in the newsletter
 		`{"email":"a@example.com"}`,                 // 9 existing
+		`{"email":"ann@xn--bcher-kva.example"}`,     // 10 suppressed: erased before 1.3, by its 1.2 key's hash
 	)
-	want := model.ImportCounts{Rows: 9, Processed: 9, Created: 2, Existing: 3, Suppressed: 3, Invalid: 1}
+	want := model.ImportCounts{Rows: 10, Processed: 10, Created: 2, Existing: 3, Suppressed: 4, Invalid: 1}
 	if imp.Counts != want {
 		t.Errorf("counts = %+v, want %+v", imp.Counts, want)
 	}

@@ -117,8 +117,9 @@ func (a *Accounts) Newsletters(ctx context.Context) ([]model.Newsletter, error) 
 	return out, nil
 }
 
-// Keys returns the newsletter's API keys, revoked ones included, oldest first. An unknown
-// newsletter gives model.ErrNewsletterNotFound.
+// Keys returns the newsletter's API keys, revoked ones included, oldest first; a rotated key
+// whose grace has ended is revoked at its end (model.APIKey.RevokedAsOf). An unknown newsletter
+// gives model.ErrNewsletterNotFound.
 func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.APIKey, error) {
 	if _, err := a.Newsletter(ctx, newsletterID); err != nil {
 		return nil, err
@@ -129,8 +130,10 @@ func (a *Accounts) Keys(ctx context.Context, newsletterID uuid.UUID) ([]model.AP
 		return nil, translate(err)
 	}
 	out := make([]model.APIKey, len(rows))
+	now := a.now()
 	for i := range rows {
 		out[i] = rows[i].toModel()
+		out[i].RevokedAt = out[i].RevokedAsOf(now)
 	}
 	return out, nil
 }

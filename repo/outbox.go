@@ -33,28 +33,12 @@ func NewOutbox(db *DB) *Outbox {
 	return &Outbox{store: newStore(db)}
 }
 
-// claimedRow is a claimed outbox row with what the email needs.
-type claimedRow struct {
-	ID             uuid.UUID `bun:"id,type:uuid"`
-	NewsletterID   uuid.UUID `bun:"newsletter_id,type:uuid"`
-	SubscriberID   uuid.UUID `bun:"subscriber_id,type:uuid"`
-	Kind           string    `bun:"kind"`
-	Attempts       int       `bun:"attempts"`
-	Unanswered     int       `bun:"unanswered"`
-	Traceparent    string    `bun:"traceparent"`
-	CreatedAt      time.Time `bun:"created_at"`
-	Email          string    `bun:"email"`
-	FirstName      string    `bun:"first_name"`
-	LastName       string    `bun:"last_name"`
-	NewsletterName string    `bun:"newsletter_name"`
-}
-
 // Claim leases up to limit due pending emails, oldest due first: their next attempt moves to
 // now+lease, which hides them from every other claim until then. Rows another transaction holds
 // are skipped, not waited for.
 func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	now := o.now()
-	rows, err := o.db.eng.claimEmails(ctx, &o.store, now, limit, lease)
+	rows, err := o.db.eng.claimEmails(ctx, o.idb, now, limit, lease)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -156,7 +140,7 @@ WHERE id = ?1`, o.now(), e.ID).Exec(ctx)
 // and e are both still pending.
 func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmail) error {
 	var status, state, email string
-	err := tx.NewRaw("SELECT status, email FROM subscribers WHERE id = ?"+o.db.eng.forUpdate(), e.SubscriberID).Scan(ctx, &status, &email)
+	err := o.db.eng.raw(tx, "SELECT status, email FROM subscribers WHERE id = ? FOR UPDATE", e.SubscriberID).Scan(ctx, &status, &email)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("subscriber gone: %w", model.ErrEmailObsolete)
 	}
@@ -176,7 +160,7 @@ func (o *Outbox) stillWanted(ctx context.Context, tx bun.IDB, e model.OutboxEmai
 	// The last check (docs/api-contract.md §13): nothing is sent to a suppressed address,
 	// whatever raced with the suppression. A suppression that unsubscribes this subscriber
 	// waits for the row lock held here, so it commits after this send or is seen above.
-	found, err := findByHashes(ctx, tx, e.NewsletterID, [][]byte{model.EmailHash(email)})
+	found, err := findByHashes(ctx, tx, e.NewsletterID, model.EmailHashes(email))
 	if err != nil {
 		return err
 	}

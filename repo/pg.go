@@ -2,8 +2,10 @@ package repo
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,9 +29,10 @@ import (
 // This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
 // connections stop a statement when its context ends, package pgconn), the hot statements prepared
 // once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
-// advisory locks, and writes that PostgreSQL does in one statement where SQLite needs a
-// transaction. The workers poll: a NOTIFY would serialise the commits of the
-// transactions that send it.
+// advisory locks, an import's rows by COPY, and writes that PostgreSQL does in one statement
+// where SQLite needs a transaction (a create, a rename, an event with its deliveries). It
+// takes plain values and names nothing of the stores. The workers poll: a NOTIFY would
+// serialise the commits of the transactions that send it.
 
 func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
@@ -64,7 +67,9 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// it, so a statement whose client had gone went on waiting for its lock and then
 	// committed; every second it now checks the connection while a statement runs
 	// (client_connection_check_interval) and ends the statement, rolled back, once the client
-	// has gone.
+	// has gone. READ COMMITTED is pinned whatever the server's or the database's default: the
+	// one-statement create (createStmt) must see a suppression committed while it waited for
+	// the address's lock, which only a statement-level snapshot taken after the lock shows.
 	sqldb := sql.OpenDB(pgconn.Wrap(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
@@ -78,6 +83,7 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 			"lock_timeout":                     strconv.FormatInt(lock.Milliseconds(), 10),
 			"plan_cache_mode":                  "force_generic_plan",
 			"client_connection_check_interval": "1000",
+			"default_transaction_isolation":    "read committed",
 		}),
 		pgdriver.WithApplicationName("subscriberd"),
 		// The driver's own tracing adds old-convention attributes (db.name, db.user, and
@@ -112,24 +118,13 @@ func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, des
 	return e.prep.queryRows(ctx, db, st, dest, args...)
 }
 
-func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
-	var rows []pageRow
+func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	if q.After == nil && q.Offset() > listDirectMaxOffset {
 		// Not prepared: see listDeepPostgres.
-		err := db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, &rows)
-		return rows, err
+		return db.NewRaw(listDeepPostgres(q.Status), nl, string(q.Status), q.Limit+1, q.Offset()).Scan(ctx, dest)
 	}
 	st, args := listPostgres(nl, q)
-	err := e.queryRows(ctx, db, st, &rows, args...)
-	return rows, err
-}
-
-func (*pgEngine) create(ctx context.Context, s *store, row *subscriberRow, ev model.Event, mail *outboxRow) (bool, error) {
-	return true, s.createPG(ctx, row, ev, mail)
-}
-
-func (*pgEngine) rename(ctx context.Context, s *Subscribers, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
-	return s.rename(ctx, nl, id, name)
+	return e.queryRows(ctx, db, st, dest, args...)
 }
 
 // insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL).
@@ -142,9 +137,9 @@ func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) 
 
 // claimEmails chooses and leases the due emails in one statement; rows another claim holds are
 // skipped, not waited for (FOR UPDATE SKIP LOCKED).
-func (*pgEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+func (*pgEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
 	var rows []claimedRow
-	err := s.idb.NewRaw(`
+	err := db.NewRaw(`
 WITH due AS (
     SELECT id FROM email_outbox
     WHERE state = 'pending' AND next_attempt_at <= ?0
@@ -173,10 +168,10 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease), now.Add(outbox.StaleAf
 // whenever writes are busy). Two instances claiming at the same moment each count the other's
 // leases only once committed, so a newsletter may briefly hold one endpoint more per instance
 // than perNewsletter.
-func (*pgEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
+func (*pgEngine) claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
-	err := s.idb.NewRaw(`
-WITH ep AS (`+claimableEndpoints(" FOR NO KEY UPDATE SKIP LOCKED")+`
+	err := db.NewRaw(`
+WITH ep AS (`+claimableEndpoints+`
 ), claimed AS (
     UPDATE webhook_endpoints AS w SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
     FROM ep WHERE w.id = ep.id
@@ -198,26 +193,27 @@ ORDER BY c.id, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
 	return rows, err
 }
 
-func (*pgEngine) forUpdate() string      { return " FOR UPDATE" }
-func (*pgEngine) forNoKeyUpdate() string { return " FOR NO KEY UPDATE" }
-func (*pgEngine) forShare() string       { return " FOR SHARE" }
+// raw runs query as it is written, row locks and all.
+func (*pgEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
+	return db.NewRaw(query, args...)
+}
 
-func (*pgEngine) bytesContain(col string) string { return "position(? IN " + col + ") > 0" }
-
-func (*pgEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q.For("UPDATE") }
-
-// lockEmailKey takes a transaction-scoped advisory lock of the newsletter's key. A hash
-// collision only makes two unrelated changes wait for each other.
-func (*pgEngine) lockEmailKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
-	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", nl.String()+"/"+key).Exec(ctx)
+// deleteResponsesContaining looks for each needle with position(), bytea's substring search.
+func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error {
+	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
+	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
+		for _, n := range needles {
+			q = q.WhereOr("position(? IN body) > 0", n)
+		}
+		return q
+	})
+	_, err := q.Exec(ctx)
 	return err
 }
 
-// lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
-// dropped connection releases at once: no marker is ever left behind. A request that finished
-// between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
-// lockEmailKeys takes the advisory locks of lockEmailKey, one statement for all keys, in the
-// order of keys.
+// lockEmailKeys takes a transaction-scoped advisory lock of each of the newsletter's keys, one
+// statement for all, in the order of keys. A hash collision only makes two unrelated changes
+// wait for each other.
 func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
 	full := make([]string, len(keys))
 	for i, k := range keys {
@@ -228,15 +224,30 @@ FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).E
 	return err
 }
 
-func (e *pgEngine) lockIdempotencyKey(ctx context.Context, _ *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
+// lockIdempotencyKey takes the transaction-scoped advisory lock of the key, which a crash or a
+// dropped connection releases at once: no marker is ever left behind. A request that finished
+// between the caller's Lookup and this lock is caught by the record's insert (Idempotency.Run).
+func (e *pgEngine) lockIdempotencyKey(ctx context.Context, tx bun.IDB, nl uuid.UUID, key string) error {
 	var locked bool
 	if err := e.queryRow(ctx, tx, tryLockPG, &locked, advisoryKey(nl, key)); err != nil {
-		return nil, err
+		return err
 	}
 	if !locked {
-		return nil, fmt.Errorf("%w", model.ErrIdempotencyInUse)
+		return fmt.Errorf("%w", model.ErrIdempotencyInUse)
 	}
-	return nil, nil
+	return nil
+}
+
+// tryLockPG takes the transaction-scoped advisory lock of a key if it is free, prepared.
+var tryLockPG = newStatement("SELECT", "", `SELECT pg_try_advisory_xact_lock($1)`)
+
+// advisoryKey is the 64-bit advisory lock id of (nl, key). Two keys sharing one (a chance of
+// 2⁻⁶⁴) only make one of them wait or answer 409 once.
+func advisoryKey(nl uuid.UUID, key string) int64 {
+	h := sha256.New()
+	h.Write(nl[:])
+	h.Write([]byte(key))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8])) //nolint:gosec // a hash, any bits will do
 }
 
 // listen is nil: on PostgreSQL the workers poll, since writers may be other instances.
@@ -248,50 +259,47 @@ func (*pgEngine) wake(string)                                    {}
 // events column is a JSON array of type names).
 const queueDeliveriesSQL = queueDeliveriesFrom + `strpos(w.events, '"' || ev.type || '"') > 0`
 
-// createPG is pgEngine.create: row, its created event, the event's deliveries and, when mail
-// is not nil, its confirmation email, in one statement (createStmt), after the suppression
-// check of docs/api-contract.md §13 under the address's lock (suppression_after_lock, see its
+// create writes c, its created event, the event's deliveries and, when c has one, its
+// confirmation email, in one statement (createStmt), after the suppression check of
+// docs/api-contract.md §13 under the address's lock (suppression_after_lock, see its
 // migration). The data-modifying parts of a statement take effect together or not at all, and
 // the lock holds until the statement's transaction commits (the statement's own, in
-// autocommit): a create is one round trip instead of a transaction's six.
-func (s *store) createPG(ctx context.Context, row *subscriberRow, ev model.Event, mail *outboxRow) error {
-	r := eventRows(ctx, []model.Event{ev})[0]
-	var mailID *uuid.UUID
-	var mailTrace string
-	if mail != nil {
-		mailID, mailTrace = &mail.ID, mail.Traceparent
-	}
+// autocommit): a create is one round trip instead of a transaction's six. Whether it queued a
+// delivery is not asked: the workers poll.
+func (e *pgEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, error) {
 	var out struct {
 		Reason  *string `bun:"reason"`
 		Created int     `bun:"created"`
 	}
-	err := s.atomic(ctx, func(ctx context.Context) error {
-		return s.db.eng.queryRow(ctx, s.idb, createStmt, &out,
-			row.ID, row.NewsletterID, row.Email, row.EmailKey, row.FirstName, row.LastName, row.Status, row.CreatedAt, row.UpdatedAt,
-			r.ID, r.Type, r.Payload, r.Traceparent, r.CreatedAt,
-			row.NewsletterID.String()+"/"+model.NormalizeEmail(row.Email), model.EmailHash(row.Email),
-			mailID, mailTrace)
+	ev := c.Event
+	err := runAtomic(ctx, db, func(ctx context.Context) error {
+		return e.queryRow(ctx, db, createStmt, &out,
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt,
+			ev.ID, ev.Type, ev.Payload, ev.Traceparent, ev.CreatedAt,
+			c.NewsletterID.String()+"/"+c.LockKey, c.EmailHash,
+			c.MailID, c.MailTraceparent, c.LegacyHash)
 	})
 	switch {
 	case err != nil:
-		return translate(err)
+		return false, err
 	case out.Reason != nil:
-		return model.Suppressed(model.SuppressionReason(*out.Reason))
+		return false, model.Suppressed(model.SuppressionReason(*out.Reason))
 	case out.Created == 0:
-		return fmt.Errorf("%w", model.ErrEmailTaken)
+		return false, fmt.Errorf("%w", model.ErrEmailTaken)
 	}
-	return nil
+	return false, nil
 }
 
-// createStmt is createPG's statement, prepared (see statement): $1 to $9 the subscriber's
+// createStmt is pgEngine.create's statement, prepared (see statement): $1 to $9 the subscriber's
 // columns; $10 to $14 the event's id, type, payload, traceparent and time (its newsletter is
-// the subscriber's); $15 and $16 the address's lock key and hash; $17 and $18 the confirmation
-// email's id (NULL: none) and traceparent. It returns the reason the address is suppressed for
+// the subscriber's); $15 and $16 the address's lock key and hash, $19 its 1.2 key's hash
+// (model.EmailHashes; $16 again when the same); $17 and $18 the confirmation email's id
+// (NULL: none) and traceparent. It returns the reason the address is suppressed for
 // (then nothing was stored) and how many subscribers it stored (0: the address is taken). Its
 // span is named for its main change, "INSERT subscribers". The values are cast: in an
 // INSERT … SELECT a parameter takes no type from the target column.
 var createStmt = newStatement("INSERT", "subscribers", `WITH chk AS (
-    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea) AS reason),
+    SELECT suppression_after_lock($15::text, $2::uuid, $16::bytea, $19::bytea) AS reason),
 s AS (
     INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
     SELECT $1::uuid, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::timestamptz, $9::timestamptz
@@ -305,7 +313,7 @@ d AS (`+queueDeliveriesSQL+`),
 m AS (
     INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
         traceparent, created_at, updated_at)
-    SELECT $17::uuid, $2::uuid, s.id, '`+model.EmailKindConfirmation+`', '`+StatePending+`', 0, $9::timestamptz, '',
+    SELECT $17::uuid, $2::uuid, s.id, '`+model.EmailKindConfirmation+`', 'pending', 0, $9::timestamptz, '',
         $18::text, $9::timestamptz, $9::timestamptz
     FROM s WHERE $17::uuid IS NOT NULL)
 SELECT (SELECT reason FROM chk) AS reason, (SELECT count(*) FROM s) AS created`)
@@ -417,61 +425,22 @@ SELECT NULL, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at FR
 ) AS p JOIN subscribers AS s USING (id)` + listOrderPostgres
 )
 
-// renameTries is how many times rename reads and writes again when the subscriber changed
-// between the two, before it leaves the patch to Update's locking transaction.
-const renameTries = 3
-
-// rename applies, on PostgreSQL (pgEngine.rename), a patch that sets at most the name,
-// without a transaction of its own: it reads the subscriber, then writes the new name with its event and the event's
-// deliveries in one statement that matches only while the row still holds every value it read
-// (the values the event records as the subscriber and its previous name). Such a patch has no
-// confirmation effect and no email to keep unique, so it needs no lock: two round trips instead
-// of a transaction's five. When another change came in between, it reads again; after
-// renameTries misses it reports done false, and Update takes the locking path.
-func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (sub model.Subscriber, done bool, err error) {
-	src := model.SourceFrom(ctx)
-	db := s.idb
-	err = s.atomic(ctx, func(ctx context.Context) error {
-		for range renameTries {
-			var before subscriberRow
-			err := s.db.eng.queryRow(ctx, db, getSubscriber, &before, nl, id)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w", model.ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			row := before
-			if name != nil {
-				row.FirstName, row.LastName = model.SplitName(*name)
-			}
-			changed := model.Changes(before.toModel(), row.toModel())
-			if len(changed) == 0 {
-				sub, done = before.toModel(), true
-				return nil // the values already there: nothing to write, no event (§10.1)
-			}
-			row.UpdatedAt = s.now()
-			ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
-			var n int
-			if err := s.db.eng.queryRow(ctx, db, renameWithEventStmt, &n,
-				nl, id, before.Email, before.FirstName, before.LastName, before.Status, before.UpdatedAt,
-				row.FirstName, row.LastName, row.UpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent); err != nil {
-				return err
-			}
-			if n == 1 {
-				sub, done = row.toModel(), true
-				return nil
-			}
-		}
-		return nil
+// rename writes the new name with its event and the event's deliveries in one statement
+// (renameWithEventStmt) that matches only while the row still holds every value r read. It
+// needs no lock and no transaction of its own. Whether it queued a delivery is not asked: the
+// workers poll.
+func (e *pgEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool, bool, error) {
+	var n int
+	ev := r.Event
+	err := runAtomic(ctx, db, func(ctx context.Context) error {
+		return e.queryRow(ctx, db, renameWithEventStmt, &n,
+			r.NewsletterID, r.ID, r.Email, r.FirstName, r.LastName, r.Status, r.UpdatedAt,
+			r.NewFirstName, r.NewLastName, r.NewUpdatedAt, ev.ID, ev.Type, ev.Payload, ev.Traceparent)
 	})
-	if err != nil {
-		return model.Subscriber{}, false, translate(err)
-	}
-	return sub, done, nil
+	return n == 1, false, err
 }
 
-// renameWithEventStmt is rename's write, prepared (see statement): $1 and $2 the subscriber,
+// renameWithEventStmt is pgEngine.rename's write, prepared (see statement): $1 and $2 the subscriber,
 // $3 to $7 the email, names, status and update time read, $8 to $10 the new names and update
 // time, then the event's id, type, payload and traceparent. It returns 1 when the row still
 // held what was read and was changed, with its event and deliveries, else 0 and changes
@@ -490,15 +459,8 @@ SELECT count(*) FROM s`)
 
 // stageImport stages an import in one transaction on a connection of its own, the rows by COPY
 // (Imports.Stage).
-func (*pgEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error {
-	return s.stagePostgres(ctx, row, next)
-}
-
-// skipLocked passes over the rows another worker's claim holds.
-func (*pgEngine) skipLocked() string { return " FOR UPDATE SKIP LOCKED" }
-
-func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func() (stagedRow, error)) (err error) {
-	conn, err := s.db.Conn(ctx)
+func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return translate(err)
 	}
@@ -513,8 +475,8 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
 		return translate(err)
 	}
-	if _, err := conn.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
+	if err := st.insert(ctx, conn, false); err != nil {
+		return err
 	}
 	// The COPY lasts as long as the upload arrives, which may take minutes (docs/api-contract.md
 	// §15.1): the statement timeout, meant for the server's own work, would cut an upload
@@ -524,9 +486,9 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
 		return translate(err)
 	}
-	cr := &copyReader{next: next, id: row.ID.String()}
+	cr := &copyReader{next: st.next, id: st.id.String()}
 	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, email, email_key, email_hash, "+
-		"first_name, last_name, status, errors) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
+		"legacy_hash, first_name, last_name, status, errors) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}
@@ -537,13 +499,8 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout TO DEFAULT"); err != nil {
 		return translate(err)
 	}
-	if err := s.markDuplicates(ctx, conn, row.ID); err != nil {
-		return translate(err)
-	}
-	now := s.now()
-	finishStaged(row, n, now)
-	if _, err := conn.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx); err != nil {
-		return translate(err)
+	if err := st.finish(ctx, conn, n); err != nil {
+		return err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return translate(err)
@@ -560,9 +517,9 @@ func (s *Imports) stagePostgres(ctx context.Context, row *importRow, next func()
 }
 
 // copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB email
-// TAB email_key TAB email_hash TAB first_name TAB last_name TAB status TAB errors" lines,
-// escaped as COPY's text format wants, \N for NULL. It fills each read as far as it can, so
-// that one COPY message carries many rows.
+// TAB email_key TAB email_hash TAB legacy_hash TAB first_name TAB last_name TAB status TAB
+// errors" lines, escaped as COPY's text format wants, \N for NULL. It fills each read as far
+// as it can, so that one COPY message carries many rows.
 type copyReader struct {
 	next func() (stagedRow, error)
 	id   string
@@ -599,7 +556,7 @@ func appendCopyLine(b []byte, id string, row *stagedRow) []byte {
 	b = append(b, '\t')
 	b = strconv.AppendInt(b, row.RowNo, 10)
 	if row.Errors != "" {
-		b = append(b, "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t"...)
+		b = append(b, "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t"...)
 		b = appendCopyText(b, row.Errors)
 		return append(b, '\n')
 	}
@@ -607,8 +564,14 @@ func appendCopyLine(b []byte, id string, row *stagedRow) []byte {
 		b = append(b, '\t')
 		b = appendCopyText(b, f)
 	}
-	b = append(b, "\t\\\\x"...) // bytea's hex form, its backslash escaped
-	b = hex.AppendEncode(b, row.EmailHash)
+	for _, h := range [][]byte{row.EmailHash, row.LegacyHash} {
+		if h == nil {
+			b = append(b, "\t\\N"...)
+			continue
+		}
+		b = append(b, "\t\\\\x"...) // bytea's hex form, its backslash escaped
+		b = hex.AppendEncode(b, h)
+	}
 	for _, f := range []string{row.FirstName, row.LastName, row.Status} {
 		b = append(b, '\t')
 		b = appendCopyText(b, f)
@@ -635,12 +598,13 @@ func appendCopyText(b []byte, s string) []byte {
 	return b
 }
 
-// importBatch is one statement (importBatchStmt) over the batch's staged rows.
-func (e *pgEngine) importBatch(ctx context.Context, _ *Imports, tx bun.IDB, b importBatch) (appliedRows, error) {
+// importBatch is one statement (importBatchStmt) over the batch's staged rows. Whether it
+// queued deliveries is not asked: the workers poll.
+func (e *pgEngine) importBatch(ctx context.Context, tx bun.IDB, b importBatch) (batchCounts, bool, error) {
 	var c batchCounts
 	err := e.queryRow(ctx, tx, importBatchStmt, &c, b.Import, b.Newsletter, b.After, b.Last, b.Now,
-		model.FormatTime(b.Now), string(model.EventCreated), b.Traceparent, eventSourceJSON(b.Source))
-	return c.applied(), err
+		model.FormatTime(b.Now), string(model.EventCreated), b.Traceparent, b.SourceJSON)
+	return c, false, err
 }
 
 // jsonStringPG is the SQL expression of the JSON string of the text expression x, written as
@@ -656,9 +620,9 @@ func jsonStringPG(x string) string {
 // $2 its newsletter, $3 and $4 the batch's rows (row_no after $3, up to $4), $5 the time, $6
 // the same in the contract's form, $7 the event type (subscriber.created), $8 the events'
 // traceparent, $9 their source object. Its parts, in one snapshot:
-//   - b: the batch's rows, each valid one checked against the suppression list by its hash
-//     (the caller holds the addresses' locks, so a suppression committed meanwhile is seen; a
-//     second hash to match is one more value in the IN list);
+//   - b: the batch's rows, each valid one checked against the suppression list by its hashes
+//     (model.EmailHashes; the caller holds the addresses' locks, so a suppression committed
+//     meanwhile is seen);
 //   - e: the invalid rows' errors;
 //   - s: the subscribers of the valid rows neither suppressed nor duplicates, unless the
 //     newsletter has the address (ON CONFLICT … DO NOTHING: then existing), in key order as
@@ -671,7 +635,7 @@ var importBatchStmt = newStatement("INSERT", "subscribers", `WITH b AS (
     SELECT r.row_no, r.email, r.email_key, r.first_name, r.last_name, r.status, r.errors, r.duplicate,
         r.errors IS NULL AND EXISTS (
             SELECT 1 FROM suppressions AS x
-            WHERE x.newsletter_id = $2::uuid AND x.email_hash IN (r.email_hash)) AS suppressed
+            WHERE x.newsletter_id = $2::uuid AND x.email_hash IN (r.email_hash, r.legacy_hash)) AS suppressed
     FROM import_rows AS r
     WHERE r.import_id = $1::uuid AND r.row_no > $3::bigint AND r.row_no <= $4::bigint),
 e AS (
@@ -700,7 +664,7 @@ d AS (`+queueDeliveriesSQL+`),
 m AS (
     INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
         traceparent, created_at, updated_at)
-    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', '`+StatePending+`', 0, $5::timestamptz, '',
+    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', 'pending', 0, $5::timestamptz, '',
         $8::text, $5::timestamptz, $5::timestamptz
     FROM s WHERE status = '`+string(model.StatusPending)+`')
 SELECT count(*) AS processed,

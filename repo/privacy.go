@@ -54,7 +54,7 @@ func (p *Privacy) Export(ctx context.Context, nl, id uuid.UUID) (model.Export, e
 // exportIn is Export inside the transaction db.
 func (p *Privacy) exportIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID) (model.Export, error) {
 	var row subscriberRow
-	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+p.db.eng.forShare(), nl, id).Scan(ctx, &row)
+	err := p.db.eng.raw(db, "SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ? FOR SHARE", nl, id).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return model.Export{}, fmt.Errorf("%w", model.ErrNotFound)
 	}
@@ -152,7 +152,7 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 		return model.Erasure{}, false, err
 	}
 	var row subscriberRow
-	err = db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ?"+p.db.eng.forUpdate(), nl, id).Scan(ctx, &row)
+	err = p.db.eng.raw(db, "SELECT * FROM subscribers WHERE newsletter_id = ? AND id = ? FOR UPDATE", nl, id).Scan(ctx, &row)
 	switch {
 	case errors.Is(err, sql.ErrNoRows): // erased meanwhile
 		return model.Erasure{}, false, fmt.Errorf("%w", model.ErrNotFound)
@@ -223,15 +223,7 @@ func (p *Privacy) deleteStoredResponses(ctx context.Context, db bun.IDB, nl, id 
 			}
 		}
 	}
-	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
-	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
-		for _, n := range needles {
-			q = q.WhereOr(p.db.eng.bytesContain("body"), n)
-		}
-		return q
-	})
-	_, err := q.Exec(ctx)
-	return translate(err)
+	return translate(p.db.eng.deleteResponsesContaining(ctx, db, nl, needles))
 }
 
 func containsBytes(list [][]byte, b []byte) bool {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -29,7 +30,9 @@ import (
 
 // This file is the SQLite side of the engine seam (see engine): what the embedded SQLite store
 // does differently from PostgreSQL. The stores keep one code path; where the SQL must differ
-// they call the engine.
+// they call the engine, with plain values, and it names nothing of the stores. It runs the
+// stores' statements without their row-lock clauses (raw), and writes in one transaction of
+// several statements what PostgreSQL writes in one (a create, a rename, the claims).
 //
 // SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
 // BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
@@ -181,12 +184,6 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
-// The queues with wakers.
-const (
-	emailQueue   = "email"
-	webhookQueue = "webhook"
-)
-
 // sqliteEngine is the engine of an SQLite file. It wakes the workers at once: per queue
 // (emails, webhook deliveries), the channels of its Listen calls, signalled after a commit that
 // queued into it. An SQLite file has one writer process, so every insert happens in this
@@ -253,7 +250,7 @@ func (*sqliteEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, d
 	return err
 }
 
-func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q model.ListQuery) ([]pageRow, error) {
+func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	var statusFilter, afterTime, afterID any
 	if q.Status != "" {
 		statusFilter = string(q.Status)
@@ -263,18 +260,93 @@ func (*sqliteEngine) listPage(ctx context.Context, db bun.IDB, nl uuid.UUID, q m
 		stmt = listAfterSQLite
 		afterTime, afterID = q.After.CreatedAt.UTC(), q.After.ID
 	}
-	var rows []pageRow
-	err := db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, &rows)
-	return rows, err
+	return db.NewRaw(stmt, nl, statusFilter, q.Limit+1, q.Offset(), afterTime, afterID).Scan(ctx, dest)
 }
 
-func (*sqliteEngine) create(context.Context, *store, *subscriberRow, model.Event, *outboxRow) (bool, error) {
-	return false, nil
+// create makes the check and the writes of PostgreSQL's one statement as statements of one
+// immediate transaction, which holds the write lock from its start: no suppression can commit
+// between the check and the insert, as none can under suppression_after_lock's lock.
+func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool, error) {
+	var delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		delivering = false
+		var reason string
+		err := e.queryRow(ctx, tx, suppressionReasonSQLite, &reason, c.NewsletterID, c.EmailHash, c.LegacyHash)
+		switch {
+		case err == nil:
+			return model.Suppressed(model.SuppressionReason(reason))
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		res, err := e.exec(ctx, tx, insertSubscriberSQLite,
+			c.ID, c.NewsletterID, c.Email, c.EmailKey, c.FirstName, c.LastName, c.Status, c.CreatedAt, c.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w", model.ErrEmailTaken)
+		}
+		if delivering, err = e.insertEvents(ctx, tx, []eventRow{c.Event}); err != nil {
+			return err
+		}
+		if c.MailID == nil {
+			return nil
+		}
+		_, err = e.exec(ctx, tx, insertConfirmationSQLite, *c.MailID, c.NewsletterID, c.ID, c.UpdatedAt, c.MailTraceparent)
+		return err
+	})
+	return delivering, err
 }
 
-func (*sqliteEngine) rename(context.Context, *Subscribers, uuid.UUID, uuid.UUID, *string) (model.Subscriber, bool, error) {
-	return model.Subscriber{}, false, nil
+// The statements of create: the reason the address (its newsletter, its own key's hash and
+// its 1.2 key's) is suppressed for, the entry under its own key's hash first, as
+// suppression_after_lock reads it; the subscriber's insert, which a taken address skips; the
+// confirmation email's (id, newsletter, subscriber, due time, traceparent).
+var (
+	suppressionReasonSQLite = newStatement("SELECT", "suppressions",
+		`SELECT reason FROM suppressions WHERE newsletter_id = $1 AND email_hash IN ($2, $3)
+ORDER BY email_hash = $2 DESC LIMIT 1`)
+	insertSubscriberSQLite = newStatement("INSERT", "subscribers",
+		`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (newsletter_id, email_key) DO NOTHING`)
+	insertConfirmationSQLite = newStatement("INSERT", "email_outbox",
+		`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
+    traceparent, created_at, updated_at)
+VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', 'pending', 0, $4, '', $5, $4, $4)`)
+)
+
+// exec runs st, which returns no row, through bun, its span named as st's (see queryRow).
+func (*sqliteEngine) exec(ctx context.Context, db bun.IDB, st *statement, args ...any) (sql.Result, error) {
+	return db.NewRaw(st.bunText, args...).Exec(withStatement(ctx, st))
 }
+
+// rename changes the row when it still holds what r read, then records the event and its
+// deliveries, in one immediate transaction.
+func (e *sqliteEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool, bool, error) {
+	var renamed, delivering bool
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		renamed, delivering = false, false
+		res, err := e.exec(ctx, tx, renameSQLite, r.NewsletterID, r.ID, r.Email, r.FirstName, r.LastName, r.Status,
+			r.UpdatedAt, r.NewFirstName, r.NewLastName, r.NewUpdatedAt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil
+		}
+		renamed = true
+		delivering, err = e.insertEvents(ctx, tx, []eventRow{r.Event})
+		return err
+	})
+	return renamed, delivering, err
+}
+
+// renameSQLite is rename's change: $1 and $2 the subscriber, $3 to $7 the email, names,
+// status and update time read, $8 to $10 the new names and update time.
+var renameSQLite = newStatement("UPDATE", "subscribers", `UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
+WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
+    AND status = $6 AND updated_at = $7`)
 
 // insertEvents inserts the events, then their deliveries from them, and reports whether it
 // queued any, for the caller to wake the workers after its commit.
@@ -298,9 +370,9 @@ func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventR
 // claimEmails leases the due emails with one UPDATE … RETURNING and reads what they need, in
 // one immediate transaction: it holds the database's write lock, so no other claim runs
 // meanwhile and none needs SKIP LOCKED.
-func (*sqliteEngine) claimEmails(ctx context.Context, s *store, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+func (*sqliteEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
 	var rows []claimedRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?3, updated_at = ?1
@@ -330,16 +402,19 @@ ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
 	return rows, err
 }
 
+// claimableEndpointsSQLite is claimableEndpoints without its row locks (see raw).
+var claimableEndpointsSQLite = withoutRowLocks(claimableEndpoints)
+
 // claimDeliveries leases the endpoints with one UPDATE … RETURNING and reads their due
 // deliveries, in one immediate transaction (see claimEmails), which no other claim runs
 // beside: a newsletter's bound holds exactly.
-func (*sqliteEngine) claimDeliveries(ctx context.Context, s *store, now time.Time, c deliveryClaim) ([]claimRow, error) {
+func (*sqliteEngine) claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error) {
 	var rows []claimRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
 		if err := tx.NewRaw(`UPDATE webhook_endpoints SET busy_until = ?3, last_claimed_at = ?0, stale_at = ?6
-WHERE id IN (`+claimableEndpoints("")+`)
+WHERE id IN (`+claimableEndpointsSQLite+`)
 RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -365,30 +440,51 @@ ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, 
 	return rows, err
 }
 
-// No lock clauses: SQLite's immediate transaction already holds the write lock.
-func (*sqliteEngine) forUpdate() string      { return "" }
-func (*sqliteEngine) forNoKeyUpdate() string { return "" }
-func (*sqliteEngine) forShare() string       { return "" }
+// raw runs query without its row-lock clauses, which SQLite does not have: an immediate
+// transaction already holds the write lock, which excludes every other writer, and a read
+// outside one sees committed rows only.
+func (*sqliteEngine) raw(db bun.IDB, query string, args ...any) *bun.RawQuery {
+	return db.NewRaw(withoutRowLocks(query), args...)
+}
 
-func (*sqliteEngine) bytesContain(col string) string { return "instr(" + col + ", ?) > 0" }
+// rowLock matches a row-lock clause of PostgreSQL's in a statement.
+var rowLock = regexp.MustCompile(`\s+FOR\s+(?:NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)(?:\s+SKIP\s+LOCKED|\s+NOWAIT)?\b`)
 
-// lockRows leaves q as it is: bun writes " FOR " for For(""), which SQLite refuses.
-func (*sqliteEngine) lockRows(q *bun.SelectQuery) *bun.SelectQuery { return q }
+// lockFree holds the statements withoutRowLocks made: each store's statement is a constant,
+// rewritten once.
+var lockFree sync.Map // string → string
 
-// lockEmailKey has nothing to do: the immediate transaction excludes every other writer.
-func (*sqliteEngine) lockEmailKey(context.Context, bun.IDB, uuid.UUID, string) error { return nil }
+// withoutRowLocks is query with its row-lock clauses removed.
+func withoutRowLocks(query string) string {
+	if q, ok := lockFree.Load(query); ok {
+		return q.(string)
+	}
+	q := rowLock.ReplaceAllString(query, "")
+	lockFree.Store(query, q)
+	return q
+}
 
-// lockEmailKeys has nothing to do either.
+// deleteResponsesContaining looks for each needle with instr(), which searches a blob's bytes.
+func (*sqliteEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error {
+	q := db.NewDelete().TableExpr("idempotency_keys").Where("newsletter_id = ?", nl)
+	q = q.WhereGroup(" AND ", func(q *bun.DeleteQuery) *bun.DeleteQuery {
+		for _, n := range needles {
+			q = q.WhereOr("instr(body, ?) > 0", n)
+		}
+		return q
+	})
+	_, err := q.Exec(ctx)
+	return err
+}
+
+// lockEmailKeys has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKeys(context.Context, bun.IDB, uuid.UUID, []string) error { return nil }
 
-// lockIdempotencyKey looks the key up: the immediate transaction serialises every writer, so
-// a second request with the key waited for the first and finds its record at once.
-func (*sqliteEngine) lockIdempotencyKey(ctx context.Context, s *Idempotency, tx bun.IDB, nl uuid.UUID, key string) (*model.StoredResponse, error) {
-	stored, found, err := s.lookup(ctx, tx, nl, key)
-	if err != nil || !found {
-		return nil, err
-	}
-	return &stored, nil
+// lockIdempotencyKey has nothing to take: the immediate transaction serialises every writer,
+// so no other request with the key runs meanwhile, and one that finished first is caught by
+// the record's insert, as on PostgreSQL.
+func (*sqliteEngine) lockIdempotencyKey(context.Context, bun.IDB, uuid.UUID, string) error {
+	return nil
 }
 
 // eventMatchSQLite completes queueDeliveriesFrom on SQLite: the endpoint's events name the
@@ -428,17 +524,9 @@ ORDER BY s.created_at DESC, s.id DESC`
 
 // stageImport stages an import in short transactions, the import hidden until its last row is
 // stored, so that a long upload never holds the write lock (Imports.Stage).
-func (*sqliteEngine) stageImport(ctx context.Context, s *Imports, row *importRow, next func() (stagedRow, error)) error {
-	return s.stageSQLite(ctx, row, next)
-}
-
-// skipLocked is nothing: the immediate transaction already excludes every other writer.
-func (*sqliteEngine) skipLocked() string { return "" }
-
-func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (stagedRow, error)) (err error) {
-	row.State = model.ImportUploading
-	if _, err := s.idb.NewInsert().Model(row).Exec(ctx); err != nil {
-		return translate(err)
+func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
+	if err := st.insert(ctx, db, true); err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -447,7 +535,7 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 			// worker's sweep (SweepUploads).
 			cctx, cancel := context.WithTimeout(trace.ContextWithSpan(context.Background(), trace.SpanFromContext(ctx)), 5*time.Second)
 			defer cancel()
-			s.dropImport(cctx, row.ID) //nolint:errcheck // see above
+			st.drop(cctx) //nolint:errcheck // see above
 		}
 	}()
 	var n int64
@@ -456,18 +544,17 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 		if len(batch) == 0 {
 			return nil
 		}
-		err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
 				return err
 			}
-			_, err := tx.NewUpdate().Table("imports").Set("updated_at = ?", s.now()).Where("id = ?", row.ID).Exec(ctx)
-			return err
+			return st.alive(ctx, tx)
 		})
 		batch = batch[:0]
 		return translate(err)
 	}
 	for {
-		r, err := next()
+		r, err := st.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -485,72 +572,11 @@ func (s *Imports) stageSQLite(ctx context.Context, row *importRow, next func() (
 	if err := flush(); err != nil {
 		return err
 	}
-	finishStaged(row, n, s.now())
-	return translate(s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		if err := s.markDuplicates(ctx, tx, row.ID); err != nil {
-			return err
-		}
-		_, err := tx.NewUpdate().Model(row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
-		return err
-	}))
+	return st.finish(ctx, db, n)
 }
 
-// importBatch applies the batch in a few statements (see importBatchSQLite); the created
-// subscribers come back to make their events with model.NewEvent, as the other writes do.
-func (*sqliteEngine) importBatch(ctx context.Context, s *Imports, tx bun.IDB, b importBatch) (appliedRows, error) {
-	var c batchCounts
-	if err := tx.NewRaw(`SELECT count(*) AS processed,
-    coalesce(sum(errors IS NOT NULL), 0) AS invalid,
-    coalesce(sum(errors IS NULL AND `+stagedSuppressedSQLite+`), 0) AS suppressed
-FROM import_rows AS r WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3`,
-		b.Import, b.Newsletter, b.After, b.Last).Scan(ctx, &c); err != nil {
-		return appliedRows{}, err
-	}
-	if _, err := tx.NewRaw(`INSERT INTO import_errors (import_id, row_no, errors)
-SELECT import_id, row_no, errors FROM import_rows
-WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b.Import, b.After, b.Last).Exec(ctx); err != nil {
-		return appliedRows{}, err
-	}
-	ms := b.Now.UnixMilli()
-	var created []subscriberRow
-	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
-SELECT `+uuidV7SQLite+`, ?1, email, email_key, first_name, last_name, status, ?5, ?5
-FROM import_rows AS r
-WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3 AND r.errors IS NULL AND NOT r.duplicate
-    AND NOT `+stagedSuppressedSQLite+`
-ON CONFLICT (newsletter_id, email_key) DO NOTHING
-RETURNING id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`,
-		b.Import, b.Newsletter, b.After, b.Last, fmt.Sprintf("%08x-%04x-7", ms>>16, ms&0xffff), b.Now).
-		Scan(ctx, &created); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return appliedRows{}, err
-	}
-	c.Created = int64(len(created))
-	evs := make([]model.Event, len(created))
-	var pending []subscriberRow
-	for i, r := range created {
-		evs[i] = model.NewEvent(model.EventCreated, r.toModel(), nil, b.Source, b.Now)
-		if r.Status == string(model.StatusPending) {
-			pending = append(pending, r)
-		}
-	}
-	c.Pending = int64(len(pending))
-	out := c.applied()
-	var err error
-	if out.delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
-		return out, err
-	}
-	return out, queueConfirmations(ctx, tx, pending)
-}
-
-// stagedSuppressedSQLite is the condition that the staged row r's address is on the
-// suppression list of the newsletter ?1 (by its hash; a second hash to match is one more
-// value in the IN list).
-const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.newsletter_id = ?1 AND x.email_hash IN (r.email_hash))`
-
-// uuidV7SQLite is a UUID version 7 in SQL, as uuid.NewV7 makes them: ?4 its time part, the
-// text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
-const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
-    substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`
+// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
+const sqliteStageBatch = 500
 
 // markDuplicates finds the rows by an IN list, which SQLite builds once.
 func (*sqliteEngine) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error {
@@ -563,3 +589,74 @@ WHERE import_id = ?0 AND row_no IN (
     WHERE n > 1)`, id, after, last).Exec(ctx)
 	return err
 }
+
+// importBatch applies the batch in a few statements of the caller's immediate transaction: the
+// counts, the invalid rows' errors, and the subscribers' insert (stagedSuppressedSQLite, ids
+// made in SQL as uuidV7SQLite), whose created rows come back to make their events with
+// model.NewEvent and, for pending ones, their confirmation emails.
+func (e *sqliteEngine) importBatch(ctx context.Context, tx bun.IDB, b importBatch) (batchCounts, bool, error) {
+	var c batchCounts
+	if err := tx.NewRaw(`SELECT count(*) AS processed,
+    coalesce(sum(errors IS NOT NULL), 0) AS invalid,
+    coalesce(sum(errors IS NULL AND `+stagedSuppressedSQLite+`), 0) AS suppressed
+FROM import_rows AS r WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3`,
+		b.Import, b.Newsletter, b.After, b.Last).Scan(ctx, &c); err != nil {
+		return c, false, err
+	}
+	if _, err := tx.NewRaw(`INSERT INTO import_errors (import_id, row_no, errors)
+SELECT import_id, row_no, errors FROM import_rows
+WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b.Import, b.After, b.Last).Exec(ctx); err != nil {
+		return c, false, err
+	}
+	ms := b.Now.UnixMilli()
+	var created []struct {
+		ID           uuid.UUID `bun:"id"`
+		NewsletterID uuid.UUID `bun:"newsletter_id"`
+		Email        string    `bun:"email"`
+		FirstName    string    `bun:"first_name"`
+		LastName     string    `bun:"last_name"`
+		Status       string    `bun:"status"`
+		CreatedAt    time.Time `bun:"created_at"`
+	}
+	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+SELECT `+uuidV7SQLite+`, ?1, email, email_key, first_name, last_name, status, ?5, ?5
+FROM import_rows AS r
+WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3 AND r.errors IS NULL AND NOT r.duplicate
+    AND NOT `+stagedSuppressedSQLite+`
+ON CONFLICT (newsletter_id, email_key) DO NOTHING
+RETURNING id, newsletter_id, email, first_name, last_name, status, created_at`,
+		b.Import, b.Newsletter, b.After, b.Last, fmt.Sprintf("%08x-%04x-7", ms>>16, ms&0xffff), b.Now).
+		Scan(ctx, &created); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return c, false, err
+	}
+	c.Created = int64(len(created))
+	evs := make([]eventRow, len(created))
+	for i, r := range created {
+		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
+			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt}
+		ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
+		evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
+			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
+		if r.Status != string(model.StatusPending) {
+			continue
+		}
+		c.Pending++
+		if _, err := e.exec(ctx, tx, insertConfirmationSQLite, uuid.Must(uuid.NewV7()), r.NewsletterID, r.ID, b.Now, b.Traceparent); err != nil {
+			return c, false, err
+		}
+	}
+	if len(evs) == 0 {
+		return c, false, nil
+	}
+	delivering, err := e.insertEvents(ctx, tx, evs)
+	return c, delivering, err
+}
+
+// stagedSuppressedSQLite is the condition that the staged row r's address is on the
+// suppression list of the newsletter ?1, by either of its hashes (model.EmailHashes).
+const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.newsletter_id = ?1 AND x.email_hash IN (r.email_hash, r.legacy_hash))`
+
+// uuidV7SQLite is a UUID version 7 in SQL, as uuid.NewV7 makes them: ?4 its time part, the
+// text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
+const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
+    substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`

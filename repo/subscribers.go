@@ -28,6 +28,10 @@ type subscriberRow struct {
 	Status       string    `bun:"status"`
 	CreatedAt    time.Time `bun:"created_at"`
 	UpdatedAt    time.Time `bun:"updated_at"`
+	// The 1.3 columns (docs/api-contract.md §19), read only where a statement selects every
+	// column (SELECT *), and never written through this row, until their wiring.
+	Attributes string `bun:"attributes,scanonly"`
+	Tags       string `bun:"tags,scanonly"`
 }
 
 func (r *subscriberRow) toModel() model.Subscriber {
@@ -97,37 +101,19 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	row := s.newRow(nl, in, s.now())
 	ev := model.NewEvent(model.EventCreated, row.toModel(), nil, model.SourceFrom(ctx), row.CreatedAt)
 	pending := in.Status == model.StatusPending
-	var mail []outboxRow
-	var confirmation *outboxRow
+	// docs/api-contract.md §13: the address's lock and the suppression check come first, as
+	// in every write that subscribes an address (store.checkNotSuppressed); §10.1: the event
+	// is part of the change.
+	c := creation{ID: row.ID, NewsletterID: nl, Email: row.Email, EmailKey: row.EmailKey, FirstName: row.FirstName,
+		LastName: row.LastName, Status: row.Status, CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt,
+		Event: eventRows(ctx, []model.Event{ev})[0], LockKey: row.EmailKey}
+	hashes := model.EmailHashes(row.Email)
+	c.EmailHash, c.LegacyHash = hashes[0], hashes[len(hashes)-1]
 	if pending {
-		mail = confirmationRows(ctx, []subscriberRow{row})
-		confirmation = &mail[0]
+		mail := confirmationRows(ctx, []subscriberRow{row})[0]
+		c.MailID, c.MailTraceparent = &mail.ID, mail.Traceparent
 	}
-	var delivering bool
-	done, err := s.db.eng.create(ctx, &s.store, &row, ev, confirmation)
-	if !done {
-		// A transaction: the suppression check's lock must hold until the insert commits.
-		err = s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-			delivering = false
-			// docs/api-contract.md §13: a suppressed address, before the uniqueness rule.
-			if err := s.checkNotSuppressed(ctx, tx, nl, row.Email); err != nil {
-				return err
-			}
-			res, err := tx.NewInsert().Model(&row).
-				On("CONFLICT (newsletter_id, email_key) DO NOTHING").Exec(ctx)
-			if err != nil {
-				return translate(err)
-			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				return fmt.Errorf("%w", model.ErrEmailTaken)
-			}
-			// docs/api-contract.md §10.1: the event is part of the change.
-			if delivering, err = s.recordEvents(ctx, tx, []model.Event{ev}); err != nil {
-				return err
-			}
-			return insertOutbox(ctx, tx, mail)
-		})
-	}
+	delivering, err := s.db.eng.create(ctx, s.idb, c)
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
@@ -136,16 +122,6 @@ func (s *Subscribers) Create(ctx context.Context, nl uuid.UUID, in model.NewSubs
 	}
 	s.deliveriesQueued(delivering)
 	return row.toModel(), nil
-}
-
-// atomic runs fn, one statement that takes effect whole or not at all, on the store's
-// connection: in its unit of work as it is, or on the pool, run again after a deadlock or
-// a busy database (see retry).
-func (s *store) atomic(ctx context.Context, fn func(ctx context.Context) error) error {
-	if s.unit != nil {
-		return fn(ctx)
-	}
-	return retry(ctx, fn)
 }
 
 // CreateMany stores 1 to 100 subscribers all or nothing, in one transaction with one multi-row
@@ -299,8 +275,8 @@ func (s *Subscribers) List(ctx context.Context, nl uuid.UUID, q model.ListQuery)
 	}
 	// The total is the sum of the newsletter's counter rows (see the migration), read in the
 	// same statement, hence the same snapshot, as the page.
-	rows, err := s.db.eng.listPage(ctx, s.idb, nl, q)
-	if err != nil {
+	var rows []pageRow
+	if err := s.db.eng.listPage(ctx, s.idb, &rows, nl, q); err != nil {
 		return nil, 0, translate(err)
 	}
 	if len(rows) == 0 {
@@ -350,6 +326,10 @@ func (s *Subscribers) lookupEmail(ctx context.Context, nl uuid.UUID, q model.Lis
 // subscriberColumns are subscriberRow's columns, for the prepared statements that read it.
 const subscriberColumns = `id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at`
 
+// lockSubscriber reads the newsletter's (?) subscriber id (?) and locks its row until the
+// transaction ends: the first lock every writer of a subscriber takes.
+const lockSubscriber = `SELECT ` + subscriberColumns + ` FROM subscribers WHERE newsletter_id = ? AND id = ? FOR UPDATE`
+
 // The prepared reads of one subscriber (see statement): by id, and by email key through the
 // unique index. Their spans are named as bun's query builder named them.
 var (
@@ -376,7 +356,7 @@ func (s *Subscribers) Get(ctx context.Context, nl, id uuid.UUID) (model.Subscrib
 // A new email already used in the newsletter gives model.ErrEmailTaken.
 func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.SubscriberPatch) (model.Subscriber, error) {
 	if p.Email == nil && p.Status == nil {
-		if sub, done, err := s.db.eng.rename(ctx, s, nl, id, p.Name); done || err != nil {
+		if sub, done, err := s.rename(ctx, nl, id, p.Name); done || err != nil {
 			return sub, err
 		}
 	}
@@ -385,7 +365,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	src := model.SourceFrom(ctx)
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		queued, delivering = false, false
-		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
+		sel := s.db.eng.raw(tx, lockSubscriber, nl, id)
 		if p.Email != nil {
 			// Lock, in id order, the subscriber and whoever holds the new email now, before
 			// writing either: two PUTs swapping two subscribers' emails then queue on the same
@@ -406,7 +386,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 				return fmt.Errorf("%w", model.ErrEmailTaken)
 			}
 		}
-		err := sel.Scan(ctx)
+		err := sel.Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}
@@ -425,6 +405,12 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 			if err := s.checkNotSuppressed(ctx, tx, nl, addr); err != nil {
 				return err
 			}
+		}
+		if p.Email == nil && p.Status != nil && *p.Status != model.StatusUnsubscribed &&
+			strings.HasPrefix(row.EmailKey, duplicateKeyPrefix) {
+			// It lost its address to an older subscriber in the 1.3 upgrade (Rekey,
+			// docs/api-contract.md §18): that one holds the address.
+			return fmt.Errorf("%w", model.ErrEmailTaken)
 		}
 		retire, queue := p.ConfirmationEffect(before)
 		if queue && p.Status != nil && *p.Status == model.StatusPending {
@@ -479,6 +465,104 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 	return row.toModel(), nil
 }
 
+// renameTries is how many times rename reads and writes again when the subscriber changed
+// between the two, before it leaves the patch to Update's locking transaction.
+const renameTries = 3
+
+// rename applies a patch that sets at most the name without a transaction of its own: it
+// reads the subscriber, then has the engine write the new name with its event and the
+// event's deliveries only while the row still holds every value it read (the values the
+// event records as the subscriber and its previous name; engine.rename). Such a patch has no
+// confirmation effect and no email to keep unique, so it needs no lock: on PostgreSQL two
+// round trips instead of a transaction's five. When another change came in between, it reads
+// again; after renameTries misses it reports done false, and Update takes the locking path.
+func (s *Subscribers) rename(ctx context.Context, nl, id uuid.UUID, name *string) (model.Subscriber, bool, error) {
+	src := model.SourceFrom(ctx)
+	for range renameTries {
+		var before subscriberRow
+		err := s.db.eng.queryRow(ctx, s.idb, getSubscriber, &before, nl, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return model.Subscriber{}, false, fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return model.Subscriber{}, false, translate(err)
+		}
+		row := before
+		if name != nil {
+			row.FirstName, row.LastName = model.SplitName(*name)
+		}
+		changed := model.Changes(before.toModel(), row.toModel())
+		if len(changed) == 0 {
+			return before.toModel(), true, nil // the values already there: nothing to write, no event (§10.1)
+		}
+		row.UpdatedAt = s.now()
+		ev := eventRows(ctx, []model.Event{model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})[0]
+		renamed, delivering, err := s.db.eng.rename(ctx, s.idb, renaming{NewsletterID: nl, ID: id,
+			Email: before.Email, FirstName: before.FirstName, LastName: before.LastName, Status: before.Status,
+			UpdatedAt: before.UpdatedAt, NewFirstName: row.FirstName, NewLastName: row.LastName, NewUpdatedAt: row.UpdatedAt,
+			Event: ev})
+		if err != nil {
+			return model.Subscriber{}, false, translate(err)
+		}
+		if renamed {
+			s.deliveriesQueued(delivering)
+			return row.toModel(), true, nil
+		}
+	}
+	return model.Subscriber{}, false, nil
+}
+
+// lockForEmailChange locks (where the engine has row locks; see engine.raw) the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
+// Upsert makes the newsletter's subscriber with in.Email what docs/api-contract.md §16.1 asks,
+// in one unit of work under the address's lock (engine.lockEmailKeys): when no subscriber has
+// the address (model.EmailKey) it is created as Create creates it, and created is true; else
+// patch is applied to it as Update applies it, the subscriber's row locked from the read to
+// the write. Concurrent upserts of one address therefore queue on the lock: the first creates,
+// each other one updates what those before it committed. Bound to a unit of work (Tx), it runs
+// in that unit's transaction.
+func (s *Subscribers) Upsert(ctx context.Context, nl uuid.UUID, in model.NewSubscriber, patch model.SubscriberPatch) (sub model.Subscriber, created bool, err error) {
+	key := model.EmailKey(in.Email)
+	err = s.unitOfWork(ctx, func(u *Subscribers) error {
+		sub, created = model.Subscriber{}, false
+		if err := s.db.eng.lockEmailKeys(ctx, u.idb, nl, []string{key}); err != nil {
+			return translate(err)
+		}
+		// A create without the upsert's lock (POST /subscribers) may take the address between
+		// the read and the insert: the insert waits for it, and the read after sees it.
+		for range 2 {
+			var row subscriberRow
+			err := s.db.eng.raw(u.idb, `SELECT `+subscriberColumns+` FROM subscribers
+WHERE newsletter_id = ? AND email_key = ? FOR UPDATE`, nl, key).Scan(ctx, &row)
+			switch {
+			case err == nil:
+				sub, err = u.Update(ctx, nl, row.ID, patch)
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return translate(err)
+			}
+			sub, err = u.Create(ctx, nl, in)
+			if !errors.Is(err, model.ErrEmailTaken) {
+				created = err == nil
+				return err
+			}
+		}
+		return fmt.Errorf("%w", model.ErrEmailTaken)
+	})
+	if err != nil {
+		return model.Subscriber{}, false, err
+	}
+	return sub, created, nil
+}
+
+// unitOfWork runs fn with the store bound to a unit of work: this store's own, or a new one
+// (DB.InTx, run again on a deadlock or a busy database) when it is bound to the pool.
+func (s *Subscribers) unitOfWork(ctx context.Context, fn func(u *Subscribers) error) error {
+	if s.unit != nil {
+		return fn(s)
+	}
+	return s.db.InTx(ctx, func(tx Tx) error { return fn(tx.Subscribers()) })
+}
+
 // lockForEmailChange locks (where the engine has row locks; see engine.forUpdate)
 // the subscriber id and the newsletter's subscriber whose email key is key, in id order, and
 // tells whether the subscriber exists and whether key belongs to another one. A row that
@@ -487,13 +571,13 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 func (s *Subscribers) lockForEmailChange(ctx context.Context, tx bun.IDB, nl, id uuid.UUID, key string) (found, taken bool, err error) {
 	// Two changes to the same new email (that nobody holds yet, so no row to lock) queue here,
 	// instead of the second failing on the unique key after the first commits.
-	if err := s.db.eng.lockEmailKey(ctx, tx, nl, key); err != nil {
+	if err := s.db.eng.lockEmailKeys(ctx, tx, nl, []string{key}); err != nil {
 		return false, false, translate(err)
 	}
 	var ids []uuid.UUID
-	err = tx.NewRaw(`SELECT id FROM subscribers
+	err = s.db.eng.raw(tx, `SELECT id FROM subscribers
 WHERE newsletter_id = ? AND (id = ? OR email_key = ?)
-ORDER BY id`+s.db.eng.forUpdate(), nl, id, key).Scan(ctx, &ids)
+ORDER BY id FOR UPDATE`, nl, id, key).Scan(ctx, &ids)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, false, translate(err)
 	}
@@ -516,8 +600,8 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		delivering = false
 		now := s.now()
-		sel := s.db.eng.lockRows(tx.NewSelect().Model(&row).Where("newsletter_id = ? AND id = ?", nl, id))
-		err := sel.Scan(ctx)
+		sel := s.db.eng.raw(tx, lockSubscriber, nl, id)
+		err := sel.Scan(ctx, &row)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w", model.ErrNotFound)
 		}

@@ -48,7 +48,7 @@ func newSuppressionRow(nl uuid.UUID, in model.NewSuppression, now time.Time) sup
 		// is the one read back later and a cursor's position matches the stored time.
 		Reason: string(in.Reason), Source: string(src), CreatedAt: now.UTC().Truncate(time.Microsecond)}
 	if in.Reason != model.ReasonErased {
-		email, key := strings.TrimSpace(in.Email), model.NormalizeEmail(in.Email)
+		email, key := strings.TrimSpace(in.Email), model.EmailKey(in.Email)
 		row.Email, row.EmailKey = &email, &key
 	}
 	return row
@@ -159,7 +159,7 @@ func (s *Suppressions) List(ctx context.Context, nl uuid.UUID, q model.Suppressi
 	var rows []suppressionRow
 	sel := s.idb.NewSelect().Model(&rows).Where("newsletter_id = ?", nl)
 	if q.Email != "" {
-		sel = sel.Where("email_hash = ?", model.EmailHash(q.Email))
+		sel = sel.Where("email_hash IN (?)", bun.List(model.EmailHashes(q.Email)))
 	}
 	if q.Reason != "" {
 		sel = sel.Where("reason = ?", string(q.Reason))
@@ -186,10 +186,17 @@ func (s *Suppressions) List(ctx context.Context, nl uuid.UUID, q model.Suppressi
 	return out, more, nil
 }
 
-// Lookup returns the entry of email in nl's list (an erased one found by its hash), or
-// model.ErrSuppressionNotFound.
+// Lookup returns the entry of email in nl's list (an erased one found by its hash, see
+// model.EmailHashes), or model.ErrSuppressionNotFound.
 func (s *Suppressions) Lookup(ctx context.Context, nl uuid.UUID, email string) (model.Suppression, error) {
-	return s.LookupHash(ctx, nl, model.EmailHash(email))
+	found, err := findSuppressions(ctx, s.idb, nl, []string{email})
+	if err != nil {
+		return model.Suppression{}, err
+	}
+	for _, sup := range found {
+		return sup, nil
+	}
+	return model.Suppression{}, fmt.Errorf("%w", model.ErrSuppressionNotFound)
 }
 
 // LookupHash returns the entry whose address has the SHA-256 hash (model.EmailHash), or
@@ -240,8 +247,8 @@ func (s *Suppressions) UnsubscribeSuppressed(ctx context.Context, nl uuid.UUID, 
 	return err
 }
 
-// Find returns the entries of nl's list matching emails, keyed by model.NormalizeEmail of the
-// given address.
+// Find returns the entries of nl's list matching emails, keyed by model.EmailKey of the given
+// address.
 func (s *Suppressions) Find(ctx context.Context, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
 	return findSuppressions(ctx, s.idb, nl, emails)
 }
@@ -253,20 +260,31 @@ func (s *Suppressions) Check(ctx context.Context, nl uuid.UUID, emails ...string
 	return s.checkNotSuppressed(ctx, s.idb, nl, emails...)
 }
 
+// findSuppressions finds the entries of emails by model.EmailHashes (an erased entry made
+// before 1.3 by the hash of the 1.2 key), keyed by model.EmailKey of the given address; an
+// address with entries under both hashes gets the one under its own key's hash.
 func findSuppressions(ctx context.Context, db bun.IDB, nl uuid.UUID, emails []string) (map[string]model.Suppression, error) {
-	hashes := make([][]byte, len(emails))
-	byHash := make(map[string]string, len(emails))
+	hashes := make([][]byte, 0, len(emails))
+	keys := make([]string, len(emails))
 	for i, e := range emails {
-		hashes[i] = model.EmailHash(e)
-		byHash[string(hashes[i])] = model.NormalizeEmail(e)
+		keys[i] = model.EmailKey(e)
+		hashes = append(hashes, model.EmailHashes(e)...)
 	}
 	found, err := findByHashes(ctx, db, nl, hashes)
-	if err != nil {
+	if err != nil || len(found) == 0 {
 		return nil, err
 	}
 	out := make(map[string]model.Suppression, len(found))
-	for h, sup := range found {
-		out[byHash[h]] = sup
+	for i, e := range emails {
+		if _, done := out[keys[i]]; done {
+			continue
+		}
+		for _, h := range model.EmailHashes(e) {
+			if sup, ok := found[string(h)]; ok {
+				out[keys[i]] = sup
+				break
+			}
+		}
 	}
 	return out, nil
 }
@@ -285,7 +303,7 @@ func (s *store) checkNotSuppressed(ctx context.Context, tx bun.IDB, nl uuid.UUID
 	}
 	reasons := map[int]model.SuppressionReason{}
 	for i, e := range emails {
-		if sup, ok := found[model.NormalizeEmail(e)]; ok {
+		if sup, ok := found[model.EmailKey(e)]; ok {
 			reasons[i] = sup.Reason
 		}
 	}
@@ -296,6 +314,27 @@ func (s *store) checkNotSuppressed(ctx context.Context, tx bun.IDB, nl uuid.UUID
 // entry that is there afterwards.
 func insertSuppression(ctx context.Context, db bun.IDB, nl uuid.UUID, in model.NewSuppression, now time.Time) (model.Suppression, bool, error) {
 	row := newSuppressionRow(nl, in, now)
+	if hashes := model.EmailHashes(in.Email); len(hashes) > 1 {
+		// An entry made before 1.3 under the 1.2 key's hash is this address's entry too
+		// (docs/api-contract.md §18): one per address. It is an erased one, or one a 1.2
+		// instance made during a roll-out, before the re-key (see Rekey) re-hashed it; an
+		// erasure still leaves no address in it (§14).
+		var old suppressionRow
+		err := db.NewSelect().Model(&old).Where("newsletter_id = ? AND email_hash = ?", nl, hashes[1]).Scan(ctx)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return model.Suppression{}, false, translate(err)
+		case in.Reason == model.ReasonErased && old.Reason != string(model.ReasonErased):
+			old.Email, old.EmailKey, old.Reason, old.Source = nil, nil, row.Reason, row.Source
+			if _, err := db.NewUpdate().Model(&old).WherePK().Column("email", "email_key", "reason", "source").Exec(ctx); err != nil {
+				return model.Suppression{}, false, translate(err)
+			}
+			return old.toModel(), false, nil
+		default:
+			return old.toModel(), false, nil
+		}
+	}
 	q := db.NewInsert().Model(&row)
 	if in.Reason == model.ReasonErased {
 		// Erasure leaves no address behind (§14): an existing entry keeps its id and time
@@ -343,12 +382,12 @@ func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails
 	}
 	keys := make([]string, len(emails))
 	for i, e := range emails {
-		keys[i] = model.NormalizeEmail(e)
+		keys[i] = model.EmailKey(e)
 	}
 	return s.lockKeys(ctx, tx, nl, keys)
 }
 
-// lockKeys makes writes of the same address keys (model.NormalizeEmail) of nl wait for each
+// lockKeys makes writes of the same address keys (model.EmailKey) of nl wait for each
 // other until commit: the engine's lockEmailKeys, the keys lockForEmailChange takes, in one
 // order. Every lock of an address is taken here.
 func (s *store) lockKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
@@ -363,8 +402,8 @@ func (s *store) lockKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []s
 // webhook deliveries were queued.
 func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.UUID, email string, src model.EventSource, now time.Time) (bool, error) {
 	var row subscriberRow
-	err := db.NewRaw("SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
-		s.db.eng.forUpdate(), nl, model.NormalizeEmail(email)).Scan(ctx, &row)
+	err := s.db.eng.raw(db, "SELECT * FROM subscribers WHERE newsletter_id = ? AND email_key = ? AND status IN ('active', 'pending')"+
+		" FOR UPDATE", nl, model.EmailKey(email)).Scan(ctx, &row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

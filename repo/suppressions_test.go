@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
@@ -178,6 +179,58 @@ func TestSuppressionUnsubscribes(t *testing.T) {
 // wait: it must read the list after the lock all the same.
 func TestCreateWaitsForASuppressionInFlight(t *testing.T) {
 	db, _, subs, nl := suppressionsDB(t)
+	createWaitsForSuppression(t, db, subs, nl)
+}
+
+// TestCreateUnderRepeatableReadDefault: on a database whose default isolation is REPEATABLE
+// READ, the pool still runs READ COMMITTED (Open pins it on every connection), so the
+// one-statement create still sees a suppression committed while it waited for the lock.
+func TestCreateUnderRepeatableReadDefault(t *testing.T) {
+	if testdb.Store() == testdb.SQLite {
+		t.Skip("PostgreSQL only: SQLite has one isolation level (serializable)")
+	}
+	dsn := pg.Fresh(t)
+	ctx := context.Background()
+	admin, err := repo.Open(dsn, repo.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, `DO $$ BEGIN
+EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = ''repeatable read''', current_database());
+END $$`); err != nil {
+		t.Fatal(err)
+	}
+	var setting string
+	if err := admin.NewRaw(`SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting
+WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()) AND setrole = 0`).Scan(ctx, &setting); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	if setting != "default_transaction_isolation=repeatable read" {
+		t.Fatalf("the database's settings are %q; want repeatable read by default", setting)
+	}
+	db, err := repo.Open(dsn, repo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var level string
+	if err := db.InTx(ctx, func(tx repo.Tx) error {
+		return tx.IDB().NewRaw("SHOW transaction_isolation").Scan(ctx, &level)
+	}); err != nil || level != "read committed" {
+		t.Fatalf("a transaction of the pool runs %q (%v); want read committed", level, err)
+	}
+	nl, err := repo.NewAccounts(db).CreateNewsletter(ctx, "Weekly", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createWaitsForSuppression(t, db, repo.NewSubscribers(db), nl.ID)
+}
+
+// createWaitsForSuppression checks that a create of an address whose suppression commits while
+// the create waits for the address's lock is refused as suppressed, and stores nothing.
+func createWaitsForSuppression(t *testing.T, db *repo.DB, subs *repo.Subscribers, nl uuid.UUID) {
+	t.Helper()
 	ctx := context.Background()
 	for _, status := range []model.Status{model.StatusActive, model.StatusPending} {
 		email := "late-" + string(status) + "@example.com"

@@ -157,7 +157,7 @@ func (c *Confirmations) lockToken(ctx context.Context, tx bun.IDB, hash []byte) 
 	var subscriberID uuid.UUID
 	err := tx.NewRaw("SELECT subscriber_id FROM confirmation_tokens WHERE hash = ?", hash).Scan(ctx, &subscriberID)
 	if err == nil {
-		_, err = tx.NewRaw("SELECT 1 FROM subscribers WHERE id = ?"+c.db.eng.forUpdate(), subscriberID).Exec(ctx)
+		_, err = c.db.eng.raw(tx, "SELECT 1 FROM subscribers WHERE id = ? FOR UPDATE", subscriberID).Exec(ctx)
 	}
 	if err == nil {
 		err = tx.NewRaw(tokenQuery, hash).Scan(ctx, &t)

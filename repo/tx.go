@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/uptrace/bun"
 )
 
 // txRetries is how many times a unit of work that met a deadlock, a serialization failure
@@ -55,4 +57,27 @@ func retry(ctx context.Context, fn func(ctx context.Context) error) error {
 		case <-time.After(retryDelay(attempt)):
 		}
 	}
+}
+
+// runInTx runs fn, a unit of work, in a transaction on db: in db itself when it is one (a unit
+// of work's, whose DB.InTx runs the whole of it again), else in a new one on the pool, run
+// again on a retryable error (see retry). Stores run theirs through store.inTx; engines
+// theirs (a claim, SQLite's several statements of one write) through this. Nothing may be
+// answered to a client from inside fn.
+func runInTx(ctx context.Context, db bun.IDB, fn func(ctx context.Context, tx bun.IDB) error) error {
+	if _, ok := db.(bun.Tx); ok {
+		return fn(ctx, db)
+	}
+	return retry(ctx, func(ctx context.Context) error {
+		return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
+	})
+}
+
+// runAtomic runs fn, one statement that takes effect whole or not at all, on db: as it is in
+// a transaction, or on the pool, run again on a retryable error (see retry).
+func runAtomic(ctx context.Context, db bun.IDB, fn func(ctx context.Context) error) error {
+	if _, ok := db.(bun.Tx); ok {
+		return fn(ctx)
+	}
+	return retry(ctx, fn)
 }

@@ -65,7 +65,7 @@ func (w *Webhooks) Create(ctx context.Context, nl uuid.UUID, in model.NewWebhook
 		Secret: model.NewWebhookSecret(), Status: model.WebhookEnabled, BusyUntil: now, LastClaimedAt: now,
 		CreatedAt: now, UpdatedAt: now}
 	err = w.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		if _, err := tx.NewRaw("SELECT 1 FROM newsletters WHERE id = ?"+w.db.eng.forUpdate(), nl).Exec(ctx); err != nil {
+		if _, err := w.db.eng.raw(tx, "SELECT 1 FROM newsletters WHERE id = ? FOR UPDATE", nl).Exec(ctx); err != nil {
 			return translate(err)
 		}
 		var n int
@@ -145,73 +145,6 @@ func NewDeliveries(db *DB) *Deliveries {
 	return &Deliveries{store: newStore(db)}
 }
 
-type claimRow struct {
-	EndpointID  uuid.UUID `bun:"endpoint_id,type:uuid"`
-	URL         string    `bun:"url"`
-	Secret      string    `bun:"secret"`
-	EventID     uuid.UUID `bun:"event_id,type:uuid"`
-	Attempts    int       `bun:"attempts"`
-	Type        string    `bun:"type"`
-	Payload     string    `bun:"payload"`
-	Traceparent string    `bun:"traceparent"`
-}
-
-// dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a
-// due delivery. The test reads the endpoint's first pending delivery from
-// webhook_deliveries_endpoint_due_idx, one probe per endpoint; an EXISTS here becomes a
-// semi-join that PostgreSQL plans as a scan of the whole outbox, whose delivered rows stay
-// until autovacuum comes, up to a minute of churn on every claim.
-const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
-    SELECT d.next_attempt_at FROM webhook_deliveries AS d
-    WHERE d.endpoint_id = w.id AND d.state = 'pending'
-    ORDER BY d.next_attempt_at LIMIT 1) <= ?0`
-
-// newsletterLeased counts the endpoints of the newsletter of the endpoint row alias that
-// are leased now (?0).
-func newsletterLeased(alias string) string {
-	return `(SELECT count(*) FROM webhook_endpoints AS b
-        WHERE b.newsletter_id = ` + alias + `.newsletter_id AND b.status = 'enabled' AND b.busy_until > ?0)`
-}
-
-// claimableEndpoints is the query of the ids of the endpoints a claim takes (the arguments of
-// deliveryClaim.args): up to ?1 due endpoints (dueEndpoint), the one claimed longest ago
-// first, such that no newsletter holds more than ?4 leased at once. Among the first ?5 due
-// endpoints of newsletters below their bound (the only rows lock, the engine's locking clause,
-// locks), each newsletter gets what its bound leaves. A newsletter at its bound takes no
-// candidate's place, so its endpoints, first in round-robin order since they are not claimed,
-// cannot hide the others'.
-func claimableEndpoints(lock string) string {
-	return `
-    SELECT r.id FROM (
-        SELECT c.id, c.last_claimed_at,
-            row_number() OVER (PARTITION BY c.newsletter_id ORDER BY c.last_claimed_at) + ` + newsletterLeased("c") + ` AS n
-        FROM (
-            SELECT w.id, w.newsletter_id, w.last_claimed_at FROM webhook_endpoints AS w
-            WHERE ` + dueEndpoint + ` AND ` + newsletterLeased("w") + ` < ?4
-            ORDER BY w.last_claimed_at
-            LIMIT ?5` + lock + `
-        ) AS c
-    ) AS r
-    WHERE r.n <= ?4
-    ORDER BY r.last_claimed_at
-    LIMIT ?1`
-}
-
-// deliveryClaim is what one claim asks for (Deliveries.Claim).
-type deliveryClaim struct {
-	endpoints, perEndpoint, perNewsletter int
-	lease                                 time.Duration
-}
-
-// args are the claim's query arguments: ?0 now, ?1 endpoints, ?2 deliveries per endpoint, ?3
-// the lease's end, ?4 endpoints per newsletter, ?5 candidates looked at (enough that one
-// newsletter's endpoints, up to model.MaxWebhooks, cannot fill them), ?6 when the claim goes
-// stale without a heartbeat.
-func (c deliveryClaim) args(now time.Time) []any {
-	return []any{now, c.endpoints, c.perEndpoint, now.Add(c.lease), c.perNewsletter, c.endpoints + model.MaxWebhooks,
-		now.Add(outbox.StaleAfter(c.lease))}
-}
-
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
 // ago first, and returns up to perEndpoint due deliveries of each, oldest due first. No
 // newsletter gets more than perNewsletter endpoints leased at once (docs/operating.md), so
@@ -220,7 +153,7 @@ func (c deliveryClaim) args(now time.Time) []any {
 func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint, perNewsletter int, lease time.Duration) ([]model.DeliveryBatch, error) {
 	now := d.now()
 	c := deliveryClaim{endpoints: endpoints, perEndpoint: perEndpoint, perNewsletter: max(perNewsletter, 1), lease: lease}
-	rows, err := d.db.eng.claimDeliveries(ctx, &d.store, now, c)
+	rows, err := d.db.eng.claimDeliveries(ctx, d.idb, now, c)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
 	}
@@ -266,7 +199,7 @@ func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []m
 	err := d.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
 		disabled = false
 		var failingSince *time.Time
-		err := tx.NewRaw("SELECT failing_since FROM webhook_endpoints WHERE id = ?"+d.db.eng.forNoKeyUpdate(), endpoint).
+		err := d.db.eng.raw(tx, "SELECT failing_since FROM webhook_endpoints WHERE id = ? FOR NO KEY UPDATE", endpoint).
 			Scan(ctx, &failingSince)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // deleted: its deliveries went with it

@@ -109,5 +109,9 @@ TEST_STORE=postgres go test -race -count=1 -timeout 30m ./...
 # not a copy. The bench packages stay on PostgreSQL, the store every performance figure is about.
 echo "== go test -race ./integration ./cmd/subscriberd (store: sqlite)" >&2
 TEST_STORE=sqlite go test -race -count=1 -timeout 30m ./integration ./cmd/subscriberd
+# Fuzzing, bounded in time: one target per invocation (go test -fuzz takes one package and no
+# -race). The address rule of docs/api-contract.md §18: validator, key and SMTP envelope agree.
+echo "== go test -fuzz FuzzEmailAddress (20s)" >&2
+go test -run '^$' -fuzz '^FuzzEmailAddress$' -fuzztime 20s ./model
 echo "== promtool check rules / test rules" >&2
 ./scripts/promtool.sh

@@ -9,16 +9,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
 )
 
 // ImportScenario is the name of the import scenario (docs/api-contract.md §15): -import-rows
@@ -276,17 +275,13 @@ func (b *bench) sampleRSS() func() float64 {
 
 // vmRSS is process pid's VmRSS in KiB, or 0.
 func vmRSS(pid int) int64 {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0
 	}
-	return 0
+	return int64(st.VmRSS >> 10)
 }

@@ -41,10 +41,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/load"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // config is the command line.
@@ -559,28 +559,45 @@ func (b *bench) runService(ctx context.Context, name string, clients int, warmup
 func (b *bench) runOn(ctx context.Context, in *instance, name, as string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
 	sc, rec, op := b.prepare(ctx, in, name, clients, phase, pass)
 	rec.Scenario = as
-	opts := load.Options{Clients: clients, Warmup: warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
 	var wait func()
-	var cpu cpuMeter
-	whereStart, whereStop := func() {}, func(*RunRecord) {}
+	app := "" // where the time goes: the main instance's measured runs only
 	if in == b.main && phase == "measure" {
-		whereStart, whereStop = b.whereWindow(ctx, serviceApplicationName)
+		app = serviceApplicationName
 	}
-	opts.OnMeasure = func() {
-		cpu.start(in.pid)
-		whereStart()
+	out := b.measure(ctx, &rec, load.Options{Clients: clients, Warmup: warmup, Duration: dur}, op, in.pid, app, func() {
 		if b.cfg.pprofURL != "" && in == b.main {
 			wait = b.profile(ctx, as, clients, phase, dur)
+		}
+	})
+	if wait != nil {
+		wait()
+	}
+	return b.record(ctx, in, sc, rec, out, dur)
+}
+
+// measure runs op with opts (capped at -max-requests) and records in rec the CPU of process
+// pid, PostgreSQL and this tool over the measured window and, with app, where PostgreSQL's time
+// went for the connections of app; onMeasure, when set, is called as the window starts. The
+// service's runs and the baseline's are measured alike.
+func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, op load.Op, pid int, app string, onMeasure func()) load.Outcome {
+	var cpu cpuMeter
+	whereStart, whereStop := func() {}, func(*RunRecord) {}
+	if app != "" {
+		whereStart, whereStop = b.whereWindow(ctx, app)
+	}
+	opts.MaxRequests = b.cfg.maxRequests
+	opts.OnMeasure = func() {
+		cpu.start(pid)
+		whereStart()
+		if onMeasure != nil {
+			onMeasure()
 		}
 	}
 	out := load.Run(ctx, opts, op)
 	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
 	rec.Requests = out.Summary.Requests
-	whereStop(&rec)
-	if wait != nil {
-		wait()
-	}
-	return b.record(ctx, in, sc, rec, out, dur)
+	whereStop(rec)
+	return out
 }
 
 // phasePaired is the phase of the runs of runServicePair.
@@ -694,13 +711,8 @@ func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass 
 	if b.cfg.passes > 1 {
 		rec.Pass = pass
 	}
-	var cpu cpuMeter
-	whereStart, whereStop := b.whereWindow(ctx, whereApp("baseline"))
-	out := load.Run(ctx, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration, MaxRequests: b.cfg.maxRequests,
-		OnMeasure: func() { cpu.start(b.cfg.pid); whereStart() }}, sc.Op)
-	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
-	rec.Requests = out.Summary.Requests
-	whereStop(&rec)
+	out := b.measure(ctx, &rec, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration}, sc.Op,
+		b.cfg.pid, baseline.ApplicationName, nil)
 	rec.fill(out, b.cfg.duration)
 	switch name {
 	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:

@@ -1,39 +1,28 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	_ "embed"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // machine describes the host: CPU model, CPU count and memory, from /proc.
 func machine() string {
 	model, mem := "", ""
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if cpus, err := fs.CPUInfo(); err == nil && len(cpus) > 0 {
+			model = cpus[0].ModelName
 		}
-		f.Close()
-	}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var kb int64
-			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
-				mem = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-				break
-			}
+		if mi, err := fs.Meminfo(); err == nil && mi.MemTotal != nil {
+			mem = fmt.Sprintf("%.0f GiB", float64(*mi.MemTotal)/(1<<20))
 		}
-		f.Close()
 	}
 	return strings.TrimSpace(fmt.Sprintf("%s, %d CPUs, %s", model, runtime.NumCPU(), mem))
 }
@@ -42,11 +31,14 @@ func machine() string {
 // table of scenarios with their baselines and ratios, the checks, peak RSS and problems.
 func writeMarkdown(path string, rep *Report) error {
 	var buf bytes.Buffer
-	markdown(&buf, rep)
+	printReport(&buf, rep)
+	buf.WriteString(method)
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-func markdown(w io.Writer, rep *Report) {
+// printReport writes the report in Markdown, without the method: what -markdown writes and
+// what the tool prints when it ends.
+func printReport(w io.Writer, rep *Report) {
 	m := rep.Meta
 	// The run id and the service's commit go into the commit message that adds the report
 	// (they are in the JSON report too), not into the document users read.
@@ -112,7 +104,7 @@ func markdown(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "\n| %s |\n", strings.Join(pairedHeader, " | "))
 		fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|---|---|")
 		for _, c := range paired {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c, metWord), " | "))
+			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c), " | "))
 		}
 	}
 
@@ -150,8 +142,11 @@ func markdown(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "\n| scenario | clients | req/s | p50 | p99 | max | errors | longest gap ms |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
 	for _, r := range rep.Runs {
-		if r.Phase != "check" {
+		if r.Phase == "measure" || r.Phase == phasePaired {
 			continue
+		}
+		if r.Phase != "check" {
+			r.Scenario += " (" + r.Phase + ")"
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.0f |\n", r.Scenario, r.Clients, f1(r.RequestsPerSec),
 			f2(r.P50Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), r.LongestGapMs)
@@ -187,163 +182,15 @@ func markdown(w io.Writer, rep *Report) {
 			fmt.Fprintf(w, "- %s\n", p)
 		}
 	}
-	fmt.Fprint(w, method)
 }
 
-// method explains how the figures above are made and read; it is part of every report, so a
-// fresh run replaces the figures and keeps the method. Earlier runs live in git's history.
-const method = `
-## Method
-
-` + "`make bench`" + ` (scripts/bench.sh) builds the service and the load tool, starts the service on a
-fresh database of the local PostgreSQL with every rate limit and lockout off, seeds 100,000
-subscribers through the bulk API, and runs each scenario (creates, bulk of 100, first, deep and
-filtered list pages, get, update) at 16 clients beside its **baseline**: the naive SQL a correct
-implementation must run, sent through the same driver at the same concurrency against the same
-database in the same run. The **ratio** is the service's throughput over the baseline's; the
-targets are ratios, because absolute figures change with the machine. Each scenario is then
-checked at 64 and 256 clients for errors and stalls (the longest gap between two answers), and
-the service's peak RSS is read from /proc. The API 1.1 scenarios are judged against the
-service's own (a replay against a get, a create with a fresh key against one without). Pairs of
-like latency also run in alternating half-second slices in every pass, and their ratio is the
-median of the passes' ratios.
-
-**Telemetry** is priced in the same run by three more instances on the same database: off
-(` + "`OTEL_SDK_DISABLED=true`, `LOG_LEVEL=warn`" + `), fully on (every trace sampled) and the production
-setting (` + "`OTEL_TRACES_SAMPLER=parentbased_traceidratio`, `OTEL_TRACES_SAMPLER_ARG=0.1`" + `), the last
-two exporting over OTLP/HTTP to a receiver the tool serves on loopback, with the JSON access log
-at info. Each setting is run against off by the same clients in alternating half-second slices,
-so that a drift of the machine costs both alike; the overhead is the median over passes of
-1 − setting/off. Targets: production ≤ 5 % on every scenario; fully on ≤ 20 % on get, ≤ 10 %
-on the others.
-
-**Reading it.** The machine is shared and its speed drifts: compare ratios within one run, not
-absolute figures across runs. One pass of the telemetry comparison is good to about ±2.5
-points (an A/A run, the same build in both slots, reads within that); the median of five to
-about ±1.3. ` + "`scripts/bench.sh --help`" + ` lists the options (` + "`--passes 3`, `--million`, `--profile`,\n`--markdown docs/benchmarks.md`, `--compare-with old.json`, `--off-env`/`--on-env`/`--prod-env` to\nprice one part of telemetry" + `).
-
-**CPU per request** is each measured window's CPU time over its requests: the service's process
-from /proc/PID/stat, PostgreSQL's from every process named postgres (with the backends that
-exited meanwhile), the load tool's own from getrusage. A baseline has no service part: the tool
-sends its SQL itself.
-
-**Where PostgreSQL's time goes** is measured in every measured run of the service and of the
-baseline: the statements PostgreSQL executed per request, with their mean execution and
-planning time, the WAL they wrote and the blocks they touched (pg_stat_statements, this
-database, every connection, the service's workers included); the WAL the whole server wrote
-(pg_current_wal_lsn, so commit records and other databases count too); and what the scenario's
-connections waited on, from pg_stat_activity sampled every 20 ms, as µs of backend time per
-request (CPU is running or waiting for a core; ` + "`Lock:`" + ` events are row, transaction and
-advisory locks). pg_stat_statements needs ` + "`shared_preload_libraries = 'pg_stat_statements'`" + ` on
-the server; without it the statement columns show a dash and the report says so. Point
-` + "`PG_ADMIN_URL`" + ` at a server that loads it to see them.
-
-**Before and after.** ` + "`docs/benchmarks-before.json`" + ` is a run of the service as it was before
-version 1.2 and the store and write-path work that came with it (` + "`make bench BENCH_ARGS=--no-telemetry`" + `
-in a clean checkout of the last commit before that work, on the same machine the same day).
-` + "`--compare-with docs/benchmarks-before.json`" + ` sets a new run against it.
-Its absolute figures compare only on the machine it ran on; the ratios are each run's own,
-against its own baseline.
-` + whereCPUGoes
-
-// whereCPUGoes is what counting (statements, system calls, allocations) rather than timing
-// shows about a get's and a write's cost; it holds on a busy machine, so it is part of every
-// report.
-const whereCPUGoes = `
-## Where a get's CPU goes
-
-Counted rather than timed, so these figures hold on a busy machine too. They come from
-` + "`" + `go test ./repo -run TestStatementsPerRequest -v` + "`" + `, ` + "`" + `go test ./repo -run '^$' -bench GetPaths
--benchmem` + "`" + `, ` + "`" + `go test ./api -run '^$' -bench Serve -benchmem` + "`" + `, and ` + "`" + `strace -c -f` + "`" + ` on the service
-over 2,000 keep-alive requests of each kind.
-
-- **Round trips.** A read is one statement, so one round trip to PostgreSQL: a get, a list page
-  with its exact total, the email lookup, and the key check on a key-cache miss (a verified key
-  then comes from the cache). No transaction wraps a single statement. The writes are below.
-- **System calls.** Per get, about 2 writes (the response and the statement) and 5 reads (the
-  request, the result, and the reads the Go runtime retries after EAGAIN). The access log is
-  buffered and written in batches. The rest (futex, epoll_pwait, nanosleep) is the Go scheduler
-  passing the request between goroutines, and strace itself inflates those calls.
-- **Allocations.** The HTTP layer makes 41 allocations (7.7 KiB) per get. About 17 of them belong
-  to the benchmark's own request and recorder. The store makes 37 (1.6 KiB) with its
-  prepared statement. A statement built by bun's query builder costs a 4 KiB buffer for its text
-  on top; bun v1.2 does not let you configure that buffer.
-- **PostgreSQL.** The hot reads (a get, the email lookup, a list page that is not deep, the key
-  check on a cache miss, an idempotent replay's lookup) and the create of an active subscriber
-  are prepared statements: each
-  connection parses and plans them once, and each call sends only the values. Their generic
-  plans are used from the first call (` + "`" + `plan_cache_mode=force_generic_plan` + "`" + ` on the service's
-  connections; PostgreSQL 12 or later). Everything else, the deep list page included (its
-  generic plan scans the whole table), goes over pgdriver's simple query protocol with the
-  values inlined into the text, so PostgreSQL parses and plans each one. The baselines are
-  sent the simple way.
-
-The same get, client side (allocations and bytes per get, exact counts):
-
-| path | allocs | bytes |
-|---|--:|--:|
-| the service: a prepared statement, scanned by bun | 37 | 1,594 |
-| bun's query builder | 40 | 6,461 |
-| bun, raw SQL | 38 | 2,356 |
-| database/sql, the same SQL, without bun | 23 | 882 |
-| database/sql, prepared statement (pgdriver's extended protocol) | 32 | 1,058 |
-
-The service's get is a prepared statement (database/sql's ` + "`" + `Stmt` + "`" + ` over pgdriver's extended
-protocol) scanned by bun into its row struct, 5 allocations more than scanning by hand. Its
-database span is made outside bun's query hook, with the same name and attributes.
-
-## Where a first page's CPU goes
-
-From a CPU profile of the service during list_first (` + "`scripts/bench.sh --profile`" + `): half of the
-service's CPU is the page's statement, 34 % reading and scanning its 25 rows and 10 % sending
-it; 14 % is encoding the JSON answer and 10 % writing it to the socket. pgdriver receives every
-value as text and parses it (timestamps take 5 % alone), database/sql converts each column and
-bun assigns each field: that is how the driver and database/sql work, per value. The
-alternative is pgx's binary format, outside this stack.
-
-## Where a write's time goes
-
-- **Statements.** A create of an active subscriber is one statement (the row, its event and any
-  webhook deliveries in one CTE); a pending create is five (BEGIN, the row, its event with any
-  deliveries, the confirmation email, COMMIT). An update that changes only the name is two: the
-  row read, then one statement that changes it only if it still holds what was read, with its
-  event and any deliveries (a concurrent change makes it read again). An update of the email or
-  the status is a transaction: BEGIN, the row locked, the change, its event with any
-  deliveries, the confirmations it retires, COMMIT. A create with an Idempotency-Key adds the
-  key's lookup, BEGIN, an advisory lock, the stored response and COMMIT to the create, six
-  round trips in all. pgdriver sends one statement at a time and waits for its answer: it
-  cannot pipeline, so each round trip costs the service and PostgreSQL a send, a wake-up and a
-  receive. In a profile of the update scenario, 26 % of the service's CPU is socket writes,
-  22 % sending its two statements. The alternative is pgx's batch, which sends several
-  statements in one round trip: a second driver beside bun's, outside this stack.
-- **Planning.** The active create's and the rename's statements, and an idempotent write's key
-  lock and stored response, are prepared like the hot reads (planning the create took
-  PostgreSQL 0.84 ms); the other writes go over the simple protocol and are planned on every
-  call. PostgreSQL's share is most of a write's cost (the CPU table above).
-- **What bounds a write's ratio.** In the targets table, *without the service* comes out below
-  0.8 for the create and the update: what PostgreSQL spends on them, with what the load
-  generator spends sending them, already costs more than the baseline's whole request. A create
-  writes the row, its event and any webhook deliveries in one statement, which costs the database
-  more than the baseline's plain insert; an update also reads the row first. The
-  event is written in the change's transaction, as the contract requires ([§10.1](api-contract.md#101-events)),
-  so a ratio of 0.8 would take less work in the database, not a cheaper service.
-- **Totals.** Every write also keeps the newsletter's exact totals
-  ([§4.3](api-contract.md#43-get-subscribers--list)) in its own transaction: a statement
-  trigger adds to one of 16 counter rows per status, and that row stays locked until the
-  transaction commits. A write takes the first of the 16 slots that no other transaction holds,
-  so concurrent writers do not queue on one row behind each other's commits; only with more
-  than 16 transactions writing at once does one wait for its slot (the wait event
-  ` + "`Lock:advisory`" + ` under *Where PostgreSQL's time goes*).
-- **Webhooks.** Queueing an event's delivery is one more row per endpoint, written by the
-  write's own statement or transaction: the webhook table's "queued" column prices it. Each
-  delivery is then one HTTP POST, as Standard Webhooks has it, signed and traced by the
-  service and answered by the receiver, and its row is claimed and deleted. That is the
-  "delivered" column: the main instance's workers deliver during the run, on the same 2 cores
-  as the writes and the receiver. With 16 clients writing they fall behind (each claim takes
-  the 100 deliveries it may) and the rest goes out once the writes stop. With delivery on
-  other hosts (` + "`WEBHOOK_WORKERS=0`" + ` on the instances that take requests, see
-  [operating.md](operating.md#webhook-delivery)), the writes pay what the "queued" column shows.
-`
+// method explains how the figures above are made and read, and what counting (statements,
+// system calls, allocations) rather than timing shows about a request's cost; it is part of
+// every report, so a fresh run replaces the figures and keeps the method. Earlier runs live
+// in git's history.
+//
+//go:embed method.md
+var method string
 
 // referenceMarkdown sets each scenario against the earlier run given with -compare-with: its
 // throughput, its ratio to its baseline (each in its own run) and its CPU per request, and the
@@ -365,8 +212,8 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 			"so compare the ratios, not the rates or the CPU per request.", speed, map[bool]string{true: "slower", false: "faster"}[speed < 1])
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "\n| scenario | req/s before | req/s after | p50 × | p99 × | ratio before | ratio after | service µs | PostgreSQL µs | load generator µs |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	arrow := func(then, now float64) string { return f1(then) + " → " + f1(now) }
 	ratio := func(v float64) string {
 		if v == 0 {
@@ -375,7 +222,7 @@ func referenceMarkdown(w io.Writer, rep *Report) {
 		return f2(v)
 	}
 	for _, r := range ref.Ratios {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, f1(r.Then), f1(r.Now), ratio(r.ThenBase), ratio(r.NowBase),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, f1(r.Then), f1(r.Now), f2(r.P50Ratio), f2(r.P99Ratio), ratio(r.ThenBase), ratio(r.NowBase),
 			arrow(r.ThenCPU.Service, r.NowCPU.Service), arrow(r.ThenCPU.Postgres, r.NowCPU.Postgres), arrow(r.ThenCPU.Tool, r.NowCPU.Tool))
 	}
 	var rss []string
@@ -493,26 +340,19 @@ func (rep *Report) queuedPairRatio(name string) (with, plain *RunRecord, ratio f
 // hookRatio pairs, pass by pass, the runs of scenario with and scenario without in phase, as
 // webhookRatio says.
 func (rep *Report) hookRatio(with, without, phase string) (w, wo *RunRecord, ratio float64, perPass string) {
-	clients := rep.Meta.Clients
-	off := map[int]float64{}
-	for _, r := range rep.Runs {
-		if r.Kind == "service" && r.Scenario == without && r.Phase == phase && r.Clients == clients {
-			off[r.Pass] = r.RowsPerSec
-		}
-	}
+	ws, wos := rep.perPass(runOf("service", with, phase), runOf("service", without, phase), rowsRate)
 	var ratios []float64
 	var list []string
-	for _, r := range rep.Runs {
-		if r.Kind == "service" && r.Scenario == with && r.Phase == phase && r.Clients == clients && off[r.Pass] > 0 {
-			ratio := r.RowsPerSec / off[r.Pass]
-			ratios = append(ratios, ratio)
-			list = append(list, fmt.Sprintf("%.2f", ratio))
+	for i := range ws {
+		if wos[i] > 0 {
+			ratios = append(ratios, ws[i]/wos[i])
+			list = append(list, fmt.Sprintf("%.2f", ws[i]/wos[i]))
 		}
 	}
 	if len(ratios) == 0 {
 		return nil, nil, 0, ""
 	}
-	return rep.find("service", with, phase, clients), rep.find("service", without, phase, clients),
+	return rep.find("service", with, phase, rep.Meta.Clients), rep.find("service", without, phase, rep.Meta.Clients),
 		median(ratios), strings.Join(list, ", ")
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,78 +13,15 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// peakRSS reads VmHWM, the peak resident set size, of process pid in KiB from status, the
-// text of /proc/PID/status.
-func peakRSS(status io.Reader) (int64, error) {
-	sc := bufio.NewScanner(status)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != "VmHWM" {
-			continue
-		}
-		f := strings.Fields(val)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("VmHWM line %q", sc.Text())
-		}
-		return strconv.ParseInt(f[0], 10, 64)
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("no VmHWM line")
-}
+	"github.com/prometheus/procfs"
+)
 
 // clockTicks is the kernel's USER_HZ, the unit of the times in /proc/PID/stat: 100 on every
 // Linux architecture Go supports.
 const clockTicks = 100
 
-// procCPU returns the user plus system CPU time of process pid from the text of
-// /proc/PID/stat (fields 14 and 15, counted after the parenthesised command name, which may
-// itself contain spaces).
-func procCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("no command name in %q", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short stat line %q", stat)
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("stat field %q: %w", s, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// procCPUWithChildren is procCPU plus the CPU of the process's children that it has waited
-// for (fields 16 and 17): for PostgreSQL's postmaster, the backends that have exited.
-func procCPUWithChildren(stat string) (time.Duration, error) {
-	own, err := procCPU(stat)
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
-	if len(f) < 15 {
-		return 0, fmt.Errorf("short stat line %q", stat)
-	}
-	var ticks int64
-	for _, s := range f[13:15] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("stat field %q: %w", s, err)
-		}
-		ticks += n
-	}
-	return own + time.Duration(ticks)*time.Second/clockTicks, nil
-}
+func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
 
 // dbProcessName is the command name of every PostgreSQL server process (postmaster,
 // backends, background workers), in a container as on the host.
@@ -96,25 +32,16 @@ const dbProcessName = "postgres"
 // that a backend ending within a window still counts. Other PostgreSQL servers on the machine
 // count too; on the bench machine they are idle. ok is false when none is visible.
 func databaseCPU() (d time.Duration, ok bool) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return 0, false
 	}
-	for _, e := range ents {
-		name := e.Name()
-		if name == "" || name[0] < '0' || name[0] > '9' {
+	for _, p := range procs {
+		if comm, err := p.Comm(); err != nil || comm != dbProcessName {
 			continue
 		}
-		comm, err := os.ReadFile("/proc/" + name + "/comm")
-		if err != nil || strings.TrimSpace(string(comm)) != dbProcessName {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue // exited meanwhile: its parent's children times hold it now
-		}
-		if t, err := procCPUWithChildren(string(b)); err == nil {
-			d += t
+		if s, err := p.Stat(); err == nil { // else exited meanwhile: its parent's children times hold it now
+			d += ticks(int64(s.UTime) + int64(s.STime) + int64(s.CUTime) + int64(s.CSTime))
 			ok = true
 		}
 	}
@@ -125,12 +52,12 @@ func serviceCPU(pid int) (time.Duration, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, false
 	}
-	d, err := procCPU(string(b))
-	return d, err == nil
+	s, err := p.Stat()
+	return ticks(int64(s.UTime) + int64(s.STime)), err == nil
 }
 
 func selfCPU() time.Duration {
@@ -179,20 +106,18 @@ func (b *bench) rss(during string, record bool) error {
 	if b.cfg.pid <= 0 {
 		return nil
 	}
-	proc := fmt.Sprintf("/proc/%d", b.cfg.pid)
 	if record {
-		f, err := os.Open(proc + "/status")
+		p, err := procfs.NewProc(b.cfg.pid)
 		if err != nil {
 			return err
 		}
-		kb, err := peakRSS(f)
-		f.Close()
+		st, err := p.NewStatus()
 		if err != nil {
 			return err
 		}
-		b.rep.RSS = append(b.rep.RSS, RSSRecord{During: during, PeakMiB: float64(kb) / 1024})
+		b.rep.RSS = append(b.rep.RSS, RSSRecord{During: during, PeakMiB: float64(st.VmHWM) / (1 << 20)})
 	}
-	if err := os.WriteFile(proc+"/clear_refs", []byte("5"), 0); err != nil {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", b.cfg.pid), []byte("5"), 0); err != nil {
 		return fmt.Errorf("reset the peak RSS (%v): later peaks include earlier parts of the run", err)
 	}
 	return nil
@@ -263,50 +188,37 @@ func tcpPorts(pid int) ([]int, error) {
 	if pid <= 0 {
 		return nil, errors.New("no process id")
 	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return nil, err
 	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err != nil {
-			continue // closed meanwhile
-		}
-		if ino, ok := strings.CutPrefix(link, "socket:["); ok {
-			inodes[strings.TrimSuffix(ino, "]")] = true
+	targets, err := p.FileDescriptorTargets()
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[uint64]bool{}
+	for _, t := range targets {
+		if ino, ok := strings.CutPrefix(t, "socket:["); ok {
+			if n, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 64); err == nil {
+				inodes[n] = true
+			}
 		}
 	}
+	fs, err := procfs.NewFS(fmt.Sprintf("/proc/%d", pid))
+	if err != nil {
+		return nil, err
+	}
 	var ports []int
-	for _, table := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
-		if err != nil {
-			continue // no IPv6
+	//lint:ignore SA1019 netlink's socket diagnostics, which deprecate these, give the same table through another dependency
+	for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
+		lines, _ := table() // no IPv6: no table
+		for _, l := range lines {
+			if inodes[l.Inode] {
+				ports = append(ports, int(l.LocalPort))
+			}
 		}
-		ports = append(ports, socketPorts(string(b), inodes)...)
 	}
 	return ports, nil
-}
-
-// socketPorts returns the local ports of the sockets of a /proc/net/tcp table whose inode is
-// in inodes. A line is "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout
-// inode ...", the addresses as hex "ADDR:PORT".
-func socketPorts(table string, inodes map[string]bool) []int {
-	var ports []int
-	for _, line := range strings.Split(table, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || !inodes[f[9]] {
-			continue
-		}
-		_, hexPort, ok := strings.Cut(f[1], ":")
-		if !ok {
-			continue
-		}
-		if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
-			ports = append(ports, int(p))
-		}
-	}
-	return ports
 }
 
 // processEnv returns the environment of process pid (/proc/PID/environ).
@@ -314,17 +226,11 @@ func processEnv(pid int) ([]string, error) {
 	if pid <= 0 {
 		return nil, errors.New("no process id")
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return nil, err
 	}
-	var env []string
-	for _, kv := range strings.Split(string(b), "\x00") {
-		if kv != "" {
-			env = append(env, kv)
-		}
-	}
-	return env, nil
+	return p.Environ()
 }
 
 // telemetrySettings keeps the variables of env that decide what telemetry costs a service:

@@ -3,19 +3,18 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/load"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
-	"github.com/subscriberd/subscriberd/internal/bench/stats"
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // Report is everything a run measured; it is what -json writes.
@@ -264,7 +263,7 @@ func (rep *Report) against(ref *Report, path string) {
 			continue
 		}
 		out.Ratios = append(out.Ratios, ReferenceRatio{Scenario: p.service, Now: now.RequestsPerSec, Then: then.RequestsPerSec,
-			RateRatio: stats.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: stats.Ratio(now.P50Ms, then.P50Ms), P99Ratio: stats.Ratio(now.P99Ms, then.P99Ms),
+			RateRatio: load.Ratio(now.RequestsPerSec, then.RequestsPerSec), P50Ratio: load.Ratio(now.P50Ms, then.P50Ms), P99Ratio: load.Ratio(now.P99Ms, then.P99Ms),
 			NowBase: rep.baseRatio(p.service), ThenBase: ref.baseRatio(p.service), NowCPU: cpuUs(now), ThenCPU: cpuUs(then)})
 	}
 	rep.Reference = out
@@ -350,7 +349,7 @@ func cpuVerdicts(rep *Report) []cpuVerdict {
 		baseDB := usPerReq(b.DBCPU, b)
 		base := baseDB + usPerReq(b.ToolCPU, b) // NaN when either is unknown
 		out = append(out, cpuVerdict{cpuTarget: t, svcUs: svcUs, db: db, baseDB: baseDB,
-			ratio: stats.Ratio(s.RequestsPerSec, b.RequestsPerSec), byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
+			ratio: load.Ratio(s.RequestsPerSec, b.RequestsPerSec), byCPU: base / (svcUs + db + tool), withoutService: base / (db + tool)})
 	}
 	return out
 }
@@ -396,7 +395,7 @@ func (rep *Report) compare() {
 		if t.rows {
 			c.Metric, c.Value, c.Base = "rows/s", s.RowsPerSec, b.RowsPerSec
 		}
-		c.Ratio = stats.Ratio(c.Value, c.Base)
+		c.Ratio = load.Ratio(c.Value, c.Base)
 		if t.paired {
 			rep.pairedRatio(&c)
 		}
@@ -417,26 +416,51 @@ func (rep *Report) compare() {
 // pairedRatio sets c from the runs in which its two service scenarios alternated, when there
 // are any: per pass, the ratio of their request rates; overall, the medians.
 func (rep *Report) pairedRatio(c *Comparison) {
-	var values, bases, ratios []float64
-	for i := range rep.Runs {
-		s := &rep.Runs[i]
-		if s.Phase != phasePaired || s.Scenario != c.Service || s.Against != c.Baseline || s.Clients != rep.Meta.Clients {
-			continue
-		}
-		for j := range rep.Runs {
-			b := &rep.Runs[j]
-			if b.Phase == phasePaired && b.Scenario == c.Baseline && b.Against == c.Service && b.Pass == s.Pass && b.Clients == s.Clients {
-				values, bases = append(values, s.RequestsPerSec), append(bases, b.RequestsPerSec)
-				ratios = append(ratios, stats.Ratio(s.RequestsPerSec, b.RequestsPerSec))
-				break
-			}
-		}
-	}
-	if len(ratios) == 0 {
+	vs, bs := rep.perPass(func(r *RunRecord) bool {
+		return r.Phase == phasePaired && r.Scenario == c.Service && r.Against == c.Baseline
+	},
+		func(r *RunRecord) bool {
+			return r.Phase == phasePaired && r.Scenario == c.Baseline && r.Against == c.Service
+		}, reqRate)
+	if len(vs) == 0 {
 		return
 	}
-	c.Value, c.Base, c.Ratio, c.PassRatios = median(values), median(bases), median(ratios), ratios
+	ratios := make([]float64, len(vs))
+	for i := range vs {
+		ratios[i] = load.Ratio(vs[i], bs[i])
+	}
+	c.Value, c.Base, c.Ratio, c.PassRatios = median(vs), median(bs), median(ratios), ratios
 }
+
+// perPass pairs, pass by pass, the runs at the report's clients that a and b select, and
+// returns value of each pass's a and b run, in pass order (the later run of a pass that has
+// several).
+func (rep *Report) perPass(a, b func(*RunRecord) bool, value func(*RunRecord) float64) (as, bs []float64) {
+	va, vb := map[int]float64{}, map[int]float64{}
+	for i := range rep.Runs {
+		switch r := &rep.Runs[i]; {
+		case r.Clients != rep.Meta.Clients:
+		case a(r):
+			va[r.Pass] = value(r)
+		case b(r):
+			vb[r.Pass] = value(r)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(va)) {
+		if y, ok := vb[p]; ok {
+			as, bs = append(as, va[p]), append(bs, y)
+		}
+	}
+	return as, bs
+}
+
+// runOf selects the runs of kind, scenario and phase.
+func runOf(kind, scenario, phase string) func(*RunRecord) bool {
+	return func(r *RunRecord) bool { return r.Kind == kind && r.Scenario == scenario && r.Phase == phase }
+}
+
+func reqRate(r *RunRecord) float64  { return r.RequestsPerSec }
+func rowsRate(r *RunRecord) float64 { return r.RowsPerSec }
 
 // pairedComparisons are the comparisons taken from alternating runs (see pairedRatio).
 func (rep *Report) pairedComparisons() []Comparison {
@@ -449,14 +473,13 @@ func (rep *Report) pairedComparisons() []Comparison {
 	return out
 }
 
-// pairedHeader and pairedRow are the columns and the cells of the table of alternating pairs;
-// word writes the verdict in the format's style (verdictOf or metWord).
+// pairedHeader and pairedRow are the columns and the cells of the table of alternating pairs.
 var pairedHeader = []string{"scenario", "req/s", "against", "req/s", "ratio", "per pass", "target", "verdict"}
 
-func pairedRow(c Comparison, word func(bool) string) []string {
+func pairedRow(c Comparison) []string {
 	verdict := ""
 	if c.Met != nil {
-		verdict = word(*c.Met)
+		verdict = metWord(*c.Met)
 	}
 	return []string{c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio), ratioList(c.PassRatios), c.Target, verdict}
 }
@@ -527,161 +550,11 @@ func errs(r *RunRecord) string {
 
 // errorList is the run's errors as kind<sep>count, by kind, joined by join.
 func errorList(r *RunRecord, sep, join string) string {
-	kinds := stats.Summary{Errors: r.Errors}.ErrorKinds()
+	kinds := load.Summary{Errors: r.Errors}.ErrorKinds()
 	for i, k := range kinds {
 		kinds[i] = fmt.Sprintf("%s%s%d", k, sep, r.Errors[k])
 	}
 	return strings.Join(kinds, join)
-}
-
-// printReport writes the run as one table of measured scenarios with their baselines and
-// ratios, then the checks at more clients, peak RSS and the problems found.
-func printReport(w io.Writer, rep *Report) {
-	m := rep.Meta
-	fmt.Fprintf(w, "\nsubscriber-bench run %s  %s\n", m.RunID, m.Label)
-	fmt.Fprintf(w, "%s, %d CPUs, %s; %d subscribers in the newsletter at start; %d clients, %s per scenario after %s warm-up",
-		m.GoVersion, m.NumCPU, firstWords(m.PostgresVersion, 2), m.SubscribersAtStart, m.Clients, m.Duration, m.Warmup)
-	if m.Passes > 1 {
-		fmt.Fprintf(w, "; median of %d passes", m.Passes)
-	}
-	fmt.Fprintln(w)
-	for _, s := range rep.Seeds {
-		fmt.Fprintf(w, "seeded %d subscribers through the bulk API in %.1fs (%.0f rows/s)\n", s.Rows, s.Seconds, s.RowsPerSec)
-	}
-	if im := rep.Import; im != nil {
-		fmt.Fprintf(w, "%s: %d rows imported in %.1fs (%.0f rows/s, target 60s), peak RSS %.0f MiB (target 128); COPY of the file into a bare table %.1fs, INSERT … SELECT of its rows into a bare subscribers table %.1fs\n",
-			ImportScenario, im.Rows, im.Seconds, im.RowsPerSec, im.PeakRSSMiB, im.CopySeconds, im.InsertSelectSeconds)
-	}
-	for _, im := range rep.ImportVariants {
-		fmt.Fprintf(w, "%s%s: %d rows imported in %.1fs (%.0f rows/s), peak RSS %.0f MiB\n",
-			ImportScenario, variantSuffix(im.Variant), im.Rows, im.Seconds, im.RowsPerSec, im.PeakRSSMiB)
-	}
-
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tclients\treq/s\trows/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\tcpu svc/tool\t\tbaseline\treq/s\trows/s\tp50 ms\tp99 ms\tcpu tool\t\tratio\ttarget\tverdict\t")
-	for _, p := range plan {
-		s := rep.find("service", p.service, "measure", m.Clients)
-		if s == nil {
-			continue
-		}
-		printed := false
-		for _, t := range targets {
-			if t.service != p.service {
-				continue
-			}
-			b := rep.find(t.kind(), t.baseline, "measure", m.Clients)
-			if b == nil {
-				continue
-			}
-			var c *Comparison
-			for i := range rep.Comparisons {
-				if rep.Comparisons[i].Service == t.service && rep.Comparisons[i].Baseline == t.baseline {
-					c = &rep.Comparisons[i]
-				}
-			}
-			if c != nil && c.alternated() {
-				continue // in the table of alternating pairs below
-			}
-			left := fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
-			if printed {
-				left = "\t\t\t\t\t\t\t\t\t\t"
-			}
-			verdict, tgt, rt := "", "", "-"
-			if c != nil {
-				rt = f2(c.Ratio)
-				if c.Metric == "rows/s" {
-					rt += " (rows)"
-				}
-				tgt = c.Target
-				if c.Met != nil {
-					verdict = "MISSED"
-					if *c.Met {
-						verdict = "met"
-					}
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t\t%s\t%s\t%s\t\n", left, b.Scenario, f1(b.RequestsPerSec), rowsCol(b),
-				f2(b.P50Ms), f2(b.P99Ms), b.ToolCPU, rt, tgt, verdict)
-			printed = true
-		}
-		if !printed {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\n", s.Scenario, s.Clients, f1(s.RequestsPerSec), rowsCol(s),
-				f2(s.P50Ms), f2(s.P90Ms), f2(s.P99Ms), f2(s.MaxMs), errs(s), cpuCol(s))
-		}
-	}
-	for _, r := range rep.Runs {
-		if r.Phase == "measure" || r.Phase == phasePaired {
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Clients, f1(r.RequestsPerSec), rowsCol(&r),
-			f2(r.P50Ms), f2(r.P90Ms), f2(r.P99Ms), f2(r.MaxMs), errs(&r), cpuCol(&r), checkNote(r))
-	}
-	tw.Flush()
-
-	if paired := rep.pairedComparisons(); len(paired) > 0 {
-		fmt.Fprintln(w, "\nagainst the service's own scenarios, the two in alternating slices in every pass (median of the passes' ratios):")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, strings.Join(pairedHeader, "\t")+"\t")
-		for _, c := range paired {
-			fmt.Fprintln(tw, strings.Join(pairedRow(c, verdictOf), "\t")+"\t")
-		}
-		tw.Flush()
-	}
-
-	if rows := cpuSplit(rep); len(rows) > 0 {
-		fmt.Fprintln(w, "\nCPU per request in µs (service, PostgreSQL, load generator), measured scenarios and their baselines:")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\tsvc\tpg\ttool\ttotal\t")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.name, f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
-		}
-		tw.Flush()
-	}
-
-	printWhere(w, rep)
-
-	if t := rep.Telemetry; t != nil {
-		fmt.Fprintf(w, "\ntelemetry off against on at 100 %% sampling and at the production setting, %d clients, in the same passes:\n", m.Clients)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\tsetting\toff req/s\ton req/s\toverhead\tper pass\tsvc µs/req off → on\ttarget\tverdict\t")
-		for _, s := range t.Scenarios {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Scenario, settingOf(s), f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
-				pcts(s.PassOverheads), cpuChange(s), s.Target, verdictOf(s.Met))
-		}
-		tw.Flush()
-		fmt.Fprintln(w, t.describe())
-	}
-
-	if ref := rep.Reference; ref != nil {
-		fmt.Fprintf(w, "\nagainst %s (run %s %s):\n", ref.Path, ref.RunID, ref.Label)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\treq/s now\treq/s then\tthroughput ×\tp50 ×\tp99 ×\t")
-		for _, r := range ref.Ratios {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, f1(r.Now), f1(r.Then), f2(r.RateRatio), f2(r.P50Ratio), f2(r.P99Ratio))
-		}
-		tw.Flush()
-	}
-	if len(rep.RSS) > 0 {
-		fmt.Fprintf(w, "\npeak RSS of the service (VmHWM, pid %d):", m.ServicePID)
-		for _, r := range rep.RSS {
-			fmt.Fprintf(w, "  %s %.1f MiB", r.During, r.PeakMiB)
-		}
-		fmt.Fprintf(w, "   (target ≤ %d MiB at 64 clients)\n", rssTargetMiB)
-	}
-	if sc := rep.Scale; sc != nil {
-		fmt.Fprintf(w, "first page at %d subscribers vs the measured run: p50 ×%.2f, p99 ×%.2f, req/s ×%.2f (target p50 ≤ ×1.5)\n",
-			sc.Subscribers, sc.P50Ratio, sc.P99Ratio, sc.RateRatio)
-	}
-	if len(rep.Problems) == 0 {
-		fmt.Fprintln(w, "\nno errors, no stalls, every probed answer on contract")
-	} else {
-		fmt.Fprintf(w, "\n%d problems:\n", len(rep.Problems))
-		for _, p := range rep.Problems {
-			fmt.Fprintln(w, "  -", p)
-		}
-	}
 }
 
 func rowsCol(r *RunRecord) string {
@@ -742,10 +615,6 @@ func cpuCol(r *RunRecord) string {
 		return fmt.Sprintf("-/%.2f", r.ToolCPU)
 	}
 	return fmt.Sprintf("%.2f/%.2f", r.ServiceCPU, r.ToolCPU)
-}
-
-func checkNote(r RunRecord) string {
-	return fmt.Sprintf("%s: longest gap %.0f ms", r.Phase, r.LongestGapMs)
 }
 
 func firstWords(s string, n int) string {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // The telemetry comparison prices telemetry on the official OpenTelemetry components at two
@@ -257,7 +256,7 @@ func (rep *Report) telemetryResults() {
 			target := telemetryTarget(k.setting, p.service)
 			s := TelemetryScenario{Scenario: p.service, Setting: k.setting, OffRPS: off.RequestsPerSec, OnRPS: on.RequestsPerSec,
 				Overhead: 1 - on.RequestsPerSec/off.RequestsPerSec, Target: fmt.Sprintf("≤ %.0f %%", target*100),
-				OffCPUus: cpuPerRequest(off), OnCPUus: cpuPerRequest(on)}
+				OffCPUus: cpuUs(off).Service, OnCPUus: cpuUs(on).Service}
 			s.PassOverheads = rep.passOverheads(p.service, k.off, k.on)
 			if len(s.PassOverheads) > 0 {
 				s.Overhead = median(s.PassOverheads)
@@ -275,27 +274,11 @@ func telemetryMet(overhead, target float64) bool { return overhead <= target+1e-
 // passOverheads is 1 − on/off of each pass in which scenario ran on both instances, off's
 // runs being of Kind offKind and on's of onKind.
 func (rep *Report) passOverheads(scenario, offKind, onKind string) []float64 {
-	off, on := map[int]float64{}, map[int]float64{}
-	for _, r := range rep.Runs {
-		if r.Scenario != scenario || r.Phase != "measure" || r.Clients != rep.Meta.Clients {
-			continue
-		}
-		switch r.Kind {
-		case offKind:
-			off[r.Pass] = r.RequestsPerSec
-		case onKind:
-			on[r.Pass] = r.RequestsPerSec
-		}
-	}
-	passes := make([]int, 0, len(off))
-	for p := range off {
-		passes = append(passes, p)
-	}
-	sort.Ints(passes)
+	offs, ons := rep.perPass(runOf(offKind, scenario, "measure"), runOf(onKind, scenario, "measure"), reqRate)
 	out := []float64{}
-	for _, p := range passes {
-		if o, ok := on[p]; ok && off[p] > 0 {
-			out = append(out, 1-o/off[p])
+	for i := range offs {
+		if offs[i] > 0 {
+			out = append(out, 1-ons[i]/offs[i])
 		}
 	}
 	return out
@@ -309,13 +292,6 @@ func median(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func cpuPerRequest(r *RunRecord) float64 {
-	if r.ServiceCPU <= 0 || r.RequestsPerSec <= 0 {
-		return 0
-	}
-	return r.ServiceCPU / r.RequestsPerSec * 1e6
 }
 
 // judgeTelemetry is the comparison's problem: a sink that received nothing while the "on"
@@ -375,13 +351,6 @@ func settingOf(s TelemetryScenario) string {
 		return settingFull
 	}
 	return s.Setting
-}
-
-func verdictOf(met bool) string {
-	if met {
-		return "met"
-	}
-	return "MISSED"
 }
 
 // describe is the line under the telemetry table: what off and on were, and what the sink

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/subscriberd/subscriberd/internal/bench/svc"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // webhookScenarios are the write scenarios measured again with one enabled webhook endpoint

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
-	"github.com/subscriberd/subscriberd/internal/bench/baseline"
-	"github.com/subscriberd/subscriberd/internal/bench/pgstat"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/pgstat"
 )
 
 // serviceApplicationName is what the service's connections call themselves in
@@ -62,14 +60,6 @@ func (b *bench) whereWindow(ctx context.Context, app string) (start func(), stop
 	return start, stop
 }
 
-// whereApp is the application_name of the connections of a baseline or of the service.
-func whereApp(kind string) string {
-	if kind == "baseline" {
-		return baseline.ApplicationName
-	}
-	return serviceApplicationName
-}
-
 // whereRow is one line of the where-the-time-goes table.
 type whereRow struct {
 	name string
@@ -118,46 +108,7 @@ func statementsCol(w *pgstat.Where, format string, v float64) string {
 	return fmt.Sprintf(format, v)
 }
 
-// printWhere prints where PostgreSQL's time went in the measured runs.
-func printWhere(w io.Writer, rep *Report) {
-	rows := whereRows(rep)
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\nwhere the time goes in PostgreSQL, per request of each measured run (statements from pg_stat_statements, "+
-		"WAL from the statements and from pg_current_wal_lsn for the whole server, waits from pg_stat_activity sampled every "+
-		pgstat.DefaultInterval.String()+", in µs of backend time; CPU = running or waiting for a core):")
-	if rep.Meta.WhereNote != "" {
-		fmt.Fprintln(w, "note:", rep.Meta.WhereNote)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tstmts\texec ms\tplan ms\tWAL B\tserver WAL B\tlock µs\tLWLock µs\tbackends\ttop waits (µs)\t")
-	for _, r := range rows {
-		x := r.w
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%s\t\n", r.name, statementsCol(x, "%.2f", x.StatementsPerRequest),
-			statementsCol(x, "%.3f", x.ExecMsPerRequest), statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest),
-			x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, x.ActiveBackends, topWaits(x, 3))
-	}
-	tw.Flush()
-	for _, r := range rows {
-		if len(r.w.Statements) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "%s:\n", strings.TrimSpace(r.name))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "\tcalls/req\tmean ms\tWAL B/call\trows/call\tblocks/call\tstatement\t")
-		for i, s := range r.w.Statements {
-			if i == whereStatementsShown {
-				break
-			}
-			fmt.Fprintf(tw, "\t%s\t%.3f\t%.0f\t%s\t%s\t%s\t\n", f2(s.CallsPerRequest), s.MeanExecMs, s.WALPerCall, f1(s.RowsPerCall),
-				f1(s.BlocksPerCall), pgstat.Shorten(s.Query, 90))
-		}
-		tw.Flush()
-	}
-}
-
-// whereMarkdown writes the same for docs/benchmarks.md.
+// whereMarkdown writes where PostgreSQL's time went in the measured runs.
 func whereMarkdown(w io.Writer, rep *Report) {
 	rows := whereRows(rep)
 	if len(rows) == 0 {
@@ -171,24 +122,24 @@ func whereMarkdown(w io.Writer, rep *Report) {
 	if rep.Meta.WhereNote != "" {
 		fmt.Fprintf(w, "\nNot measured in this run: %s.\n", rep.Meta.WhereNote)
 	}
-	fmt.Fprintln(w, "\n| scenario | statements | exec ms | plan ms | WAL B | server WAL B | lock µs | LWLock µs | top waits (µs) |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|")
+	fmt.Fprintln(w, "\n| scenario | statements | exec ms | plan ms | WAL B | server WAL B | lock µs | LWLock µs | backends | top waits (µs) |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 	for _, r := range rows {
 		x := r.w
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %s |\n", strings.TrimSpace(r.name),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.1f | %s |\n", strings.TrimSpace(r.name),
 			statementsCol(x, "%.2f", x.StatementsPerRequest), statementsCol(x, "%.3f", x.ExecMsPerRequest),
-			statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest), x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, topWaits(x, 3))
+			statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest), x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, x.ActiveBackends, topWaits(x, 3))
 	}
 	for _, r := range rows {
-		if len(r.w.Statements) == 0 || strings.HasPrefix(r.name, " ") {
+		if len(r.w.Statements) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s, statements with most execution time:\n\n| calls/req | mean ms | WAL B/call | statement |\n|--:|--:|--:|---|\n", r.name)
+		fmt.Fprintf(w, "\n%s, statements with most execution time:\n\n| calls/req | mean ms | WAL B/call | rows/call | blocks/call | statement |\n|--:|--:|--:|--:|--:|---|\n", strings.TrimSpace(r.name))
 		for i, s := range r.w.Statements {
 			if i == whereStatementsShown {
 				break
 			}
-			fmt.Fprintf(w, "| %s | %.3f | %.0f | `%s` |\n", f2(s.CallsPerRequest), s.MeanExecMs, s.WALPerCall,
+			fmt.Fprintf(w, "| %s | %.3f | %.0f | %s | %s | `%s` |\n", f2(s.CallsPerRequest), s.MeanExecMs, s.WALPerCall, f1(s.RowsPerCall), f1(s.BlocksPerCall),
 				strings.ReplaceAll(pgstat.Shorten(s.Query, 90), "|", "\\|"))
 		}
 	}

@@ -7,8 +7,8 @@ import (
 )
 
 // TestCLIKeyScopeAndRotation: apikey create --scope, apikey rotate ID [--grace D] and what
-// apikey list shows of them (docs/api-contract.md §16.2); a revoked or unknown key cannot be
-// rotated, with a clear error (and main's exit status 1).
+// apikey list shows of them (docs/api-contract.md §16.2), a key past its grace as revoked; a
+// revoked or unknown key cannot be rotated, with a clear error (and main's exit status 1).
 func TestCLIKeyScopeAndRotation(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": pg.Empty(t)}
@@ -76,5 +76,20 @@ func TestCLIKeyScopeAndRotation(t *testing.T) {
 	cli(t, env, "apikey", "rotate", def["id"].(string), "--grace", "0s")
 	if msg, _ := runErr(t, env, "apikey", "rotate", def["id"].(string)); !strings.Contains(msg, "is revoked or expired") {
 		t.Errorf("rotating an expired key = %q", msg)
+	}
+	// A rotated key whose grace has ended "is revoked" (§16.2): listed with revoked_at, the
+	// end of its grace; one still in its grace is not.
+	for _, k := range cli(t, env, "apikey", "list", "--newsletter", nl)["keys"].([]any) {
+		k := k.(map[string]any)
+		switch k["id"] {
+		case def["id"]:
+			if k["revoked_at"] == nil || k["revoked_at"] != k["expires_at"] {
+				t.Errorf("key past its grace = %v, want revoked_at = expires_at", k)
+			}
+		case r["id"]:
+			if k["revoked_at"] != nil {
+				t.Errorf("key in its grace = %v, want revoked_at null", k)
+			}
+		}
 	}
 }

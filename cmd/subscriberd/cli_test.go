@@ -219,3 +219,22 @@ func TestProgNameIsHowTheUserRanIt(t *testing.T) {
 		t.Errorf("hint = %v, want it to name go run ./cmd/subscriberd", err)
 	}
 }
+
+// TestHelpShowsDefaults: --help names each setting's variable and its default, as a newcomer
+// needs them (what runs when nothing is set).
+func TestHelpShowsDefaults(t *testing.T) {
+	t.Parallel()
+	var out, errs bytes.Buffer
+	run(t.Context(), []string{"serve", "--help"}, envFunc(nil), &out, &errs) //nolint:errcheck // help ends the command
+	help := out.String() + errs.String()
+	for _, want := range []string{
+		"(env LISTEN_ADDR; default " + defaultListenAddr + ")",
+		"(env RATE_LIMITS; default ",
+		"(env IDEMPOTENCY_TTL; default " + defaultIdempotencyTTL + ")",
+		"(env DATABASE_URL)", // no default: SQLite in DATA_DIR, as its usage says
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q:\n%s", want, help)
+		}
+	}
+}

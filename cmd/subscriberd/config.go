@@ -152,7 +152,13 @@ func bindConfig(fs *flag.FlagSet, getenv func(string) string, names ...string) *
 		if len(names) > 0 && !want[s.env] {
 			continue
 		}
-		l.flags[s.env] = fs.String(flagName(s.env), "", s.usage+" (env "+s.env+")")
+		// The flag's own default stays empty, so that load tells a flag given from one left
+		// out; --help shows the setting's default in its usage instead.
+		usage := s.usage + " (env " + s.env
+		if s.def != "" {
+			usage += "; default " + s.def
+		}
+		l.flags[s.env] = fs.String(flagName(s.env), "", usage+")")
 	}
 	return l
 }

@@ -87,8 +87,8 @@ Create a subscriber:
 `, d.newsletter.Name, d.newsletter.ID, d.key, base, d.key)
 	}
 	fmt.Fprintf(w, "API reference: %s/api/v1/docs\n", base)
-	fmt.Fprintf(w, "Lockouts: AUTH_LOCKOUT=%s, WRITE_LOCKOUT=%s (dev turns both off unless set; rate limits stay on).\n",
-		cfg.raw["AUTH_LOCKOUT"], cfg.raw["WRITE_LOCKOUT"])
+	fmt.Fprintf(w, "Lockouts: AUTH_LOCKOUT=%s, WRITE_LOCKOUT=%s (dev turns both off unless set). Rate limits: RATE_LIMITS=%s.\n",
+		cfg.raw["AUTH_LOCKOUT"], cfg.raw["WRITE_LOCKOUT"], cfg.raw["RATE_LIMITS"])
 	if cfg.SMTPURL == "" {
 		fmt.Fprintf(w, "Emails: not sent (SMTP_URL is unset); each confirmation link is printed here.\n")
 	}

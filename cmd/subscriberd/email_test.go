@@ -169,12 +169,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // TestDevShowsEmailsAndTheirLinks runs dev as a newcomer would, without SMTP and on another
-// port: the banner says lockouts are off, the confirmation link is printed on stdout pointing at
+// port: the banner says lockouts are off and the rate limits as set, the confirmation link is printed on stdout pointing at
 // the port dev listens on, opening it (GET, then the form's POST) confirms, the email counts as
 // logged, and wrong keys never lock the developer out.
 func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATA_DIR": filepath.Join(t.TempDir(), "data"), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
+	env := map[string]string{"DATA_DIR": filepath.Join(t.TempDir(), "data"), "LISTEN_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0",
+		"RATE_LIMITS": "off"}
 	stdout := &logbuf.Buffer{}
 	s := startRun(t, env, stdout, "dev")
 	var key string
@@ -187,6 +188,7 @@ func TestDevShowsEmailsAndTheirLinks(t *testing.T) {
 	})
 	for _, want := range []string{
 		"Lockouts: AUTH_LOCKOUT=off, WRITE_LOCKOUT=off",
+		"Rate limits: RATE_LIMITS=off.", // as set, never "they stay on"
 		"Emails: not sent (SMTP_URL is unset); each confirmation link is printed here.",
 		"API reference: " + s.api + "/api/v1/docs",
 	} {

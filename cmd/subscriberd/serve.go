@@ -140,7 +140,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	}
 	idem := repo.NewIdempotency(db, cfg.IdempotencyTTL)
 	public := api.New(api.Config{
-		Idempotency:    api.IdempotencyOf(idem, requestStores),
+		Idempotency:    api.IdempotencyOf(idem),
 		CursorKey:      cursorKey,
 		PageNonceKey:   nonceKey,
 		Store:          repo.NewSubscribers(db),
@@ -276,12 +276,6 @@ func openDB(ctx context.Context, cfg *Config, migrate bool, log *slog.Logger) (*
 		log.Info("applied migrations", "migrations", applied)
 	}
 	return db, nil
-}
-
-// requestStores are the stores an idempotent request uses: those of its unit of work.
-func requestStores(tx repo.Tx) api.Stores {
-	return api.Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
-		Suppressions: tx.Suppressions(), Privacy: tx.Privacy()}
 }
 
 // logStore says, in one line, when the store is the embedded SQLite file, and where it is.

@@ -2,8 +2,9 @@
 -- then creates its subscribers, events, deliveries and emails with a few set-based statements
 -- instead of reading every row into the service and writing it back.
 --
--- A valid row has email (as given), email_key (model.EmailKey), email_hash (model.EmailHash, what
--- the suppression list is matched on), the names and the status; an invalid one only errors,
+-- A valid row has email (as given), email_key (model.EmailKey), email_hash and legacy_hash
+-- (model.EmailHashes: what the suppression list is matched on, legacy_hash NULL when it is
+-- email_hash), the names and the status; an invalid one only errors,
 -- its field messages as the JSON object GET /imports/{id}/errors returns. duplicate marks a
 -- valid row whose address an earlier valid row of the same file has (docs/api-contract.md §15:
 -- it counts as existing); it is set once, after the last row is staged. data is the row as
@@ -17,6 +18,7 @@ ALTER TABLE import_rows
     ADD COLUMN email      text,
     ADD COLUMN email_key  text,
     ADD COLUMN email_hash bytea,
+    ADD COLUMN legacy_hash bytea,
     ADD COLUMN first_name text,
     ADD COLUMN last_name  text,
     ADD COLUMN status     text,

@@ -9,6 +9,7 @@ CREATE TABLE import_rows_typed (
     email      TEXT,
     email_key  TEXT,
     email_hash BLOB,
+    legacy_hash BLOB,
     first_name TEXT,
     last_name  TEXT,
     status     TEXT,
