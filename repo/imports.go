@@ -433,7 +433,8 @@ func (s *Imports) typeLegacyRows(ctx context.Context, tx bun.IDB, b importBatch,
 		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).Exec(ctx); err != nil {
 		return err
 	}
-	if _, err := tx.NewInsert().Model(&typed).Exec(ctx); err != nil {
+	// Returning("NULL"): bun would read the nullzero columns back from every row.
+	if _, err := tx.NewInsert().Model(&typed).Returning("NULL").Exec(ctx); err != nil {
 		return err
 	}
 	return s.db.eng.markDuplicates(ctx, tx, b.Import, b.After, b.Last)
