@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -164,6 +165,15 @@ type Config struct {
 	// BulkWait is how long a bulk create waits at most for a slot before it answers 503 with
 	// Retry-After; zero means DefaultBulkWait.
 	BulkWait time.Duration
+	// WriteConcurrency is how many writes hold or wait for database connections at once in
+	// this instance (writegate.go), below the pool's size so that reads keep connections;
+	// cmd/subscriberd sets WriteConcurrency(the database pool's size). Zero means
+	// DefaultWriteConcurrency; negative, no limit.
+	WriteConcurrency int
+	// WriteWait is how long a write waits for a write slot while none comes free before it
+	// answers 503 with Retry-After (at most five WriteWaits in all); zero means
+	// DefaultWriteWait.
+	WriteWait time.Duration
 	// Imports stores imports (docs/api-contract.md §15); ImportMaxRows and ImportMaxBytes
 	// bound one upload (IMPORT_MAX_ROWS, IMPORT_MAX_BYTES; zero means the defaults).
 	Imports        ImportStore
@@ -202,8 +212,12 @@ type Server struct {
 	// bulkSlots is the bulk gate (gate.go): a slot per bulk create running; nil, no gate.
 	bulkSlots chan struct{}
 	bulkWait  time.Duration
-	api       huma.API
-	handler   http.Handler
+	// writeSlots is the write gate (writegate.go): a slot per write running; nil, no gate.
+	writeSlots chan struct{}
+	writeWait  time.Duration
+	writesDone atomic.Int64 // writes that left the gate's slots, so that waiters see it move
+	api        huma.API
+	handler    http.Handler
 }
 
 // New builds the API: operations, OpenAPI document and docs, and the middleware around them.
@@ -225,14 +239,17 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
-		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait)}
+		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait),
+		writeSlots: newWriteGate(cfg.WriteConcurrency), writeWait: cmp.Or(cfg.WriteWait, DefaultWriteWait)}
 	s.api = humago.New(s.mux, humaConfig())
 	// The order of docs/api-contract.md §5: client lockout, key, plan, the key's scope
 	// (§16.2), key lockout and rate limits, then Idempotency-Key (docs/api-contract.md §8), then the body. The bulk gate
 	// comes after the limits, so that a refused request never waits, and before the
 	// Idempotency-Key check, whose transaction holds a connection and which reads the body;
-	// only a bulk create whose key has a stored response is answered before it.
-	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.idempotency, s.preflight, s.emptyCursor)
+	// only a bulk create whose key has a stored response is answered before it. The write
+	// gate comes after the bulk gate (a bulk create waiting for a bulk slot holds no write
+	// slot) and before the Idempotency-Key check, whose transaction holds a connection.
+	s.api.UseMiddleware(s.clientLockout, s.authenticate, s.scope, s.limit, s.replayUngated, s.gate, s.writeGate, s.idempotency, s.preflight, s.emptyCursor)
 	s.register()
 	s.documentErrors()
 	s.documentLimits()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -30,6 +31,9 @@ type Store interface {
 	Batch(ctx context.Context, job model.ImportJob, size int, lease time.Duration) (counts model.ImportCounts, done bool, err error)
 	// Release gives the claim up so that the import is taken up again at once.
 	Release(ctx context.Context, job model.ImportJob) error
+	// Extend renews, for lease, the leases of the imports whose claims the worker holds (its
+	// heartbeat).
+	Extend(ctx context.Context, claims []uuid.UUID, lease time.Duration) error
 	// SweepUploads drops uploads that stopped arriving more than age ago.
 	SweepUploads(ctx context.Context, age time.Duration) error
 }
@@ -46,8 +50,9 @@ type Config struct {
 	Workers int
 	// BatchSize is the rows of one batch, one transaction (default 1000).
 	BatchSize int
-	// Lease is how long a claim holds without a committed batch (default 1 min): a worker
-	// that crashed is replaced after it.
+	// Lease is how long a claim holds unless the worker renews it (default
+	// outbox.DefaultLease, 10 s): the worker's heartbeat renews it every third of it, however
+	// long a batch takes, and a worker that crashed is replaced after it, within 15 s.
 	Lease time.Duration
 	// Interval is how often an idle worker looks for an import (default 1 s), and the pause
 	// after a failed batch.
@@ -64,7 +69,7 @@ type Config struct {
 func (c *Config) defaults() {
 	outbox.SetDefault(&c.Workers, 1)
 	outbox.SetDefault(&c.BatchSize, 1000)
-	outbox.SetDefault(&c.Lease, time.Minute)
+	outbox.SetDefault(&c.Lease, outbox.DefaultLease)
 	outbox.SetDefault(&c.Interval, time.Second)
 	outbox.SetDefault(&c.BatchTimeout, time.Minute)
 	outbox.SetDefault(&c.UploadAge, 10*time.Minute)
@@ -128,6 +133,15 @@ func (w *Worker) round(ctx context.Context) bool {
 	w.cfg.Recorder.ImportsRunning(1)
 	defer w.cfg.Recorder.ImportsRunning(-1)
 	log := w.cfg.Logger.With("import_id", job.ID.String())
+	// The lease is renewed on a goroutine of its own (the heartbeat shared with the outbox
+	// workers), and stopped before the import is given back, so that no renewal follows the
+	// release.
+	hb := outbox.StartHeartbeat(ctx, w.cfg.Lease, func(ctx context.Context, claims []uuid.UUID) error {
+		return w.store.Extend(ctx, claims, w.cfg.Lease)
+	}, func(ctx context.Context, _ int, err error) {
+		log.WarnContext(ctx, "renewing an import's lease failed; the next beat tries again", "error", err)
+	}, job.Claim)
+	defer hb.Stop()
 	log.InfoContext(ctx, "import started", "rows", job.Counts.Rows, "processed", job.Counts.Processed)
 	for ctx.Err() == nil {
 		done, err := w.batch(ctx, job)
@@ -137,6 +151,7 @@ func (w *Worker) round(ctx context.Context) bool {
 			return true
 		case err != nil:
 			log.WarnContext(ctx, "an import batch failed; it is retried", "error", err)
+			hb.Stop()
 			w.release(ctx, job)
 			return false
 		case done:
@@ -144,6 +159,7 @@ func (w *Worker) round(ctx context.Context) bool {
 			return true
 		}
 	}
+	hb.Stop()
 	w.release(ctx, job)
 	return false
 }

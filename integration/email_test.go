@@ -23,6 +23,7 @@ import (
 	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/mail"
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/webhook"
 )
@@ -817,7 +818,7 @@ func TestEmailLostBookkeepingResendsOnce(t *testing.T) {
 }
 
 // TestOutboxStats reads the outbox gauges' source on the store under test: how many emails
-// wait, and how long the longest-waiting due one has been due (none due: 0).
+// wait in each lane, and how long the longest-waiting due one has been due (none due: 0).
 func TestOutboxStats(t *testing.T) {
 	t.Parallel()
 	m := newMailEnv(t)
@@ -827,14 +828,14 @@ func TestOutboxStats(t *testing.T) {
 	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET created_at = ?0, next_attempt_at = ?0", time.Now().UTC().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	pending, oldest, err := m.outbox.Stats(ctx)
+	pending, oldest, err := laneStat(m.outbox.Stats(ctx))
 	if err != nil || pending != 2 || oldest < time.Hour || oldest > 2*time.Hour {
 		t.Fatalf("Stats = %d, %v, %v; want 2 emails, due for about an hour", pending, oldest, err)
 	}
 	if got, err := m.outbox.Claim(ctx, 10, 24*time.Hour); err != nil || len(got) != 2 {
 		t.Fatalf("Claim = %d emails, %v; want 2", len(got), err)
 	}
-	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest != 0 {
+	if pending, oldest, err = laneStat(m.outbox.Stats(ctx)); err != nil || pending != 2 || oldest != 0 {
 		t.Fatalf("Stats while leased = %d, %v, %v; want 2 waiting, none due", pending, oldest, err)
 	}
 	// The worker died: its lease ran out. The email has waited since it was queued.
@@ -842,7 +843,7 @@ func TestOutboxStats(t *testing.T) {
 		time.Now().UTC().Add(-20*time.Minute), time.Now().UTC().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
+	if pending, oldest, err = laneStat(m.outbox.Stats(ctx)); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
 		t.Fatalf("Stats after the lease ran out = %d, %v, %v; want 2, waiting for 20 minutes", pending, oldest, err)
 	}
 	// The SMTP server is down: every email waits for a retry, none is due now.
@@ -850,9 +851,38 @@ func TestOutboxStats(t *testing.T) {
 		time.Now().UTC().Add(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if pending, oldest, err = m.outbox.Stats(ctx); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
+	if pending, oldest, err = laneStat(m.outbox.Stats(ctx)); err != nil || pending != 2 || oldest < 19*time.Minute || oldest > 21*time.Minute {
 		t.Fatalf("Stats while retrying = %d, %v, %v; want 2, waiting for 20 minutes", pending, oldest, err)
 	}
+	// An import's emails wait in the bulk lane, counted apart.
+	if _, err := m.db.ExecContext(ctx, "UPDATE email_outbox SET lane = 1 WHERE id = (SELECT id FROM email_outbox ORDER BY id LIMIT 1)"); err != nil {
+		t.Fatal(err)
+	}
+	lanes, err := m.outbox.Stats(ctx)
+	if err != nil || len(lanes) != 2 || lanes[0].Lane != outbox.Interactive || lanes[0].Depth != 1 ||
+		lanes[1].Lane != outbox.Bulk || lanes[1].Depth != 1 || lanes[1].OldestDue < 19*time.Minute {
+		t.Fatalf("Stats with one bulk email = %+v, %v; want one email in each lane", lanes, err)
+	}
+}
+
+// laneStat is the interactive lane's figures of a queue's Stats, failing when another lane
+// holds anything.
+func laneStat(lanes []outbox.LaneStats, err error) (int64, time.Duration, error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	var depth int64
+	var oldest time.Duration
+	for _, l := range lanes {
+		if l.Lane != outbox.Interactive {
+			if l.Depth != 0 {
+				return 0, 0, fmt.Errorf("lane %s holds %d", l.Lane, l.Depth)
+			}
+			continue
+		}
+		depth, oldest = l.Depth, l.OldestDue
+	}
+	return depth, oldest, nil
 }
 
 // The outbox counts the attempts whose end of DATA went unanswered, whatever failures come

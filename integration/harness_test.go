@@ -139,7 +139,8 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		ImportMaxRows:  o.importMaxRows,
 		ImportMaxBytes: o.importMaxBytes,
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
-		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
+		BulkConcurrency:  api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
+		WriteConcurrency: api.WriteConcurrency(db.DB.Stats().MaxOpenConnections),
 	})
 	e.srv = httptest.NewServer(recordTraffic(srv))
 	t.Cleanup(e.srv.Close)

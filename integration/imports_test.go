@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -464,7 +465,11 @@ func runImportWorkerProcess() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	w := importer.NewWorker(repo.NewImports(db), importer.Config{BatchSize: 100, Lease: time.Second, Interval: 50 * time.Millisecond})
+	batch := 100
+	if n, err := strconv.Atoi(os.Getenv("WORKER_BATCH_SIZE")); err == nil {
+		batch = n
+	}
+	w := importer.NewWorker(repo.NewImports(db), importer.Config{BatchSize: batch, Lease: time.Second, Interval: 50 * time.Millisecond})
 	w.Run(ctx) //nolint:errcheck // nil
 	return 0
 }
@@ -535,6 +540,72 @@ func TestImportSurvivesKill9(t *testing.T) {
 	}
 	if n := e.count("SELECT count(*) FROM import_errors"); n != invalid {
 		t.Errorf("%d row errors, want %d", n, invalid)
+	}
+}
+
+// TestImportTakenOverAfterWorkerDies: an import worker keeps its import with the heartbeat
+// lease the outbox workers use (outbox.Heartbeat), and its lease is short: 1 s here, 10 s by
+// default. While it lives no other worker takes the import, for many leases; once it is
+// killed (SIGKILL) mid-import, another worker takes the import over within the lease and a
+// poll, well within the 15 s the service promises, and completes it with every row once.
+func TestImportTakenOverAfterWorkerDies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const rows = 10000
+	var b strings.Builder
+	b.WriteString("email\n")
+	for i := range rows {
+		fmt.Fprintf(&b, "t%d@example.com\n", i)
+	}
+	loc := e.upload("text/csv", b.String(), "").want(t, http.StatusAccepted, "").header.Get("Location")
+	// Batches of 5 rows: the dying worker's import lasts past the window below at any speed;
+	// the worker that takes over finishes it in batches of 1,000.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), importWorkerProcessEnv+"=1", "WORKER_DATABASE_URL="+e.dsn, "WORKER_BATCH_SIZE=5")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+	claim := func() string {
+		var c uuid.NullUUID
+		if err := e.db.NewRaw("SELECT claim FROM imports").Scan(context.Background(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Valid {
+			return ""
+		}
+		return c.UUID.String()
+	}
+	waitFor(t, "the worker process to claim the import", func() bool { return claim() != "" })
+	first := claim()
+
+	// Another worker, with the same short lease, looks for imports every 20 ms.
+	e.startImporter(t, importer.Config{BatchSize: 1000, Lease: time.Second})
+	for range 30 { // 3 s, three leases: the heartbeat keeps the import with its worker
+		if c := claim(); c != first && c != "" {
+			t.Fatalf("the import was taken from its live worker (claim %s, then %s)", first, c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if c := claim(); c != first {
+		t.Fatalf("the import finished or moved before its worker was killed (claim %q): make it longer", c)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cmd.Wait() //nolint:errcheck // killed
+	waitFor(t, "another worker to take the import over", func() bool { c := claim(); return c != first })
+	took := time.Since(killed)
+	t.Logf("the import was taken over %v after its worker was killed (lease 1 s)", took.Round(time.Millisecond))
+	if took > 15*time.Second {
+		t.Errorf("the import was taken over %v after its worker died; want within 15 s", took.Round(time.Millisecond))
+	}
+	imp := e.waitImport(t, loc, "completed")
+	wantCounts(t, imp, map[string]float64{"rows": rows, "processed": rows, "created": rows, "existing": 0})
+	if n := e.count("SELECT count(*) FROM subscribers"); n != rows {
+		t.Errorf("%d subscribers, want %d", n, rows)
 	}
 }
 

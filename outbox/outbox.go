@@ -1,9 +1,11 @@
 // Package outbox holds what the workers of subscriberd's transactional outboxes share — the
 // confirmation emails (package mail) and the webhook deliveries (package webhook): the loop
 // that looks for due work and stops with its context, the lease of claimed work and the
-// heartbeat that renews it (lease.go), the jitter of retry delays, the link from an attempt's
-// span to the request that queued the row, and the defaulting of their configurations.
-// Claiming and sending stay with each worker. It imports no project package.
+// heartbeat that renews it (lease.go; the import workers keep their imports with it too), the
+// lanes that put what one request caused before bulk work (lane.go), the jitter of retry
+// delays, the link from an attempt's span to the request that queued the row, and the
+// defaulting of their configurations. Claiming and sending stay with each worker. It imports
+// no project package.
 package outbox
 
 import (

@@ -141,3 +141,16 @@ func TestStaleAfterIsTwoBeats(t *testing.T) {
 		t.Errorf("DefaultLease %v and a poll exceed the 15 s takeover docs/operating.md promises", DefaultLease)
 	}
 }
+
+// TestLanes: the lanes are served in the order of their values, and their names are the
+// metrics' lane label values.
+func TestLanes(t *testing.T) {
+	if len(Lanes) != 2 || Lanes[0] != Interactive || Lanes[1] != Bulk || Interactive >= Bulk {
+		t.Fatalf("Lanes = %v; want interactive before bulk", Lanes)
+	}
+	for l, want := range map[Lane]string{Interactive: "interactive", Bulk: "bulk"} {
+		if got := l.String(); got != want {
+			t.Errorf("Lane(%d).String() = %q; want %q", l, got, want)
+		}
+	}
+}

@@ -337,10 +337,10 @@ func translate(err error) error {
 			return fmt.Errorf("%w", model.ErrEmailTaken)
 		case strings.HasPrefix(code, "08"), // connection exception
 			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
-			code == "53300", // too many connections
-			code == "57014", // statement timeout: cancelled and rolled back by the server
-			code == "55P03", // lock timeout: the statement (and its transaction) rolled back
-			code == "3D000": // database does not exist
+			strings.HasPrefix(code, "53"), // insufficient resources: out of shared memory (53200, the lock table), too many connections (53300), disk full, memory
+			code == "57014",               // statement timeout: cancelled and rolled back by the server
+			code == "55P03",               // lock timeout: the statement (and its transaction) rolled back
+			code == "3D000":               // database does not exist
 			return fmt.Errorf("%w: %v", model.ErrUnavailable, err)
 		}
 		return err

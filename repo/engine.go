@@ -7,6 +7,7 @@ package repo
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,10 +58,10 @@ type engine interface {
 	// (Subscribers.rename): renamed is false, and nothing changed, when it did not. It reports
 	// whether it queued a webhook delivery, when the engine knows.
 	rename(ctx context.Context, db bun.IDB, r renaming) (renamed, delivering bool, err error)
-	// insertEvents appends rows to the event log and queues their webhook deliveries, in
-	// the caller's transaction, and reports whether it queued any delivery (when the engine
-	// knows: its workers need waking).
-	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error)
+	// insertEvents appends rows to the event log and queues their webhook deliveries in
+	// lane (outbox.Lane), in the caller's transaction, and reports whether it queued any
+	// delivery (when the engine knows: its workers need waking).
+	insertEvents(ctx context.Context, db bun.IDB, rows []eventRow, lane outbox.Lane) (bool, error)
 	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
 	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
 	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
@@ -80,14 +81,18 @@ type engine interface {
 	importBatch(ctx context.Context, tx bun.IDB, b importBatch) (counts batchCounts, delivering bool, err error)
 
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
-	// Deliveries.Claim) without waiting on another worker's claim.
-	claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error)
+	// Deliveries.Claim) without waiting on another worker's claim. claimEmails takes the
+	// emails of one lane: the interactive one's oldest due first, the bulk one's in turns
+	// across newsletters (each one's oldest due, then each one's second, …); a claimed
+	// endpoint's deliveries come interactive first.
+	claimEmails(ctx context.Context, db bun.IDB, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error)
 	claimDeliveries(ctx context.Context, db bun.IDB, now time.Time, c deliveryClaim) ([]claimRow, error)
 
 	// lockEmailKeys makes transactions that write the same email keys of nl wait for each
 	// other until commit, the keys taken in the order given (sorted by the caller): a new
 	// email nobody holds yet (Subscribers.Update), the suppression check and the suppressions
-	// themselves (docs/api-contract.md §13).
+	// themselves (docs/api-contract.md §13). A transaction holds a bounded number of locks
+	// however many keys it locks (PostgreSQL: 64 buckets a newsletter, lock_email_keys).
 	lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error
 	// lockIdempotencyKey takes, in the transaction tx of Idempotency.Run, the right to run
 	// the request of (nl, key) until tx ends, or fails with model.ErrIdempotencyInUse while
@@ -215,13 +220,24 @@ type eventRow struct {
 // queueDeliveriesFrom queues one delivery per event of ev (a set of id, newsletter_id, type and
 // created_at) and enabled endpoint of its newsletter subscribed to its type, up to the
 // engine's test of an endpoint's events (a JSON array of type names): see queueDeliveriesSQL
-// (pg.go) and eventMatchSQLite (sqlite.go).
-const queueDeliveriesFrom = `INSERT INTO webhook_deliveries
-    (endpoint_id, event_id, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
-SELECT w.id, ev.id, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
+// (pg.go) and eventMatchSQLite (sqlite.go). The deliveries are interactive (outbox.Lane);
+// queueDeliveriesIn queues them in another lane.
+const queueDeliveriesFrom = queueDeliveriesHead + "0" + queueDeliveriesTail
+
+const (
+	queueDeliveriesHead = `INSERT INTO webhook_deliveries
+    (endpoint_id, event_id, lane, state, attempts, next_attempt_at, last_error, last_status, created_at, updated_at)
+SELECT w.id, ev.id, `
+	queueDeliveriesTail = `, 'pending', 0, ev.created_at, '', 0, ev.created_at, ev.created_at
 FROM ev JOIN webhook_endpoints AS w
     ON w.newsletter_id = ev.newsletter_id AND w.status = 'enabled'
     AND `
+)
+
+// queueDeliveriesIn is queueDeliveriesFrom with the deliveries in lane.
+func queueDeliveriesIn(lane outbox.Lane) string {
+	return queueDeliveriesHead + strconv.Itoa(int(lane)) + queueDeliveriesTail
+}
 
 // The claims of the workers (engine.claimEmails, engine.claimDeliveries): what they return,
 // and what both engines' statements share.
@@ -255,14 +271,17 @@ type claimRow struct {
 }
 
 // dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a
-// due delivery. The test reads the endpoint's first pending delivery from
-// webhook_deliveries_endpoint_due_idx, one probe per endpoint; an EXISTS here becomes a
-// semi-join that PostgreSQL plans as a scan of the whole outbox, whose delivered rows stay
-// until autovacuum comes, up to a minute of churn on every claim.
-const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND (
+// due delivery in either lane. The test reads the endpoint's first pending delivery of each
+// lane from webhook_deliveries_endpoint_due_idx, one probe per lane and endpoint; an EXISTS
+// here becomes a semi-join that PostgreSQL plans as a scan of the whole outbox, whose
+// delivered rows stay until autovacuum comes, up to a minute of churn on every claim.
+const dueEndpoint = `w.status = 'enabled' AND w.busy_until <= ?0 AND ((
     SELECT d.next_attempt_at FROM webhook_deliveries AS d
-    WHERE d.endpoint_id = w.id AND d.state = 'pending'
-    ORDER BY d.next_attempt_at LIMIT 1) <= ?0`
+    WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.lane = 0
+    ORDER BY d.next_attempt_at LIMIT 1) <= ?0 OR (
+    SELECT d.next_attempt_at FROM webhook_deliveries AS d
+    WHERE d.endpoint_id = w.id AND d.state = 'pending' AND d.lane = 1
+    ORDER BY d.next_attempt_at LIMIT 1) <= ?0)`
 
 // newsletterLeasedC and newsletterLeasedW count the endpoints of the newsletter of the
 // endpoint row c or w that are leased now (?0).

@@ -11,18 +11,20 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // recordEvents appends evs to the event log and queues their webhook deliveries, in the
 // caller's transaction (docs/api-contract.md §10.1, §10.4), with the caller's trace context so
 // that deliveries link to the request that caused them. It reports whether any delivery was
 // queued, where the engine knows (the caller then wakes the workers after its commit; where
-// it does not, they poll).
-func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event) (bool, error) {
+// it does not, they poll). The deliveries wait in lane: outbox.Interactive for what one API
+// call or page caused, outbox.Bulk for imports and bulk actions (docs/api-contract.md §21).
+func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event, lane outbox.Lane) (bool, error) {
 	if len(evs) == 0 {
 		return false, nil
 	}
-	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs))
+	queued, err := s.db.eng.insertEvents(ctx, db, eventRows(ctx, evs), lane)
 	return queued, translate(err)
 }
 

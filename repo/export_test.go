@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/repo/pgconn"
@@ -29,3 +30,12 @@ func QueryRowsTx(ctx context.Context, tx Tx, text string, dest any, args ...any)
 
 // CopyFrom is pgconn.CopyFrom: pgdriver.CopyFrom on a connection of a pool Open made.
 var CopyFrom = pgconn.CopyFrom
+
+// Translate is translate, the mapping of driver errors onto model errors.
+var Translate = translate
+
+// LockEmails takes, in the unit of work tx, the address locks a suppression takes.
+func LockEmails(ctx context.Context, tx Tx, nl uuid.UUID, emails []string) error {
+	s := tx.store()
+	return s.lockEmails(ctx, tx.tx, nl, emails)
+}

@@ -33,14 +33,28 @@ func NewOutbox(db *DB) *Outbox {
 	return &Outbox{store: newStore(db)}
 }
 
-// Claim leases up to limit due pending emails, oldest due first: their next attempt moves to
-// now+lease, which hides them from every other claim until then. Rows another transaction holds
-// are skipped, not waited for.
+// Claim leases up to limit due pending emails: their next attempt moves to now+lease, which
+// hides them from every other claim until then. Rows another transaction holds are skipped,
+// not waited for. The interactive lane is served first, oldest due first, whatever the bulk
+// lane holds (docs/api-contract.md §21); what is left of limit goes to the bulk lane, where the
+// newsletters take turns: each newsletter's oldest due email, then each one's second, and so
+// on, so that one newsletter's import of 100,000 emails does not hold up another's.
 func (o *Outbox) Claim(ctx context.Context, limit int, lease time.Duration) ([]model.OutboxEmail, error) {
 	now := o.now()
-	rows, err := o.db.eng.claimEmails(ctx, o.idb, now, limit, lease)
+	rows, err := o.db.eng.claimEmails(ctx, o.idb, now, outbox.Interactive, limit, lease)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, translate(err)
+	}
+	if len(rows) < limit {
+		bulk, err := o.db.eng.claimEmails(ctx, o.idb, now, outbox.Bulk, limit-len(rows), lease)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			if len(rows) == 0 {
+				return nil, translate(err)
+			}
+			// The interactive emails are leased already: send them; the bulk ones wait for
+			// the next claim.
+		}
+		rows = append(rows, bulk...)
 	}
 	out := make([]model.OutboxEmail, len(rows))
 	for i, r := range rows {
@@ -115,7 +129,7 @@ func (o *Outbox) CommitSend(ctx context.Context, e model.OutboxEmail, mailed boo
 			}
 			var err error
 			if delivering, err = o.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmationSent, sub.toModel(),
-				nil, model.EventSource{Kind: model.SourceEmail}, o.now())}); err != nil {
+				nil, model.EventSource{Kind: model.SourceEmail}, o.now())}, outbox.Interactive); err != nil {
 				return err
 			}
 		}
@@ -256,18 +270,18 @@ WHERE id IN (?1) AND state = 'pending'`, now, bun.List(ids)).Exec(ctx)
 	return translate(err)
 }
 
-// Stats reads, for metrics, how many emails wait to be sent (due, in a worker's hands, or
-// scheduled for a retry) and how long the longest-waiting stalled one has waited since it was
-// queued (0 when none is). An email is stalled when it is due and nobody holds it (never
-// claimed, or claimed by a worker whose lease ran out: it crashed) or when an attempt at it
-// failed and it waits for a retry (the SMTP server is down or refusing). Only an email in a
-// live worker's hands, never tried yet, is not: that worker keeps its lease alive while it
-// sends. So the age grows in both a worker crash and an SMTP outage, and the stall alert
-// (deploy/prometheus/rules.yml) fires in both.
-func (o *Outbox) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
-	return o.queueStats(ctx, `SELECT count(*) AS pending,
+// Stats reads, for metrics, per lane (every lane, in outbox.Lanes order), how many emails wait
+// to be sent (due, in a worker's hands, or scheduled for a retry) and how long the
+// longest-waiting stalled one has waited since it was queued (0 when none is). An email is
+// stalled when it is due and nobody holds it (never claimed, or claimed by a worker whose
+// lease ran out: it crashed) or when an attempt at it failed and it waits for a retry (the
+// SMTP server is down or refusing). Only an email in a live worker's hands, never tried yet,
+// is not: that worker keeps its lease alive while it sends. So the age grows in both a worker
+// crash and an SMTP outage, and the stall alert (deploy/prometheus/rules.yml) fires in both.
+func (o *Outbox) Stats(ctx context.Context) ([]outbox.LaneStats, error) {
+	return o.laneStats(ctx, `SELECT lane, count(*) AS pending,
     min(created_at) FILTER (WHERE next_attempt_at <= ?0 OR attempts > 0) AS oldest
-FROM email_outbox WHERE state = 'pending'`)
+FROM email_outbox WHERE state = 'pending' GROUP BY lane`)
 }
 
 // HeldPastHeartbeat reads, for metrics, how long the pending email held longest past its
@@ -292,22 +306,34 @@ func (s store) heldPast(ctx context.Context, query string) (time.Duration, error
 	return max(now.Sub(*oldest), 0), nil
 }
 
-// queueStats runs query, a count of a queue's waiting rows as pending and the time its oldest
-// due row became due as oldest (NULL when none is), with the store's now as ?0, and returns
-// the count and how long ago that was (0 when none is due).
-func (s store) queueStats(ctx context.Context, query string) (pending int64, oldestDue time.Duration, err error) {
+// laneStats runs query, per lane a count of a queue's waiting rows as pending and the time its
+// oldest due row became due as oldest (NULL when none is), with the store's now as ?0, and
+// returns every lane's count and how long ago that was (0 when none is due), in
+// outbox.Lanes order; a lane without rows has zeros.
+func (s store) laneStats(ctx context.Context, query string) ([]outbox.LaneStats, error) {
 	now := s.now()
-	var st struct {
-		Pending int64      `bun:"pending"`
-		Oldest  *time.Time `bun:"oldest"`
+	var rows []struct {
+		Lane    outbox.Lane `bun:"lane"`
+		Pending int64       `bun:"pending"`
+		Oldest  *time.Time  `bun:"oldest"`
 	}
-	if err := s.idb.NewRaw(query, now).Scan(ctx, &st); err != nil {
-		return 0, 0, translate(err)
+	if err := s.idb.NewRaw(query, now).Scan(ctx, &rows); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, translate(err)
 	}
-	if st.Oldest != nil {
-		oldestDue = max(now.Sub(*st.Oldest), 0)
+	out := make([]outbox.LaneStats, len(outbox.Lanes))
+	for i, l := range outbox.Lanes {
+		out[i].Lane = l
+		for _, r := range rows {
+			if r.Lane != l {
+				continue
+			}
+			out[i].Depth = r.Pending
+			if r.Oldest != nil {
+				out[i].OldestDue = max(now.Sub(*r.Oldest), 0)
+			}
+		}
 	}
-	return st.Pending, oldestDue, nil
+	return out, nil
 }
 
 // Listen signals on the returned channel when this process queued emails (SQLite), until ctx

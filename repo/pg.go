@@ -127,26 +127,24 @@ func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.U
 	return e.queryRows(ctx, db, st, dest, args...)
 }
 
-// insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL).
-// Whether it queued any is not asked: the workers poll.
-func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error) {
+// insertEvents is one statement: the events' insert feeds the deliveries' (queueDeliveriesSQL,
+// in lane). Whether it queued any is not asked: the workers poll.
+func (*pgEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow, lane outbox.Lane) (bool, error) {
 	ins := db.NewInsert().Model(&rows).Returning("id, newsletter_id, type, created_at")
-	_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesSQL, ins).Exec(ctx)
+	_, err := db.NewRaw("WITH ev AS (?) "+queueDeliveriesIn(lane)+eventMatchPG, ins).Exec(ctx)
 	return false, err
 }
 
-// claimEmails chooses and leases the due emails in one statement; rows another claim holds are
-// skipped, not waited for (FOR UPDATE SKIP LOCKED).
-func (*pgEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+// claimEmails chooses and leases the due emails of lane in one statement; rows another claim
+// holds are skipped, not waited for (FOR UPDATE SKIP LOCKED).
+func (*pgEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error) {
+	due := dueInteractivePG
+	if lane == outbox.Bulk {
+		due = dueBulkPG
+	}
 	var rows []claimedRow
 	err := db.NewRaw(`
-WITH due AS (
-    SELECT id FROM email_outbox
-    WHERE state = 'pending' AND next_attempt_at <= ?0
-    ORDER BY next_attempt_at
-    LIMIT ?1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
+WITH RECURSIVE `+due+`, claimed AS (
     UPDATE email_outbox AS o SET next_attempt_at = ?2, stale_at = ?3, updated_at = ?0
     FROM due WHERE o.id = due.id
     RETURNING o.id, o.newsletter_id, o.subscriber_id, o.kind, o.attempts, o.unanswered, o.traceparent, o.created_at
@@ -162,7 +160,44 @@ ORDER BY c.created_at, c.id`, now, limit, now.Add(lease), now.Add(outbox.StaleAf
 	return rows, err
 }
 
-// claimDeliveries leases endpoints, and reads their due deliveries, in one statement. Endpoints
+// dueInteractivePG is the CTE "due" of the interactive lane's claim (?0 now, ?1 limit): its
+// oldest due emails (email_outbox_interactive_due_idx).
+const dueInteractivePG = `due AS (
+    SELECT id FROM email_outbox
+    WHERE state = 'pending' AND lane = 0 AND next_attempt_at <= ?0
+    ORDER BY next_attempt_at
+    LIMIT ?1
+    FOR UPDATE SKIP LOCKED
+)`
+
+// dueBulkPG is the CTE "due" of the bulk lane's claim (?0 now, ?1 limit), where the newsletters
+// take turns: nl walks the newsletters with pending bulk emails, one probe of
+// email_outbox_bulk_due_idx each; each gives up to ?1 of its oldest due emails, locked
+// (rows another claim holds are skipped, and the ones not taken are free again when the
+// statement ends); then the first of each newsletter go first, then the second, and so on.
+const dueBulkPG = `nl (id) AS (
+    (SELECT newsletter_id FROM email_outbox WHERE state = 'pending' AND lane = 1 ORDER BY newsletter_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.newsletter_id FROM email_outbox AS o
+            WHERE o.state = 'pending' AND o.lane = 1 AND o.newsletter_id > nl.id
+            ORDER BY o.newsletter_id LIMIT 1)
+    FROM nl WHERE nl.id IS NOT NULL
+), turns AS (
+    SELECT c.id, c.next_attempt_at, row_number() OVER (PARTITION BY nl.id ORDER BY c.next_attempt_at) AS turn
+    FROM nl CROSS JOIN LATERAL (
+        SELECT o.id, o.next_attempt_at FROM email_outbox AS o
+        WHERE o.state = 'pending' AND o.lane = 1 AND o.newsletter_id = nl.id AND o.next_attempt_at <= ?0
+        ORDER BY o.next_attempt_at
+        LIMIT ?1
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE nl.id IS NOT NULL
+), due AS (
+    SELECT id FROM turns ORDER BY turn, next_attempt_at LIMIT ?1
+)`
+
+// claimDeliveries leases endpoints, and reads their due deliveries (interactive ones first), in
+// one statement. Endpoints
 // other claims hold are skipped (FOR NO KEY UPDATE SKIP LOCKED: not FOR UPDATE, which the
 // key-share lock of every write queueing a delivery for the endpoint would make skip it
 // whenever writes are busy). Two instances claiming at the same moment each count the other's
@@ -180,13 +215,13 @@ WITH ep AS (`+claimableEndpoints+`
 SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
 FROM claimed AS c
 CROSS JOIN LATERAL (
-    SELECT event_id, attempts, next_attempt_at FROM webhook_deliveries
+    SELECT event_id, attempts, lane, next_attempt_at FROM webhook_deliveries
     WHERE endpoint_id = c.id AND state = 'pending' AND next_attempt_at <= ?0
-    ORDER BY next_attempt_at
+    ORDER BY lane, next_attempt_at
     LIMIT ?2
 ) AS d
 JOIN subscriber_events AS e ON e.id = d.event_id
-ORDER BY c.id, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
+ORDER BY c.id, d.lane, d.next_attempt_at`, c.args(now)...).Scan(ctx, &rows)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = nil
 	}
@@ -211,16 +246,20 @@ func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl u
 	return err
 }
 
-// lockEmailKeys takes a transaction-scoped advisory lock of each of the newsletter's keys, one
-// statement for all, in the order of keys. A hash collision only makes two unrelated changes
-// wait for each other.
+// lockEmailKeys takes, until the transaction ends, the advisory locks of the newsletter's keys
+// by bucket (the SQL function lock_email_keys, see its migration: at most 64 a transaction,
+// whatever the number of keys), in one statement. The one-statement create takes the same
+// locks (suppression_after_lock). A set-based writer whose keys sit in a table calls the SQL
+// function itself with the keys "<newsletter id>/<key>".
 func (*pgEngine) lockEmailKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	full := make([]string, len(keys))
 	for i, k := range keys {
 		full[i] = nl.String() + "/" + k
 	}
-	_, err := tx.NewRaw(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0)))
-FROM unnest(?::text[]) WITH ORDINALITY AS keys (k, n)`, pgdialect.Array(full)).Exec(ctx)
+	_, err := tx.NewRaw(`SELECT lock_email_keys(?::uuid, ?::text[])`, nl, pgdialect.Array(full)).Exec(ctx)
 	return err
 }
 
@@ -257,7 +296,11 @@ func (*pgEngine) wake(string)                                    {}
 // queueDeliveriesSQL queues one delivery per event of ev (a set of id, newsletter_id, type and
 // created_at) and enabled endpoint of its newsletter subscribed to its type (an endpoint's
 // events column is a JSON array of type names).
-const queueDeliveriesSQL = queueDeliveriesFrom + `strpos(w.events, '"' || ev.type || '"') > 0`
+const queueDeliveriesSQL = queueDeliveriesFrom + eventMatchPG
+
+// eventMatchPG completes queueDeliveriesFrom on PostgreSQL: the endpoint's events name the
+// event's type.
+const eventMatchPG = `strpos(w.events, '"' || ev.type || '"') > 0`
 
 // create writes c, its created event, the event's deliveries and, when c has one, its
 // confirmation email, in one statement (createStmt), after the suppression check of
@@ -628,7 +671,8 @@ func jsonStringPG(x string) string {
 //     newsletter has the address (ON CONFLICT … DO NOTHING: then existing), in key order as
 //     every multi-row insert, ids made in SQL (uuid_v7);
 //   - ev, d, m: their created events (the JSON model.NewEvent writes, pinned by a test), the
-//     events' deliveries (queueDeliveriesSQL) and the pending ones' confirmation emails.
+//     events' deliveries and the pending ones' confirmation emails, both in the bulk lane
+//     (outbox.Bulk).
 //
 // It returns the counts. The subscriber counters follow by their trigger.
 var importBatchStmt = newStatement("INSERT", "subscribers", `WITH b AS (
@@ -660,12 +704,12 @@ ev AS (
         $8::text, $5::timestamptz
     FROM n
     RETURNING id, newsletter_id, type, created_at),
-d AS (`+queueDeliveriesSQL+`),
+d AS (`+queueDeliveriesIn(outbox.Bulk)+eventMatchPG+`),
 m AS (
-    INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, state, attempts, next_attempt_at, last_error,
-        traceparent, created_at, updated_at)
-    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', 'pending', 0, $5::timestamptz, '',
-        $8::text, $5::timestamptz, $5::timestamptz
+    INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, lane, state, attempts, next_attempt_at,
+        last_error, traceparent, created_at, updated_at)
+    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', `+strconv.Itoa(int(outbox.Bulk))+`, 'pending', 0,
+        $5::timestamptz, '', $8::text, $5::timestamptz, $5::timestamptz
     FROM s WHERE status = '`+string(model.StatusPending)+`')
 SELECT count(*) AS processed,
     count(*) FILTER (WHERE errors IS NOT NULL) AS invalid,

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Privacy answers a person's requests about their data (docs/api-contract.md §14): the export
@@ -179,7 +180,7 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 			return model.Erasure{}, false, translate(err)
 		}
 	}
-	delivering, err := p.recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)})
+	delivering, err := p.recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)}, outbox.Interactive)
 	if err != nil {
 		return model.Erasure{}, false, err
 	}

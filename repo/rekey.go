@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // The re-key of docs/api-contract.md §18. Keys written by 1.2 (trimmed, lower-cased) differ
@@ -210,8 +211,9 @@ func (s *store) unsubscribeDuplicate(ctx context.Context, tx bun.IDB, row *subsc
 		return false, translate(err)
 	}
 	src := model.EventSource{Kind: model.SourceDuplicateAddress, Kept: kept.String()}
+	// The re-key is bulk work, not a person's request: its deliveries wait in the bulk lane.
 	delivering, err := s.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
-		map[string]string{"status": before}, src, now)})
+		map[string]string{"status": before}, src, now)}, outbox.Bulk)
 	if err != nil {
 		return false, err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -286,7 +287,7 @@ func (e *sqliteEngine) create(ctx context.Context, db bun.IDB, c creation) (bool
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("%w", model.ErrEmailTaken)
 		}
-		if delivering, err = e.insertEvents(ctx, tx, []eventRow{c.Event}); err != nil {
+		if delivering, err = e.insertEvents(ctx, tx, []eventRow{c.Event}, outbox.Interactive); err != nil {
 			return err
 		}
 		if c.MailID == nil {
@@ -336,7 +337,7 @@ func (e *sqliteEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool
 			return nil
 		}
 		renamed = true
-		delivering, err = e.insertEvents(ctx, tx, []eventRow{r.Event})
+		delivering, err = e.insertEvents(ctx, tx, []eventRow{r.Event}, outbox.Interactive)
 		return err
 	})
 	return renamed, delivering, err
@@ -350,7 +351,7 @@ WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last
 
 // insertEvents inserts the events, then their deliveries from them, and reports whether it
 // queued any, for the caller to wake the workers after its commit.
-func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow) (bool, error) {
+func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventRow, lane outbox.Lane) (bool, error) {
 	if _, err := db.NewInsert().Model(&rows).Exec(ctx); err != nil {
 		return false, err
 	}
@@ -359,7 +360,7 @@ func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventR
 		ids[i] = r.ID
 	}
 	res, err := db.NewRaw(`WITH ev AS (SELECT id, newsletter_id, type, created_at FROM subscriber_events WHERE id IN (?)) `+
-		queueDeliveriesFrom+eventMatchSQLite, bun.List(ids)).Exec(ctx)
+		queueDeliveriesIn(lane)+eventMatchSQLite, bun.List(ids)).Exec(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -367,20 +368,21 @@ func (*sqliteEngine) insertEvents(ctx context.Context, db bun.IDB, rows []eventR
 	return n > 0, nil
 }
 
-// claimEmails leases the due emails with one UPDATE … RETURNING and reads what they need, in
-// one immediate transaction: it holds the database's write lock, so no other claim runs
-// meanwhile and none needs SKIP LOCKED.
-func (*sqliteEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, limit int, lease time.Duration) ([]claimedRow, error) {
+// claimEmails leases the due emails of lane with one UPDATE … RETURNING and reads what they
+// need, in one immediate transaction: it holds the database's write lock, so no other claim
+// runs meanwhile and none needs SKIP LOCKED.
+func (*sqliteEngine) claimEmails(ctx context.Context, db bun.IDB, now time.Time, lane outbox.Lane, limit int, lease time.Duration) ([]claimedRow, error) {
+	due := dueInteractiveSQLite
+	if lane == outbox.Bulk {
+		due = dueBulkSQLite
+	}
 	var rows []claimedRow
 	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		rows = nil
 		var ids []uuid.UUID
-		if err := tx.NewRaw(`UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?3, updated_at = ?1
-WHERE id IN (
-    SELECT id FROM email_outbox
-    WHERE state = 'pending' AND next_attempt_at <= ?1
-    ORDER BY next_attempt_at
-    LIMIT ?2)
+		if err := tx.NewRaw(due+`
+UPDATE email_outbox SET next_attempt_at = ?0, stale_at = ?3, updated_at = ?1
+WHERE id IN (SELECT id FROM due)
 RETURNING id`, now.Add(lease), now, limit, now.Add(outbox.StaleAfter(lease))).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -401,6 +403,36 @@ ORDER BY o.created_at, o.id`, bun.List(ids)).Scan(ctx, &rows)
 	})
 	return rows, err
 }
+
+// dueInteractiveSQLite is the CTE "due" of the interactive lane's claim (?1 now, ?2 limit):
+// its oldest due emails.
+const dueInteractiveSQLite = `WITH due AS (
+    SELECT id FROM email_outbox
+    WHERE state = 'pending' AND lane = 0 AND next_attempt_at <= ?1
+    ORDER BY next_attempt_at
+    LIMIT ?2
+)`
+
+// dueBulkSQLite is the CTE "due" of the bulk lane's claim (?1 now, ?2 limit), where the
+// newsletters take turns, as in dueBulkPG: nl walks the newsletters with pending bulk emails,
+// each gives up to ?2 of its oldest due ones, and the first of each go first.
+const dueBulkSQLite = `WITH RECURSIVE nl (id) AS (
+    SELECT (SELECT newsletter_id FROM email_outbox WHERE state = 'pending' AND lane = 1 ORDER BY newsletter_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.newsletter_id FROM email_outbox AS o
+            WHERE o.state = 'pending' AND o.lane = 1 AND o.newsletter_id > nl.id
+            ORDER BY o.newsletter_id LIMIT 1)
+    FROM nl WHERE nl.id IS NOT NULL
+), turns AS (
+    SELECT o.id, o.next_attempt_at, row_number() OVER (PARTITION BY o.newsletter_id ORDER BY o.next_attempt_at) AS turn
+    FROM nl JOIN email_outbox AS o ON o.id IN (
+        SELECT x.id FROM email_outbox AS x
+        WHERE x.state = 'pending' AND x.lane = 1 AND x.newsletter_id = nl.id AND x.next_attempt_at <= ?1
+        ORDER BY x.next_attempt_at
+        LIMIT ?2)
+), due AS (
+    SELECT id FROM turns ORDER BY turn, next_attempt_at LIMIT ?2
+)`
 
 // claimableEndpointsSQLite is claimableEndpoints without its row locks (see raw).
 var claimableEndpointsSQLite = withoutRowLocks(claimableEndpoints)
@@ -423,15 +455,15 @@ RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sq
 		}
 		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
 FROM (
-    SELECT endpoint_id, event_id, attempts, next_attempt_at,
-        row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS n
+    SELECT endpoint_id, event_id, attempts, lane, next_attempt_at,
+        row_number() OVER (PARTITION BY endpoint_id ORDER BY lane, next_attempt_at) AS n
     FROM webhook_deliveries
     WHERE endpoint_id IN (?0) AND state = 'pending' AND next_attempt_at <= ?1
 ) AS d
 JOIN webhook_endpoints AS w ON w.id = d.endpoint_id
 JOIN subscriber_events AS e ON e.id = d.event_id
 WHERE d.n <= ?2
-ORDER BY w.id, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, &rows)
+ORDER BY w.id, d.lane, d.next_attempt_at`, bun.List(ids), now, c.perEndpoint).Scan(ctx, &rows)
 		if errors.Is(err, sql.ErrNoRows) {
 			err = nil
 		}
@@ -676,16 +708,22 @@ RETURNING id, newsletter_id, email, first_name, last_name, status, created_at`,
 			continue
 		}
 		c.Pending++
-		if _, err := e.exec(ctx, tx, insertConfirmationSQLite, uuid.Must(uuid.NewV7()), r.NewsletterID, r.ID, b.Now, b.Traceparent); err != nil {
+		if _, err := e.exec(ctx, tx, insertBulkConfirmationSQLite, uuid.Must(uuid.NewV7()), r.NewsletterID, r.ID, b.Now, b.Traceparent); err != nil {
 			return c, false, err
 		}
 	}
 	if len(evs) == 0 {
 		return c, false, nil
 	}
-	delivering, err := e.insertEvents(ctx, tx, evs)
+	delivering, err := e.insertEvents(ctx, tx, evs, outbox.Bulk)
 	return c, delivering, err
 }
+
+// insertBulkConfirmationSQLite is insertConfirmationSQLite in the bulk lane (outbox.Bulk).
+var insertBulkConfirmationSQLite = newStatement("INSERT", "email_outbox",
+	`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, lane, state, attempts, next_attempt_at, last_error,
+    traceparent, created_at, updated_at)
+VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', `+strconv.Itoa(int(outbox.Bulk))+`, 'pending', 0, $4, '', $5, $4, $4)`)
 
 // stagedSuppressedSQLite is the condition that the staged row r's address is on the
 // suppression list of the newsletter ?1, by either of its hashes (model.EmailHashes).

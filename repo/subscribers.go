@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 type subscriberRow struct {
@@ -50,18 +51,19 @@ func (r *subscriberRow) toModel() model.Subscriber {
 type outboxRow struct {
 	bun.BaseModel `bun:"table:email_outbox"`
 
-	ID            uuid.UUID  `bun:"id,pk,type:uuid"`
-	NewsletterID  uuid.UUID  `bun:"newsletter_id,type:uuid"`
-	SubscriberID  uuid.UUID  `bun:"subscriber_id,type:uuid"`
-	Kind          string     `bun:"kind"`
-	State         string     `bun:"state"`
-	Attempts      int        `bun:"attempts"`
-	NextAttemptAt time.Time  `bun:"next_attempt_at"`
-	LastError     string     `bun:"last_error"`
-	Traceparent   string     `bun:"traceparent"`
-	CreatedAt     time.Time  `bun:"created_at"`
-	UpdatedAt     time.Time  `bun:"updated_at"`
-	SentAt        *time.Time `bun:"sent_at"`
+	ID            uuid.UUID   `bun:"id,pk,type:uuid"`
+	NewsletterID  uuid.UUID   `bun:"newsletter_id,type:uuid"`
+	SubscriberID  uuid.UUID   `bun:"subscriber_id,type:uuid"`
+	Kind          string      `bun:"kind"`
+	Lane          outbox.Lane `bun:"lane"`
+	State         string      `bun:"state"`
+	Attempts      int         `bun:"attempts"`
+	NextAttemptAt time.Time   `bun:"next_attempt_at"`
+	LastError     string      `bun:"last_error"`
+	Traceparent   string      `bun:"traceparent"`
+	CreatedAt     time.Time   `bun:"created_at"`
+	UpdatedAt     time.Time   `bun:"updated_at"`
+	SentAt        *time.Time  `bun:"sent_at"`
 }
 
 // Outbox states.
@@ -225,10 +227,10 @@ func (s *Subscribers) insertMany(ctx context.Context, rows []subscriberRow, name
 			evs[i] = model.NewEvent(model.EventCreated, r.toModel(), nil, src, r.CreatedAt)
 		}
 		var err error
-		if delivering, err = s.recordEvents(ctx, tx, evs); err != nil {
+		if delivering, err = s.recordEvents(ctx, tx, evs, outbox.Interactive); err != nil {
 			return err
 		}
-		return queueConfirmations(ctx, tx, pending)
+		return queueConfirmations(ctx, tx, pending, outbox.Interactive)
 	})
 	return pending, delivering, err
 }
@@ -439,7 +441,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		if len(changed) > 0 {
 			var err error
 			delivering, err = s.recordEvents(ctx, tx, []model.Event{
-				model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)})
+				model.NewEvent(model.EventUpdated, row.toModel(), changed, src, row.UpdatedAt)}, outbox.Interactive)
 			if err != nil {
 				return err
 			}
@@ -451,7 +453,7 @@ func (s *Subscribers) Update(ctx context.Context, nl, id uuid.UUID, p model.Subs
 		}
 		if queue {
 			queued = true
-			return queueConfirmations(ctx, tx, []subscriberRow{row})
+			return queueConfirmations(ctx, tx, []subscriberRow{row}, outbox.Interactive)
 		}
 		return nil
 	})
@@ -617,7 +619,7 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 			return translate(err)
 		}
 		if delivering, err = s.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
-			map[string]string{"status": before}, src, now)}); err != nil {
+			map[string]string{"status": before}, src, now)}, outbox.Interactive); err != nil {
 			return err
 		}
 		return retireConfirmations(ctx, tx, row.ID, now)
@@ -629,10 +631,15 @@ func (s *Subscribers) Unsubscribe(ctx context.Context, nl, id uuid.UUID) (model.
 	return row.toModel(), nil
 }
 
-// queueConfirmations inserts one due outbox row per subscriber, carrying the caller's trace
-// context so the send can link to the request that asked for it.
-func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow) error {
-	return insertOutbox(ctx, db, confirmationRows(ctx, subs))
+// queueConfirmations inserts one due outbox row per subscriber in lane (outbox.Interactive
+// for what one API call or page caused, outbox.Bulk for imports and bulk actions), carrying
+// the caller's trace context so the send can link to the request that asked for it.
+func queueConfirmations(ctx context.Context, db bun.IDB, subs []subscriberRow, lane outbox.Lane) error {
+	rows := confirmationRows(ctx, subs)
+	for i := range rows {
+		rows[i].Lane = lane
+	}
+	return insertOutbox(ctx, db, rows)
 }
 
 // confirmationRows are the outbox rows of subs' confirmation emails, carrying ctx's trace

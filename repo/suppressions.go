@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // suppressionRow is one entry of a newsletter's suppression list (docs/api-contract.md §13).
@@ -416,7 +417,7 @@ func (s *store) unsubscribeSuppressed(ctx context.Context, db bun.IDB, nl uuid.U
 		return false, translate(err)
 	}
 	delivering, err := s.recordEvents(ctx, db, []model.Event{model.NewEvent(model.EventUnsubscribed, row.toModel(),
-		map[string]string{"status": before}, src, now)})
+		map[string]string{"status": before}, src, now)}, outbox.Interactive)
 	if err != nil {
 		return false, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // Confirmations resolves confirmation tokens, stored only as hashes, for the double-opt-in
@@ -128,7 +129,7 @@ func (c *Confirmations) Confirm(ctx context.Context, hash []byte) (model.Confirm
 			src.SecondsSinceSent = &since
 		}
 		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventConfirmed, sub.toModel(),
-			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
+			map[string]string{"status": string(model.StatusPending)}, src, now)}, outbox.Interactive); err != nil {
 			return err
 		}
 		if _, err := tx.NewRaw(`UPDATE email_outbox SET state = 'cancelled', last_error = 'confirmed', updated_at = ?
@@ -200,7 +201,7 @@ func (c *Confirmations) Decline(ctx context.Context, hash []byte) (model.Confirm
 		src := model.SourceFrom(ctx)
 		src.Kind = model.SourceDeclineLink
 		if delivering, err = c.recordEvents(ctx, tx, []model.Event{model.NewEvent(model.EventUnsubscribed, sub.toModel(),
-			map[string]string{"status": string(model.StatusPending)}, src, now)}); err != nil {
+			map[string]string{"status": string(model.StatusPending)}, src, now)}, outbox.Interactive); err != nil {
 			return err
 		}
 		if err := retireConfirmations(ctx, tx, subscriberID, now); err != nil {

@@ -146,7 +146,9 @@ func NewDeliveries(db *DB) *Deliveries {
 }
 
 // Claim leases up to endpoints endpoints with due deliveries for lease, the one claimed longest
-// ago first, and returns up to perEndpoint due deliveries of each, oldest due first. No
+// ago first, and returns up to perEndpoint due deliveries of each: its interactive ones first,
+// whatever bulk work waits for it (docs/api-contract.md §21), then its bulk ones, each lane
+// oldest due first. No
 // newsletter gets more than perNewsletter endpoints leased at once (docs/operating.md), so
 // one newsletter's hanging receivers cannot hold every worker. Endpoints other claims hold are
 // skipped, not waited for (see engine.claimDeliveries).
@@ -279,12 +281,13 @@ WHERE endpoint_id = ? AND state = 'pending'`, now, endpoint).Exec(ctx)
 	return disabled, nil
 }
 
-// Stats reads, for metrics, how many deliveries wait (due or scheduled for a retry) and how
-// long the longest-waiting due one has been due (0 when none is).
-func (d *Deliveries) Stats(ctx context.Context) (pending int64, oldestDue time.Duration, err error) {
-	return d.queueStats(ctx, `SELECT count(*) AS pending,
+// Stats reads, for metrics, per lane (every lane, in outbox.Lanes order), how many deliveries
+// wait (due or scheduled for a retry) and how long the longest-waiting due one has been due
+// (0 when none is).
+func (d *Deliveries) Stats(ctx context.Context) ([]outbox.LaneStats, error) {
+	return d.laneStats(ctx, `SELECT lane, count(*) AS pending,
     min(next_attempt_at) FILTER (WHERE next_attempt_at <= ?0) AS oldest
-FROM webhook_deliveries WHERE state = 'pending'`)
+FROM webhook_deliveries WHERE state = 'pending' GROUP BY lane`)
 }
 
 // Listen signals on the returned channel when this process queued deliveries (SQLite), until

@@ -317,24 +317,34 @@ func (m *Metrics) EmailSend(ctx context.Context, outcome string, d time.Duration
 	observe(ctx, m.emailSendDuration.WithLabelValues(outcome), d)
 }
 
-// OutboxStats reports the number of emails waiting in the outbox and the age of the oldest one
-// that is due (zero when none is due). It is called at every scrape with a context that
-// expires after OutboxStatsTimeout, so it should be one cheap query.
-type OutboxStats func(ctx context.Context) (depth int64, oldestDueAge time.Duration, err error)
+// QueueLane is what waits in one lane of a queue ("interactive": caused by one API call or
+// page; "bulk": by imports and bulk actions, docs/api-contract.md §21): how many (due or
+// scheduled for a retry) and how long the oldest due one has been waiting (zero when none is
+// due).
+type QueueLane struct {
+	Lane         string
+	Depth        int64
+	OldestDueAge time.Duration
+}
+
+// OutboxStats reports, per lane, the emails (or webhook deliveries) waiting. It is called at
+// every scrape with a context that expires after OutboxStatsTimeout, so it should be one
+// cheap query.
+type OutboxStats func(ctx context.Context) ([]QueueLane, error)
 
 // OutboxStatsTimeout bounds one OutboxStats call, so a slow database cannot stall a scrape.
 const OutboxStatsTimeout = 2 * time.Second
 
-// RegisterOutboxGauges exports email_outbox_depth and email_outbox_oldest_due_age_seconds,
-// read through stats at each scrape. When stats fails, both gauges are left out of that
+// RegisterOutboxGauges exports email_outbox_depth and email_outbox_oldest_due_age_seconds
+// with a lane label, read through stats at each scrape. When stats fails, both gauges are left out of that
 // scrape (the rules alert on their absence) and email_outbox_collect_errors_total grows.
 // It may be called once.
 func (m *Metrics) RegisterOutboxGauges(stats OutboxStats) error {
 	return m.registerQueue(stats, m.outboxErrors, "email_outbox", "Emails waiting in the outbox", "email")
 }
 
-// RegisterWebhookGauges exports webhook_queue_depth and webhook_queue_oldest_due_age_seconds,
-// read through stats at each scrape, as RegisterOutboxGauges does for emails. It may be
+// RegisterWebhookGauges exports webhook_queue_depth and webhook_queue_oldest_due_age_seconds
+// with a lane label, read through stats at each scrape, as RegisterOutboxGauges does for emails. It may be
 // called once.
 func (m *Metrics) RegisterWebhookGauges(stats OutboxStats) error {
 	return m.registerQueue(stats, m.webhookErrors, "webhook_queue", "Webhook deliveries waiting", "webhook delivery")
@@ -343,9 +353,10 @@ func (m *Metrics) RegisterWebhookGauges(stats OutboxStats) error {
 // registerQueue registers the depth and oldest-due-age gauges of one queue, named prefix_….
 func (m *Metrics) registerQueue(stats OutboxStats, errs prometheus.Counter, prefix, waiting, item string) error {
 	c := &outboxCollector{stats: stats, errors: errs,
-		depth: prometheus.NewDesc(prefix+"_depth", waiting+" (due or scheduled for a retry).", nil, nil),
+		depth: prometheus.NewDesc(prefix+"_depth", waiting+" (due or scheduled for a retry), per lane (interactive, bulk).",
+			[]string{"lane"}, nil),
 		age: prometheus.NewDesc(prefix+"_oldest_due_age_seconds",
-			"How long the oldest due "+item+" has been waiting; 0 when none is due.", nil, nil)}
+			"How long the oldest due "+item+" of the lane has been waiting; 0 when none is due.", []string{"lane"}, nil)}
 	if err := m.reg.Register(c); err != nil {
 		return fmt.Errorf("%s gauges: %w", prefix, err)
 	}
@@ -375,13 +386,15 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), OutboxStatsTimeout)
 	defer cancel()
-	depth, age, err := c.stats(ctx)
+	lanes, err := c.stats(ctx)
 	if err != nil {
 		c.errors.Inc()
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(depth))
-	ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age.Seconds())
+	for _, l := range lanes {
+		ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(l.Depth), l.Lane)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, l.OldestDueAge.Seconds(), l.Lane)
+	}
 }
 
 // Decision counts one rate-limit or lockout decision: scope is ScopeKey, ScopeBulk,

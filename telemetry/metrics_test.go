@@ -144,22 +144,24 @@ subscribers_created_total{operation="bulk",status="pending"} 3
 func TestOutboxGauges(t *testing.T) {
 	m := NewMetrics("test")
 	var fail error
-	err := m.RegisterOutboxGauges(func(ctx context.Context) (int64, time.Duration, error) {
+	err := m.RegisterOutboxGauges(func(ctx context.Context) ([]QueueLane, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			t.Error("outbox stats called without a deadline")
 		}
-		return 7, 90 * time.Second, fail
+		return []QueueLane{{Lane: "interactive", Depth: 7, OldestDueAge: 90 * time.Second}, {Lane: "bulk", Depth: 100000, OldestDueAge: 600 * time.Second}}, fail
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	expected := `
-# HELP email_outbox_depth Emails waiting in the outbox (due or scheduled for a retry).
+# HELP email_outbox_depth Emails waiting in the outbox (due or scheduled for a retry), per lane (interactive, bulk).
 # TYPE email_outbox_depth gauge
-email_outbox_depth 7
-# HELP email_outbox_oldest_due_age_seconds How long the oldest due email has been waiting; 0 when none is due.
+email_outbox_depth{lane="bulk"} 100000
+email_outbox_depth{lane="interactive"} 7
+# HELP email_outbox_oldest_due_age_seconds How long the oldest due email of the lane has been waiting; 0 when none is due.
 # TYPE email_outbox_oldest_due_age_seconds gauge
-email_outbox_oldest_due_age_seconds 90
+email_outbox_oldest_due_age_seconds{lane="bulk"} 600
+email_outbox_oldest_due_age_seconds{lane="interactive"} 90
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected),
 		"email_outbox_depth", "email_outbox_oldest_due_age_seconds"); err != nil {
@@ -174,7 +176,7 @@ email_outbox_oldest_due_age_seconds 90
 	if got := testutil.ToFloat64(m.outboxErrors); got != 1 {
 		t.Errorf("email_outbox_collect_errors_total = %v, want 1", got)
 	}
-	if err := m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil }); err == nil {
+	if err := m.RegisterOutboxGauges(func(context.Context) ([]QueueLane, error) { return nil, nil }); err == nil {
 		t.Error("second RegisterOutboxGauges: got nil error")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/subscriberd/subscriberd/mail"
+	"github.com/subscriberd/subscriberd/outbox"
 	"github.com/subscriberd/subscriberd/repo"
 	"github.com/subscriberd/subscriberd/telemetry"
 )
@@ -44,7 +45,7 @@ func startWorker(ctx context.Context, db *repo.DB, m *mailer, metrics *telemetry
 		log.Info("sending confirmation emails", "smtp", m.smtp)
 	}
 	outbox := repo.NewOutbox(db)
-	if err := metrics.RegisterOutboxGauges(outbox.Stats); err != nil {
+	if err := metrics.RegisterOutboxGauges(laneGauges(outbox.Stats)); err != nil {
 		log.Error("outbox gauges not exported", "error", err)
 	}
 	if err := metrics.RegisterOutboxHeldGauge(outbox.HeldPastHeartbeat); err != nil {
@@ -80,4 +81,19 @@ func runWorker(ctx context.Context, run func(context.Context) error) <-chan stru
 		run(ctx) //nolint:errcheck // nil, when ctx ends
 	}()
 	return done
+}
+
+// laneGauges adapts a queue's per-lane statistics (repo's Stats) to the gauges' callback.
+func laneGauges(stats func(context.Context) ([]outbox.LaneStats, error)) telemetry.OutboxStats {
+	return func(ctx context.Context) ([]telemetry.QueueLane, error) {
+		lanes, err := stats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]telemetry.QueueLane, len(lanes))
+		for i, l := range lanes {
+			out[i] = telemetry.QueueLane{Lane: l.Lane.String(), Depth: l.Depth, OldestDueAge: l.OldestDue}
+		}
+		return out, nil
+	}
 }

@@ -80,7 +80,7 @@ func TestServeSendsConfirmationEmails(t *testing.T) {
 		metrics = scrape()
 		return strings.Contains(string(metrics), `email_sends_total{outcome="sent"} 1`)
 	})
-	for _, want := range []string{`email_sends_total{outcome="sent"} 1`, "email_outbox_depth 0",
+	for _, want := range []string{`email_sends_total{outcome="sent"} 1`, `email_outbox_depth{lane="interactive"} 0`, `email_outbox_depth{lane="bulk"} 0`,
 		// The page is labelled by its route: the token stays out of metrics.
 		`http_server_request_duration_seconds_count{code="200",method="POST",route="/confirm/{token}"} 1`} {
 		if !strings.Contains(string(metrics), want) {

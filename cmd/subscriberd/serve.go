@@ -160,7 +160,10 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		ImportMaxBytes: cfg.ImportMaxBytes,
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
-		KeyUsage:        accounts,
+		// Three quarters of the pool's connections (api.WriteConcurrency): 12 on PostgreSQL,
+		// 6 on SQLite; the rest stays for reads and the workers.
+		WriteConcurrency: api.WriteConcurrency(db.DB.Stats().MaxOpenConnections),
+		KeyUsage:         accounts,
 	})
 	public.HandleConfirmations(repo.NewConfirmations(db))
 

@@ -32,7 +32,7 @@ func startWebhookWorker(ctx context.Context, db *repo.DB, s webhookSettings, met
 		log.Warn("WEBHOOK_ALLOW_PRIVATE is set: webhooks may be delivered to loopback and private addresses")
 	}
 	queue := repo.NewDeliveries(db)
-	if err := metrics.RegisterWebhookGauges(queue.Stats); err != nil {
+	if err := metrics.RegisterWebhookGauges(laneGauges(queue.Stats)); err != nil {
 		log.Error("webhook gauges not exported", "error", err)
 	}
 	if err := metrics.RegisterWebhookHeldGauge(queue.HeldPastHeartbeat); err != nil {

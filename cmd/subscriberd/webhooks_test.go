@@ -43,7 +43,9 @@ func TestServeWithoutWebhookWorkers(t *testing.T) {
 		t.Fatalf("create subscriber = %d %v", code, body)
 	}
 	depth := func(n string) func() bool {
-		return func() bool { return strings.Contains(get(t, a.admin+"/metrics"), "\nwebhook_queue_depth "+n+"\n") }
+		return func() bool {
+			return strings.Contains(get(t, a.admin+"/metrics"), "\nwebhook_queue_depth{lane=\"interactive\"} "+n+"\n")
+		}
 	}
 	waitUntil(t, "the queued delivery on /metrics", depth("1"))
 	time.Sleep(2 * time.Second) // four of a worker's poll intervals

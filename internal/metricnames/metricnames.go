@@ -50,9 +50,13 @@ func TouchAll(m *telemetry.Metrics) {
 	m.ScopeRefused("sk_0000")
 	m.EmailSend(context.Background(), telemetry.EmailSent, time.Millisecond)
 	m.BackendUp(true)
-	_ = m.RegisterOutboxGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
+	_ = m.RegisterOutboxGauges(func(context.Context) ([]telemetry.QueueLane, error) {
+		return []telemetry.QueueLane{{Lane: "interactive"}}, nil
+	})
 	m.WebhookDelivery(context.Background(), telemetry.WebhookDelivered, time.Millisecond)
-	_ = m.RegisterWebhookGauges(func(context.Context) (int64, time.Duration, error) { return 0, 0, nil })
+	_ = m.RegisterWebhookGauges(func(context.Context) ([]telemetry.QueueLane, error) {
+		return []telemetry.QueueLane{{Lane: "interactive"}}, nil
+	})
 	_ = m.RegisterOutboxHeldGauge(func(context.Context) (time.Duration, error) { return 0, nil })
 	_ = m.RegisterWebhookHeldGauge(func(context.Context) (time.Duration, error) { return 0, nil })
 	_ = m.RegisterDB(sql.OpenDB(nopConnector{}))
