@@ -15,11 +15,11 @@ import (
 )
 
 // This file reads an import's file (docs/api-contract.md §15) as it arrives, one row at a
-// time, into the JSON objects the store stages: a CSV row's columns by name, or an NDJSON line
-// as given. What makes the file unreadable (no email column, not UTF-8, broken quoting, a line
-// that is not a JSON object) is a *model.ImportFileError naming the line; a file over the
-// limits is a *model.ImportTooLargeError. The rows' fields are checked later, row by row, by
-// the worker (model.ParseImportRow).
+// time, into the objects the store validates and stages: a CSV row's columns by name, or an
+// NDJSON line's object. What makes the file unreadable (no email column, not UTF-8, broken
+// quoting, a line that is not a JSON object) is a *model.ImportFileError naming the line; a
+// file over the limits is a *model.ImportTooLargeError. The rows' fields are checked by the
+// store as it stages them (model.ParseImportObject); an invalid row is an error of the import.
 
 // maxNDJSONLine is the longest NDJSON line read: a subscriber object is a few hundred bytes.
 const maxNDJSONLine = 1 << 20
@@ -71,22 +71,23 @@ func fileError(format string, args ...any) error {
 }
 
 // ImportRows returns the function that yields the rows of body in format (model.ImportCSV
-// or model.ImportNDJSON), one JSON object each, then io.EOF; it fails after maxRows rows or
-// maxBytes bytes. POST /imports and the import command read files with it.
-func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() ([]byte, error) {
+// or model.ImportNDJSON), one object each (an NDJSON line's numbers as json.Number), then
+// io.EOF; it fails after maxRows rows or maxBytes bytes. POST /imports and the import command
+// read files with it.
+func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() (map[string]any, error) {
 	lb := &limitedBody{r: body, max: maxBytes}
 	br := bufio.NewReaderSize(lb, 64<<10)
 	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
 		br.Discard(len(bom)) //nolint:errcheck // peeked
 	}
-	var next func() ([]byte, error)
+	var next func() (map[string]any, error)
 	if format == model.ImportCSV {
 		next = csvRows(br)
 	} else {
 		next = ndjsonRows(br)
 	}
 	var n int64
-	return func() ([]byte, error) {
+	return func() (map[string]any, error) {
 		row, err := next()
 		if err != nil && lb.n > lb.max {
 			// The parsers may stumble on the cut-off end first: the limit is the cause.
@@ -102,21 +103,16 @@ func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() (
 	}
 }
 
-// csvRow is a CSV row as the store stages it. A column the file does not have is left out;
-// an empty status means the import's default.
-type csvRow struct {
-	Email  string  `json:"email"`
-	Name   *string `json:"name,omitempty"`
-	Status *string `json:"status,omitempty"`
-}
-
-func csvRows(r io.Reader) func() ([]byte, error) {
+// csvRows yields a CSV file's rows as objects: email, name when the file has the column (a
+// short row's missing one is ""), status when the row gives a non-blank one (else the
+// import's default applies).
+func csvRows(r io.Reader) func() (map[string]any, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1 // a short row lacks its last columns; its fields are checked by the rules
 	cr.ReuseRecord = true
 	emailCol, nameCol, statusCol := -1, -1, -1
 	started := false
-	return func() ([]byte, error) {
+	return func() (map[string]any, error) {
 		rec, err := cr.Read()
 		if err != nil {
 			return nil, csvError(err, started)
@@ -159,22 +155,22 @@ func csvRows(r io.Reader) func() ([]byte, error) {
 				}
 			}
 		}
-		var row csvRow
+		row := make(map[string]any, 3)
+		row["email"] = ""
 		if emailCol < len(rec) {
-			row.Email = rec[emailCol]
+			row["email"] = rec[emailCol]
 		}
 		if nameCol >= 0 {
 			name := ""
 			if nameCol < len(rec) {
 				name = rec[nameCol]
 			}
-			row.Name = &name
+			row["name"] = name
 		}
 		if statusCol >= 0 && statusCol < len(rec) && strings.TrimSpace(rec[statusCol]) != "" {
-			st := strings.TrimSpace(rec[statusCol])
-			row.Status = &st
+			row["status"] = strings.TrimSpace(rec[statusCol])
 		}
-		return json.Marshal(row)
+		return row, nil
 	}
 }
 
@@ -191,11 +187,11 @@ func csvError(err error, started bool) error {
 	return err
 }
 
-func ndjsonRows(r io.Reader) func() ([]byte, error) {
+func ndjsonRows(r io.Reader) func() (map[string]any, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxNDJSONLine)
 	line := 0
-	return func() ([]byte, error) {
+	return func() (map[string]any, error) {
 		for sc.Scan() {
 			line++
 			b := bytes.TrimSpace(sc.Bytes())
@@ -207,7 +203,13 @@ func ndjsonRows(r io.Reader) func() ([]byte, error) {
 			case b[0] != '{' || !json.Valid(b):
 				return nil, fileError("Line %d is not a JSON object.", line)
 			}
-			return b, nil
+			var obj map[string]any
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.UseNumber()
+			if err := dec.Decode(&obj); err != nil {
+				return nil, fileError("Line %d is not a JSON object.", line)
+			}
+			return obj, nil
 		}
 		switch err := sc.Err(); {
 		case err == nil:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -23,7 +24,11 @@ func readAll(file, format string, maxRows, maxBytes int64) ([]string, error) {
 		if err != nil {
 			return rows, err
 		}
-		rows = append(rows, string(row))
+		b, err := json.Marshal(row) // keys in order: the objects' fields are compared
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, string(b))
 	}
 }
 

@@ -18,9 +18,9 @@ import (
 
 // ImportStore stores imports (docs/api-contract.md §15).
 type ImportStore interface {
-	// Stage stores a new import with the rows next yields (io.EOF ends them) before it
-	// returns; when next fails nothing remains and its error is returned.
-	Stage(ctx context.Context, in model.NewImport, next func() ([]byte, error)) (model.Import, error)
+	// Stage validates and stores a new import with the rows next yields (io.EOF ends them)
+	// before it returns; when next fails nothing remains and its error is returned.
+	Stage(ctx context.Context, in model.NewImport, next func() (map[string]any, error)) (model.Import, error)
 	// Get, Errors and Cancel answer model.ErrImportNotFound for an unknown id.
 	Get(ctx context.Context, newsletterID, id uuid.UUID) (model.Import, error)
 	// List returns up to limit+1 imports, newest first, after the position after.

@@ -277,3 +277,21 @@ var (
 	// ErrWebhookNotFound is an unknown webhook endpoint id, or another newsletter's.
 	ErrWebhookNotFound = errors.New("webhook not found")
 )
+
+// SubscriberExtrasJSON is the JSON object {"attributes": …, "tags": …} holding the two fields
+// exactly as NewEvent writes them in an event's subscriber (nil as none). An import's batch,
+// which builds its events in SQL, splices it into them (repo; pinned to NewEvent by a test).
+func SubscriberExtrasJSON(attrs Attributes, tags []string) []byte {
+	w := struct {
+		Attributes Attributes `json:"attributes"`
+		Tags       []string   `json:"tags"`
+	}{attrs, tags}
+	if w.Attributes == nil {
+		w.Attributes = Attributes{}
+	}
+	if w.Tags == nil {
+		w.Tags = []string{}
+	}
+	b, _ := json.Marshal(w) // cannot fail, as NewEvent's
+	return b
+}

@@ -115,9 +115,8 @@ type ImportFileError struct{ Message string }
 
 func (e *ImportFileError) Error() string { return e.Message }
 
-// ParseImportRow validates one staged row of an import (a JSON object: a CSV row's columns by
-// name or an NDJSON line) by the rules of a create (docs/api-contract.md §3); a row without a
-// status takes def.
+// ParseImportRow validates one row of an import staged as JSON text (a JSON object: a CSV
+// row's columns by name or an NDJSON line), as ParseImportObject does.
 func ParseImportRow(data []byte, def Status) (NewSubscriber, *ValidationError) {
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -126,6 +125,13 @@ func ParseImportRow(data []byte, def Status) (NewSubscriber, *ValidationError) {
 		// Checked at upload; a row that got here unreadable is reported, not fatal.
 		return NewSubscriber{}, (*ValidationError)(nil).Add(attrBody, "The row must be a JSON object.")
 	}
+	return ParseImportObject(obj, def)
+}
+
+// ParseImportObject validates one row of an import (a CSV row's columns by name, or an NDJSON
+// line's object, its numbers as json.Number) by the rules of a create (docs/api-contract.md
+// §3); a row without a status takes def. It may change obj.
+func ParseImportObject(obj map[string]any, def Status) (NewSubscriber, *ValidationError) {
 	if _, ok := obj[attrStatus]; !ok {
 		obj[attrStatus] = string(def)
 	}

@@ -72,6 +72,16 @@ type engine interface {
 	// (Imports.Stage), through the store's writes of the import st carries. When st.next
 	// fails, nothing of the import remains and next's error is returned as it is.
 	stageImport(ctx context.Context, db *bun.DB, st staging) error
+	// markDuplicates marks, on db, each valid staged row of import id numbered after after
+	// up to last whose address an earlier one of them has (stagedRow.Duplicate).
+	markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error
+	// importBatch applies batch b's staged rows in the transaction tx, the batch's address
+	// locks held (Imports.Batch): the invalid rows' errors recorded; the suppressed ones,
+	// then the duplicates, skipped; the others created unless the newsletter has the
+	// address, with their created events, the events' deliveries and, for pending ones,
+	// confirmation emails. It returns the counts, and whether it queued a webhook delivery
+	// when the engine knows.
+	importBatch(ctx context.Context, tx bun.IDB, b importBatch) (counts batchCounts, delivering bool, err error)
 
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
 	// Deliveries.Claim) without waiting on another worker's claim. claimEmails takes the
@@ -137,19 +147,66 @@ type renaming struct {
 	Event                              eventRow
 }
 
-// staging is an import to stage (engine.stageImport): its id; the rows next yields (a row's
-// JSON object; io.EOF ends them), which the engine stores in import_rows numbered from 1; and
-// the store's writes of the import's own row. insert stores it, hidden from the API while
+// staging is an import to stage (engine.stageImport): its id; the rows next yields, validated
+// and numbered from 1 (io.EOF ends them), which the engine stores in import_rows; and the
+// store's writes of the import's own row. insert stores it, hidden from the API while
 // uploading (when the engine stages in several transactions); alive records that rows still
-// arrive (an upload SweepUploads leaves alone); finish completes it with its row count; drop
-// removes it with its rows.
+// arrive (an upload SweepUploads leaves alone); finish marks the duplicates and completes it
+// with its row count; drop removes it with its rows.
 type staging struct {
 	id     uuid.UUID
-	next   func() ([]byte, error)
+	next   func() (stagedRow, error)
 	insert func(ctx context.Context, db bun.IDB, uploading bool) error
 	alive  func(ctx context.Context, db bun.IDB) error
 	finish func(ctx context.Context, db bun.IDB, rows int64) error
 	drop   func(ctx context.Context) error
+}
+
+// stagedRow is one row of an import, validated and typed at the upload: a valid row has its
+// address (as given, its key, and the hashes an entry of the suppression list may hold for it:
+// model.EmailHashes), names and status; an invalid one only its errors (the JSON object of its
+// field messages). Duplicate marks a valid row whose address an earlier valid row of the file
+// has (engine.markDuplicates). Data is a row staged by an older version as uploaded, still to
+// be validated (Imports.Batch); nil otherwise.
+type stagedRow struct {
+	bun.BaseModel `bun:"table:import_rows"`
+
+	ImportID   uuid.UUID `bun:"import_id,type:uuid"`
+	RowNo      int64     `bun:"row_no"`
+	Data       *string   `bun:"data"`
+	Email      string    `bun:"email,nullzero"`
+	EmailKey   string    `bun:"email_key,nullzero"`
+	EmailHash  []byte    `bun:"email_hash,nullzero"`
+	LegacyHash []byte    `bun:"legacy_hash,nullzero"`
+	FirstName  string    `bun:"first_name"`
+	LastName   string    `bun:"last_name"`
+	Status     string    `bun:"status,nullzero"`
+	Errors     string    `bun:"errors,nullzero"`
+	Duplicate  bool      `bun:"duplicate"`
+	// Extra is an NDJSON line's attributes and tags (docs/api-contract.md §19.2), as
+	// model.SubscriberExtrasJSON writes them; "" when it has neither.
+	Extra string `bun:"extra,nullzero"`
+}
+
+// importBatch is one batch of an import (engine.importBatch): the staged rows numbered After+1
+// to Last of Import into Newsletter, at Now, with the events' traceparent (the batch's span)
+// and source (the upload's key), and that source as the JSON object model.NewEvent writes.
+type importBatch struct {
+	Import, Newsletter uuid.UUID
+	After, Last        int64
+	Now                time.Time
+	Traceparent        string
+	Source             model.EventSource
+	SourceJSON         string
+}
+
+// batchCounts are what a batch's statements count; existing is what remains of processed.
+type batchCounts struct {
+	Processed  int64 `bun:"processed"`
+	Invalid    int64 `bun:"invalid"`
+	Suppressed int64 `bun:"suppressed"`
+	Created    int64 `bun:"created"`
+	Pending    int64 `bun:"pending"`
 }
 
 // The event log as the engines write it (engine.insertEvents, and the writes of one statement

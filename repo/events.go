@@ -31,9 +31,7 @@ func (s *store) recordEvents(ctx context.Context, db bun.IDB, evs []model.Event,
 // eventRows are the rows of evs, carrying ctx's trace context so that their deliveries link to
 // the request that caused them.
 func eventRows(ctx context.Context, evs []model.Event) []eventRow {
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	tp := carrier.Get("traceparent")
+	tp := traceparent(ctx)
 	rows := make([]eventRow, len(evs))
 	for i, e := range evs {
 		rows[i] = eventRow{ID: e.ID, NewsletterID: e.NewsletterID, SubscriberID: e.SubscriberID,
@@ -83,4 +81,11 @@ func (e *Events) History(ctx context.Context, nl, id uuid.UUID, p model.EventPag
 			Timestamp: r.CreatedAt.UTC(), Payload: []byte(r.Payload)}
 	}
 	return out, more, nil
+}
+
+// traceparent is ctx's trace context as a W3C traceparent, or "".
+func traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
 }

@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"github.com/subscriberd/subscriberd/model"
-	"github.com/subscriberd/subscriberd/outbox"
 )
 
 // importRow is one import (docs/api-contract.md §15).
@@ -60,13 +58,25 @@ func (r *importRow) toModel() model.Import {
 	}
 }
 
-// stagedRow is one row of an import as uploaded.
-type stagedRow struct {
-	bun.BaseModel `bun:"table:import_rows"`
-
-	ImportID uuid.UUID `bun:"import_id,type:uuid"`
-	RowNo    int64     `bun:"row_no"`
-	Data     string    `bun:"data"`
+// newStagedRow is row n of import id as staged: the subscriber it validated as, or its
+// errors.
+func newStagedRow(id uuid.UUID, n int64, ns model.NewSubscriber, verr *model.ValidationError) stagedRow {
+	r := stagedRow{ImportID: id, RowNo: n}
+	if verr != nil {
+		msgs, _ := json.Marshal(verr.Fields) // cannot fail: strings
+		r.Errors = string(msgs)
+		return r
+	}
+	r.Email, r.EmailKey, r.FirstName, r.LastName, r.Status = ns.Email, model.EmailKey(ns.Email), ns.FirstName, ns.LastName, string(ns.Status)
+	hashes := model.EmailHashes(ns.Email)
+	r.EmailHash = hashes[0]
+	if len(hashes) > 1 {
+		r.LegacyHash = hashes[1]
+	}
+	if len(ns.Attributes) > 0 || len(ns.Tags) > 0 {
+		r.Extra = string(model.SubscriberExtrasJSON(ns.Attributes, ns.Tags))
+	}
+	return r
 }
 
 // importErrorRow is the errors of one invalid row.
@@ -88,18 +98,31 @@ func NewImports(db *DB) *Imports {
 	return &Imports{store: newStore(db)}
 }
 
-// Stage stores a new import with every row next yields (a row's JSON object; io.EOF ends
-// them), durably, before it returns: on PostgreSQL in one transaction, the rows by COPY; on
-// SQLite in short transactions, the import invisible ("uploading") until its last row is
-// stored, so that a long upload never holds the database's write lock. When next fails (a
-// malformed file, a limit, a client that went away) nothing of the import remains, and its
-// error is returned as it is.
-func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]byte, error)) (model.Import, error) {
+// Stage stores a new import with every row next yields (a row's object: a CSV row's columns
+// by name or an NDJSON line's; io.EOF ends them), durably, before it returns: each row
+// validated (model.ParseImportObject) and staged typed, and the rows whose address an earlier
+// row has marked (engine.markDuplicates: decided once for the whole file, so that no batch
+// needs another's rows); on PostgreSQL in one transaction, the rows by COPY; on SQLite in
+// short transactions, the import invisible ("uploading") until its last row is stored, so
+// that a long upload never holds the database's write lock. When next fails (a malformed
+// file, a limit, a client that went away) nothing of the import remains, and its error is
+// returned as it is.
+func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() (map[string]any, error)) (model.Import, error) {
 	now := s.now()
 	row := importRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: in.NewsletterID, State: model.ImportQueued,
 		Format: in.Format, DefaultStatus: string(in.DefaultStatus), KeyPrefix: in.KeyPrefix,
 		Traceparent: in.Traceparent, CreatedAt: now, UpdatedAt: now}
-	err := s.db.eng.stageImport(ctx, s.db.DB, staging{id: row.ID, next: next,
+	var n int64
+	rows := func() (stagedRow, error) {
+		obj, err := next()
+		if err != nil {
+			return stagedRow{}, err
+		}
+		n++
+		ns, verr := model.ParseImportObject(obj, in.DefaultStatus)
+		return newStagedRow(row.ID, n, ns, verr), nil
+	}
+	err := s.db.eng.stageImport(ctx, s.db.DB, staging{id: row.ID, next: rows,
 		insert: func(ctx context.Context, db bun.IDB, uploading bool) error {
 			if uploading {
 				row.State = model.ImportUploading
@@ -112,6 +135,9 @@ func (s *Imports) Stage(ctx context.Context, in model.NewImport, next func() ([]
 			return err
 		},
 		finish: func(ctx context.Context, db bun.IDB, n int64) error {
+			if err := s.db.eng.markDuplicates(ctx, db, row.ID, 0, math.MaxInt64); err != nil {
+				return translate(err)
+			}
 			finishStaged(&row, n, s.now())
 			_, err := db.NewUpdate().Model(&row).Column("row_count", "state", "started_at", "finished_at").WherePK().Exec(ctx)
 			return translate(err)
@@ -292,9 +318,11 @@ func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
 // Batch processes the next up to size rows of job in one transaction: it creates the
 // subscribers of the valid rows whose address the newsletter does not have yet (with their
 // events, webhook deliveries and, for pending ones, confirmation emails), records the errors
-// of the invalid rows, and advances the import's counts, extending the lease. It returns what
-// this batch counted and whether the import is finished (completed). A worker that no longer
-// holds the import gets model.ErrImportLost, and nothing of the batch is stored.
+// of the invalid rows, and advances the import's counts, extending the lease. The rows do not
+// pass through the service: the engine's importBatch does it in set-based statements over the
+// staged rows. It returns what this batch counted and whether the import is finished
+// (completed). A worker that no longer holds the import gets model.ErrImportLost, and nothing
+// of the batch is stored.
 func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, lease time.Duration) (model.ImportCounts, bool, error) {
 	var (
 		counts     model.ImportCounts
@@ -315,17 +343,26 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		if cur.State != model.ImportRunning || cur.Claim == nil || *cur.Claim != job.Claim {
 			return fmt.Errorf("%w", model.ErrImportLost)
 		}
-		var staged []stagedRow
-		if err := tx.NewSelect().Model(&staged).Where("import_id = ? AND row_no > ?", job.ID, cur.Processed).
-			OrderExpr("row_no").Limit(size).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		now := s.now()
+		// The rows are numbered 1 to row_count and removed once processed: the batch is the
+		// next size of them.
+		src := model.APISource(cur.KeyPrefix)
+		b := importBatch{Import: cur.ID, Newsletter: cur.NewsletterID, After: cur.Processed,
+			Last: cur.Processed + int64(size), Now: now, Traceparent: traceparent(ctx),
+			Source: src, SourceJSON: eventSourceJSON(src)}
+		if err := s.typeLegacyRows(ctx, tx, b, model.Status(cur.DefaultStatus)); err != nil {
 			return err
 		}
-		now := s.now()
-		res, err := s.applyRows(ctx, tx, &cur, staged, now)
+		if err := s.lockStagedKeys(ctx, tx, b); err != nil {
+			return err
+		}
+		c, d, err := s.db.eng.importBatch(ctx, tx, b)
 		if err != nil {
 			return err
 		}
-		counts, pending, delivering = res.counts, res.pending, res.delivering
+		counts = model.ImportCounts{Processed: c.Processed, Created: c.Created, Suppressed: c.Suppressed,
+			Invalid: c.Invalid, Existing: c.Processed - c.Invalid - c.Suppressed - c.Created}
+		pending, delivering = c.Pending > 0, d
 		cur.Processed += counts.Processed
 		cur.Created += counts.Created
 		cur.Existing += counts.Existing
@@ -334,7 +371,7 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 		cur.UpdatedAt = now
 		leaseUntil := now.Add(lease)
 		cur.LeaseUntil = &leaseUntil
-		if cur.Processed >= cur.RowCount || len(staged) == 0 {
+		if cur.Processed >= cur.RowCount || counts.Processed == 0 {
 			done = true
 			cur.State, cur.FinishedAt, cur.Claim, cur.LeaseUntil = model.ImportCompleted, &now, nil, nil
 		}
@@ -343,12 +380,12 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 			WherePK().Exec(ctx); err != nil {
 			return err
 		}
-		if len(staged) > 0 {
+		if counts.Processed > 0 {
 			// The staged rows are not needed once their outcome is committed. Bounded below
 			// too: the index's entries of the rows deleted before are dead but still there
 			// until a vacuum, and "row_no <= last" walked all of them in every batch.
 			if _, err := tx.NewDelete().Table("import_rows").
-				Where("import_id = ? AND row_no BETWEEN ? AND ?", job.ID, staged[0].RowNo, staged[len(staged)-1].RowNo).Exec(ctx); err != nil {
+				Where("import_id = ? AND row_no > ? AND row_no <= ?", b.Import, b.After, b.Last).Exec(ctx); err != nil {
 				return err
 			}
 		}
@@ -364,99 +401,57 @@ func (s *Imports) Batch(ctx context.Context, job model.ImportJob, size int, leas
 	return counts, done, nil
 }
 
-type appliedRows struct {
-	counts              model.ImportCounts
-	pending, delivering bool
+// lockStagedKeys takes, in tx, the address locks of the batch's valid rows before the batch
+// reads the suppression list, as every write that subscribes an address does (see
+// store.checkNotSuppressed): a suppression committed while the batch waited is seen.
+func (s *Imports) lockStagedKeys(ctx context.Context, tx bun.IDB, b importBatch) error {
+	var keys []string
+	if err := tx.NewRaw(`SELECT DISTINCT email_key FROM import_rows
+WHERE import_id = ? AND row_no > ? AND row_no <= ? AND email_key IS NOT NULL`, b.Import, b.After, b.Last).
+		Scan(ctx, &keys); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return s.lockKeys(ctx, tx, b.Newsletter, keys)
 }
 
-// applyRows decides the outcome of each staged row and stores it, in tx.
-func (s *Imports) applyRows(ctx context.Context, tx bun.IDB, imp *importRow, staged []stagedRow, now time.Time) (appliedRows, error) {
-	var out appliedRows
-	out.counts.Processed = int64(len(staged))
-	var errRows []importErrorRow
-	var valid []subscriberRow
-	for _, st := range staged {
-		ns, verr := model.ParseImportRow([]byte(st.Data), model.Status(imp.DefaultStatus))
-		if verr != nil {
-			msgs, _ := json.Marshal(verr.Fields)
-			errRows = append(errRows, importErrorRow{ImportID: imp.ID, RowNo: st.RowNo, Errors: string(msgs)})
-			continue
-		}
-		valid = append(valid, subscriberRow{ID: uuid.Must(uuid.NewV7()), NewsletterID: imp.NewsletterID,
-			Email: ns.Email, EmailKey: model.EmailKey(ns.Email), FirstName: ns.FirstName, LastName: ns.LastName,
-			Status: string(ns.Status), CreatedAt: now, UpdatedAt: now,
-			Attributes: attributesOf(ns.Attributes), Tags: tagsOf(ns.Tags)}) // an NDJSON line's (§19.2)
+// typeLegacyRows validates the batch's rows that an older version staged as uploaded (data)
+// and stores them typed, then marks the duplicates among them (earlier batches' addresses are
+// in the newsletter by now, and count as existing there).
+func (s *Imports) typeLegacyRows(ctx context.Context, tx bun.IDB, b importBatch, def model.Status) error {
+	var legacy []stagedRow
+	if err := tx.NewSelect().Model(&legacy).Column("row_no", "data").
+		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).
+		Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
 	}
-	out.counts.Invalid = int64(len(errRows))
-	if len(errRows) > 0 {
-		if _, err := tx.NewInsert().Model(&errRows).Exec(ctx); err != nil {
-			return out, err
-		}
+	if len(legacy) == 0 {
+		return nil
 	}
-	if len(valid) == 0 {
-		return out, nil
+	typed := make([]stagedRow, len(legacy))
+	for i, r := range legacy {
+		ns, verr := model.ParseImportRow([]byte(*r.Data), def)
+		typed[i] = newStagedRow(b.Import, r.RowNo, ns, verr)
 	}
-	// docs/api-contract.md §13: a suppressed address is not subscribed, and this is checked
-	// before the uniqueness rule. The check takes each address's lock, as a suppression does,
-	// so that one committing meanwhile is seen.
-	emails := make([]string, len(valid))
-	for i, c := range valid {
-		emails[i] = c.Email
+	if _, err := tx.NewDelete().Table("import_rows").
+		Where("import_id = ? AND row_no > ? AND row_no <= ? AND data IS NOT NULL", b.Import, b.After, b.Last).Exec(ctx); err != nil {
+		return err
 	}
-	var supp *model.SuppressedError
-	if err := s.checkNotSuppressed(ctx, tx, imp.NewsletterID, emails...); err != nil && !errors.As(err, &supp) {
-		return out, err
+	// Returning("NULL"): bun would read the nullzero columns back from every row.
+	if _, err := tx.NewInsert().Model(&typed).Returning("NULL").Exec(ctx); err != nil {
+		return err
 	}
-	cands := make([]subscriberRow, 0, len(valid))
-	seen := make(map[string]bool, len(valid))
-	var suppressed map[int]model.SuppressionReason
-	if supp != nil {
-		suppressed = supp.Reasons
+	return s.db.eng.markDuplicates(ctx, tx, b.Import, b.After, b.Last)
+}
+
+// eventSourceJSON is the "source" object of the events model.NewEvent makes for src: the
+// events a batch builds in SQL carry it as it is.
+func eventSourceJSON(src model.EventSource) string {
+	ev := model.NewEvent(model.EventCreated, model.Subscriber{}, nil, src, time.Time{})
+	var w struct {
+		Data struct {
+			Source json.RawMessage `json:"source"`
+		} `json:"data"`
 	}
-	for i, c := range valid {
-		if _, ok := suppressed[i]; ok {
-			out.counts.Suppressed++
-			continue
-		}
-		if seen[c.EmailKey] { // earlier in the file
-			out.counts.Existing++
-			continue
-		}
-		seen[c.EmailKey] = true
-		cands = append(cands, c)
-	}
-	if len(cands) == 0 {
-		return out, nil
-	}
-	// Keys in order, as insertMany takes them, so that concurrent writers never deadlock.
-	slices.SortFunc(cands, func(a, b subscriberRow) int { return strings.Compare(a.EmailKey, b.EmailKey) })
-	var inserted []uuid.UUID
-	if err := tx.NewInsert().Model(&cands).On("CONFLICT (newsletter_id, email_key) DO NOTHING").
-		Returning("id").Scan(ctx, &inserted); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return out, err
-	}
-	created := make(map[uuid.UUID]bool, len(inserted))
-	for _, id := range inserted {
-		created[id] = true
-	}
-	src := model.APISource(imp.KeyPrefix)
-	var evs []model.Event
-	var pendingRows []subscriberRow
-	for _, c := range cands {
-		if !created[c.ID] { // the newsletter has the address: nothing about it changes
-			out.counts.Existing++
-			continue
-		}
-		out.counts.Created++
-		evs = append(evs, model.NewEvent(model.EventCreated, c.toModel(), nil, src, now))
-		if c.Status == string(model.StatusPending) {
-			pendingRows = append(pendingRows, c)
-		}
-	}
-	var err error
-	if out.delivering, err = s.recordEvents(ctx, tx, evs, outbox.Bulk); err != nil {
-		return out, err
-	}
-	out.pending = len(pendingRows) > 0
-	return out, queueConfirmations(ctx, tx, pendingRows, outbox.Bulk)
+	_ = json.Unmarshal(ev.Payload, &w) // model.NewEvent's own JSON
+	return string(w.Data.Source)
 }

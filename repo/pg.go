@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -529,8 +530,17 @@ func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err e
 	if err := st.insert(ctx, conn, false); err != nil {
 		return err
 	}
+	// The COPY lasts as long as the upload arrives, which may take minutes (docs/api-contract.md
+	// §15.1): the statement timeout, meant for the server's own work, would cut an upload
+	// from a slow client (or on a busy machine) after 25 s. The COPY is bounded by the
+	// request instead: when its context ends the connection is dropped and the server rolls
+	// back. The statements after it have the timeout again.
+	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+		return translate(err)
+	}
 	cr := &copyReader{next: st.next, id: st.id.String()}
-	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, data) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
+	res, err := pgconn.CopyFrom(ctx, conn, cr, "COPY import_rows (import_id, row_no, email, email_key, email_hash, "+
+		"legacy_hash, first_name, last_name, status, errors, extra) FROM STDIN") // pgdriver.CopyFrom on the wrapped connection
 	if cr.err != nil && !errors.Is(cr.err, io.EOF) {
 		return cr.err // the upload's own error, whatever the driver made of it
 	}
@@ -538,6 +548,9 @@ func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err e
 		return translate(err)
 	}
 	n, _ := res.RowsAffected()
+	if _, err := conn.ExecContext(ctx, "SET LOCAL statement_timeout TO DEFAULT"); err != nil {
+		return translate(err)
+	}
 	if err := st.finish(ctx, conn, n); err != nil {
 		return err
 	}
@@ -555,13 +568,13 @@ func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err e
 	return nil
 }
 
-// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB data"
-// lines, data escaped as COPY's text format wants. It fills each read as far as it can, so
-// that one COPY message carries many rows.
+// copyReader is the text of a COPY of the rows next yields: "import_id TAB row_no TAB email
+// TAB email_key TAB email_hash TAB legacy_hash TAB first_name TAB last_name TAB status TAB
+// errors" lines, escaped as COPY's text format wants, \N for NULL. It fills each read as far
+// as it can, so that one COPY message carries many rows.
 type copyReader struct {
-	next func() ([]byte, error)
+	next func() (stagedRow, error)
 	id   string
-	row  int64
 	buf  []byte
 	err  error
 }
@@ -573,13 +586,12 @@ func (r *copyReader) Read(p []byte) (int, error) {
 			if r.err != nil {
 				break
 			}
-			data, err := r.next()
+			row, err := r.next()
 			if err != nil {
 				r.err = err
 				break
 			}
-			r.row++
-			r.buf = appendCopyLine(r.buf[:0], r.id, r.row, data)
+			r.buf = appendCopyLine(r.buf[:0], r.id, &row)
 		}
 		c := copy(p[n:], r.buf)
 		r.buf = r.buf[c:]
@@ -591,13 +603,43 @@ func (r *copyReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
+func appendCopyLine(b []byte, id string, row *stagedRow) []byte {
 	b = append(b, id...)
 	b = append(b, '\t')
-	b = strconv.AppendInt(b, row, 10)
-	b = append(b, '\t')
-	for _, c := range data {
-		switch c {
+	b = strconv.AppendInt(b, row.RowNo, 10)
+	if row.Errors != "" {
+		b = append(b, "\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t"...)
+		b = appendCopyText(b, row.Errors)
+		return append(b, "\t\\N\n"...)
+	}
+	for _, f := range []string{row.Email, row.EmailKey} {
+		b = append(b, '\t')
+		b = appendCopyText(b, f)
+	}
+	for _, h := range [][]byte{row.EmailHash, row.LegacyHash} {
+		if h == nil {
+			b = append(b, "\t\\N"...)
+			continue
+		}
+		b = append(b, "\t\\\\x"...) // bytea's hex form, its backslash escaped
+		b = hex.AppendEncode(b, h)
+	}
+	for _, f := range []string{row.FirstName, row.LastName, row.Status} {
+		b = append(b, '\t')
+		b = appendCopyText(b, f)
+	}
+	b = append(b, "\t\\N\t"...) // errors
+	if row.Extra == "" {
+		return append(b, "\\N\n"...)
+	}
+	b = appendCopyText(b, row.Extra)
+	return append(b, '\n')
+}
+
+// appendCopyText appends s escaped for COPY's text format.
+func appendCopyText(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
 		case '\\':
 			b = append(b, '\\', '\\')
 		case '\n':
@@ -610,7 +652,103 @@ func appendCopyLine(b []byte, id string, row int64, data []byte) []byte {
 			b = append(b, c)
 		}
 	}
-	return append(b, '\n')
+	return b
+}
+
+// importBatch is one statement (importBatchStmt) over the batch's staged rows. Whether it
+// queued deliveries is not asked: the workers poll.
+func (e *pgEngine) importBatch(ctx context.Context, tx bun.IDB, b importBatch) (batchCounts, bool, error) {
+	var c batchCounts
+	err := e.queryRow(ctx, tx, importBatchStmt, &c, b.Import, b.Newsletter, b.After, b.Last, b.Now,
+		model.FormatTime(b.Now), string(model.EventCreated), b.Traceparent, b.SourceJSON)
+	return c, false, err
+}
+
+// jsonStringPG is the SQL expression of the JSON string of the text expression x, written as
+// Go's encoding/json writes it (model.NewEvent): PostgreSQL's to_json escapes quotes,
+// backslashes and control characters as Go does, and Go also escapes <, >, & and the line and
+// paragraph separators.
+func jsonStringPG(x string) string {
+	return `replace(replace(replace(replace(replace(to_json(` + x + `)::text, '<', '\u003c'), '>', '\u003e'), '&', '\u0026'), ` +
+		`U&'\2028', '\u2028'), U&'\2029', '\u2029')`
+}
+
+// importBatchStmt is pgEngine.importBatch's statement, prepared (see statement): $1 the import,
+// $2 its newsletter, $3 and $4 the batch's rows (row_no after $3, up to $4), $5 the time, $6
+// the same in the contract's form, $7 the event type (subscriber.created), $8 the events'
+// traceparent, $9 their source object. Its parts, in one snapshot:
+//   - b: the batch's rows, each valid one checked against the suppression list by its hashes
+//     (model.EmailHashes; the caller holds the addresses' locks, so a suppression committed
+//     meanwhile is seen);
+//   - e: the invalid rows' errors;
+//   - s: the subscribers of the valid rows neither suppressed nor duplicates, unless the
+//     newsletter has the address (ON CONFLICT … DO NOTHING: then existing), in key order as
+//     every multi-row insert, ids made in SQL (uuid_v7);
+//   - ev, d, m: their created events (the JSON model.NewEvent writes, pinned by a test), the
+//     events' deliveries and the pending ones' confirmation emails, both in the bulk lane
+//     (outbox.Bulk).
+//
+// It returns the counts. The subscriber counters follow by their trigger.
+var importBatchStmt = newStatement("INSERT", "subscribers", `WITH b AS (
+    SELECT r.row_no, r.email, r.email_key, r.first_name, r.last_name, r.status, r.errors, r.duplicate, r.extra,
+        r.errors IS NULL AND EXISTS (
+            SELECT 1 FROM suppressions AS x
+            WHERE x.newsletter_id = $2::uuid AND x.email_hash IN (r.email_hash, r.legacy_hash)) AS suppressed
+    FROM import_rows AS r
+    WHERE r.import_id = $1::uuid AND r.row_no > $3::bigint AND r.row_no <= $4::bigint),
+e AS (
+    INSERT INTO import_errors (import_id, row_no, errors)
+    SELECT $1::uuid, row_no, errors FROM b WHERE errors IS NOT NULL),
+s AS (
+    INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
+        attributes, tags)
+    SELECT uuid_v7(), $2::uuid, email, email_key, first_name, last_name, status, $5::timestamptz, $5::timestamptz,
+        coalesce(extra::jsonb -> 'attributes', '{}'), coalesce(ARRAY(SELECT jsonb_array_elements_text(extra::jsonb -> 'tags')), '{}')
+    FROM b WHERE errors IS NULL AND NOT suppressed AND NOT duplicate
+    ORDER BY email_key COLLATE "C"
+    ON CONFLICT (newsletter_id, email_key) DO NOTHING
+    RETURNING id, newsletter_id, email, email_key, first_name, last_name, status),
+n AS (
+    SELECT uuid_v7() AS event_id, s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status,
+        coalesce(substr(b.extra, 2, length(b.extra) - 2), '"attributes":{},"tags":[]') AS extra
+    FROM s JOIN b ON b.email_key = s.email_key AND b.errors IS NULL AND NOT b.duplicate),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT event_id, newsletter_id, id, $7::text,
+        '{"id":"' || event_id || '","type":"' || $7::text || '","timestamp":"' || $6::text ||
+        '","data":{"subscriber":{"id":"' || id || '","email":' || `+jsonStringPG("email")+` ||
+        ',"name":' || `+jsonStringPG(`CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END`)+` ||
+        ',"status":"' || status || '","created_at":"' || $6::text || '",' || extra || '},"previous":{},"source":' || $9::text || '}}',
+        $8::text, $5::timestamptz
+    FROM n
+    RETURNING id, newsletter_id, type, created_at),
+d AS (`+queueDeliveriesIn(outbox.Bulk)+eventMatchPG+`),
+m AS (
+    INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, lane, state, attempts, next_attempt_at,
+        last_error, traceparent, created_at, updated_at)
+    SELECT uuid_v7(), newsletter_id, id, '`+model.EmailKindConfirmation+`', `+strconv.Itoa(int(outbox.Bulk))+`, 'pending', 0,
+        $5::timestamptz, '', $8::text, $5::timestamptz, $5::timestamptz
+    FROM s WHERE status = '`+string(model.StatusPending)+`')
+SELECT count(*) AS processed,
+    count(*) FILTER (WHERE errors IS NOT NULL) AS invalid,
+    count(*) FILTER (WHERE suppressed) AS suppressed,
+    (SELECT count(*) FROM s) AS created,
+    (SELECT count(*) FROM s WHERE status = '`+string(model.StatusPending)+`') AS pending
+FROM b`)
+
+// markDuplicates compares the keys bytewise (COLLATE "C": the same equality, and a sort several
+// times faster than the database's collation's). The rows are found by their numbers, gathered
+// first (ARRAY), so that no plan can join the whole file to itself: freshly staged rows have no
+// statistics yet, and an estimate of one row made a nested loop of hours.
+func (*pgEngine) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error {
+	_, err := db.NewRaw(`UPDATE import_rows SET duplicate = TRUE
+WHERE import_id = ?0 AND row_no = ANY (ARRAY(
+    SELECT row_no FROM (
+        SELECT row_no, row_number() OVER (PARTITION BY email_key COLLATE "C" ORDER BY row_no) AS n
+        FROM import_rows
+        WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND email_key IS NOT NULL) AS d
+    WHERE n > 1))`, id, after, last).Exec(ctx)
+	return err
 }
 
 // listFilteredPostgres is a list page with the filters of docs/api-contract.md §19.3: the

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -576,14 +577,30 @@ func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (e
 		}
 	}()
 	var n int64
-	batch := make([]stagedRowSQLite, 0, sqliteStageBatch)
+	batch := make([]stagedRow, 0, sqliteStageBatch)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
 		err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
-			if _, err := tx.NewInsert().Model(&batch).Exec(ctx); err != nil {
+			// One statement prepared for the batch's rows: SQLite parsing one INSERT of 500
+			// rows of literals took most of an upload's time.
+			btx, ok := tx.(bun.Tx)
+			if !ok {
+				return fmt.Errorf("staging an import: %T is not a transaction", tx)
+			}
+			stmt, err := btx.PrepareContext(ctx, stageRowSQLite)
+			if err != nil {
 				return err
+			}
+			defer stmt.Close()
+			for i := range batch {
+				r := &batch[i]
+				if _, err := stmt.ExecContext(ctx, r.ImportID.String(), r.RowNo, nullText(r.Email), nullText(r.EmailKey),
+					nullBytes(r.EmailHash), nullBytes(r.LegacyHash), r.FirstName, r.LastName, nullText(r.Status),
+					nullText(r.Errors), nullText(r.Extra)); err != nil {
+					return err
+				}
 			}
 			return st.alive(ctx, tx)
 		})
@@ -591,7 +608,7 @@ func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (e
 		return translate(err)
 	}
 	for {
-		data, err := st.next()
+		r, err := st.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -599,7 +616,7 @@ func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (e
 			return err
 		}
 		n++
-		batch = append(batch, stagedRowSQLite{ImportID: st.id, RowNo: n, Data: string(data)})
+		batch = append(batch, r)
 		if len(batch) == sqliteStageBatch {
 			if err := flush(); err != nil {
 				return err
@@ -612,16 +629,38 @@ func (*sqliteEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (e
 	return st.finish(ctx, db, n)
 }
 
-// sqliteStageBatch is how many staged rows one SQLite insert (and transaction) holds.
+// stageRowSQLite stores one staged row (stageImport).
+const stageRowSQLite = `INSERT INTO import_rows (import_id, row_no, email, email_key, email_hash, legacy_hash,
+    first_name, last_name, status, errors, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// nullText and nullBytes are v, or NULL when it is empty.
+func nullText(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+func nullBytes(v []byte) any {
+	if len(v) == 0 {
+		return nil
+	}
+	return v
+}
+
+// sqliteStageBatch is how many staged rows one SQLite transaction holds.
 const sqliteStageBatch = 500
 
-// stagedRowSQLite is one row of an import as stageImport stores it.
-type stagedRowSQLite struct {
-	bun.BaseModel `bun:"table:import_rows"`
-
-	ImportID uuid.UUID `bun:"import_id,type:uuid"`
-	RowNo    int64     `bun:"row_no"`
-	Data     string    `bun:"data"`
+// markDuplicates finds the rows by an IN list, which SQLite builds once.
+func (*sqliteEngine) markDuplicates(ctx context.Context, db bun.IDB, id uuid.UUID, after, last int64) error {
+	_, err := db.NewRaw(`UPDATE import_rows SET duplicate = TRUE
+WHERE import_id = ?0 AND row_no IN (
+    SELECT row_no FROM (
+        SELECT row_no, row_number() OVER (PARTITION BY email_key ORDER BY row_no) AS n
+        FROM import_rows
+        WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND email_key IS NOT NULL) AS d
+    WHERE n > 1)`, id, after, last).Exec(ctx)
+	return err
 }
 
 // listFilteredSQLite is a list page with the filters of docs/api-contract.md §19.3, read with
@@ -689,3 +728,85 @@ func filterSQLite(nl uuid.UUID, q model.ListQuery) (string, []any) {
 	}
 	return strings.Join(conds, " AND "), args
 }
+
+// importBatch applies the batch in a few statements of the caller's immediate transaction: the
+// counts, the invalid rows' errors, and the subscribers' insert (stagedSuppressedSQLite, ids
+// made in SQL as uuidV7SQLite), whose created rows come back to make their events with
+// model.NewEvent and, for pending ones, their confirmation emails.
+func (e *sqliteEngine) importBatch(ctx context.Context, tx bun.IDB, b importBatch) (batchCounts, bool, error) {
+	var c batchCounts
+	if err := tx.NewRaw(`SELECT count(*) AS processed,
+    coalesce(sum(errors IS NOT NULL), 0) AS invalid,
+    coalesce(sum(errors IS NULL AND `+stagedSuppressedSQLite+`), 0) AS suppressed
+FROM import_rows AS r WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3`,
+		b.Import, b.Newsletter, b.After, b.Last).Scan(ctx, &c); err != nil {
+		return c, false, err
+	}
+	if _, err := tx.NewRaw(`INSERT INTO import_errors (import_id, row_no, errors)
+SELECT import_id, row_no, errors FROM import_rows
+WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b.Import, b.After, b.Last).Exec(ctx); err != nil {
+		return c, false, err
+	}
+	ms := b.Now.UnixMilli()
+	var created []struct {
+		ID           uuid.UUID        `bun:"id"`
+		NewsletterID uuid.UUID        `bun:"newsletter_id"`
+		Email        string           `bun:"email"`
+		FirstName    string           `bun:"first_name"`
+		LastName     string           `bun:"last_name"`
+		Status       string           `bun:"status"`
+		CreatedAt    time.Time        `bun:"created_at"`
+		Attributes   attributesColumn `bun:"attributes"`
+		Tags         tagsColumn       `bun:"tags"`
+	}
+	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
+    attributes, tags)
+SELECT `+uuidV7SQLite+`, ?1, email, email_key, first_name, last_name, status, ?5, ?5,
+    coalesce(json_extract(r.extra, '$.attributes'), '{}'), coalesce(json_extract(r.extra, '$.tags'), '[]')
+FROM import_rows AS r
+WHERE r.import_id = ?0 AND r.row_no > ?2 AND r.row_no <= ?3 AND r.errors IS NULL AND NOT r.duplicate
+    AND NOT `+stagedSuppressedSQLite+`
+ON CONFLICT (newsletter_id, email_key) DO NOTHING
+RETURNING id, newsletter_id, email, first_name, last_name, status, created_at, attributes, tags`,
+		b.Import, b.Newsletter, b.After, b.Last, fmt.Sprintf("%08x-%04x-7", ms>>16, ms&0xffff), b.Now).
+		Scan(ctx, &created); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return c, false, err
+	}
+	c.Created = int64(len(created))
+	evs := make([]eventRow, len(created))
+	for i, r := range created {
+		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
+			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt,
+			Attributes: r.Attributes.model(), Tags: r.Tags.model()}
+		ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
+		evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
+			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
+		if r.Status != string(model.StatusPending) {
+			continue
+		}
+		c.Pending++
+		if _, err := e.exec(ctx, tx, insertBulkConfirmationSQLite, uuid.Must(uuid.NewV7()), r.NewsletterID, r.ID, b.Now, b.Traceparent); err != nil {
+			return c, false, err
+		}
+	}
+	if len(evs) == 0 {
+		return c, false, nil
+	}
+	delivering, err := e.insertEvents(ctx, tx, evs, outbox.Bulk)
+	return c, delivering, err
+}
+
+// insertBulkConfirmationSQLite is insertConfirmationSQLite in the bulk lane (outbox.Bulk).
+var insertBulkConfirmationSQLite = newStatement("INSERT", "email_outbox",
+	`INSERT INTO email_outbox (id, newsletter_id, subscriber_id, kind, lane, state, attempts, next_attempt_at, last_error,
+    traceparent, created_at, updated_at)
+VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', `+strconv.Itoa(int(outbox.Bulk))+`, 'pending', 0, $4, '', $5, $4, $4)`)
+
+// stagedSuppressedSQLite is the condition that the staged row r's address is on the
+// suppression list of the newsletter ?1, by either of its hashes (model.EmailHashes).
+const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.newsletter_id = ?1 AND x.email_hash IN (r.email_hash, r.legacy_hash))`
+
+// uuidV7SQLite is a UUID version 7 in SQL, as uuid.NewV7 makes them: ?4 its time part, the
+// text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
+const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
+    substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`

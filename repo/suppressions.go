@@ -375,8 +375,8 @@ func findByHashes(ctx context.Context, db bun.IDB, nl uuid.UUID, hashes [][]byte
 	return out, nil
 }
 
-// lockEmails makes writes of the same addresses of nl wait for each other until commit (the
-// engine's lockEmailKeys: the keys lockForEmailChange takes), in one order.
+// lockEmails makes writes of the same addresses of nl wait for each other until commit (see
+// lockKeys).
 func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails []string) error {
 	if len(emails) == 0 {
 		return nil
@@ -384,6 +384,16 @@ func (s *store) lockEmails(ctx context.Context, tx bun.IDB, nl uuid.UUID, emails
 	keys := make([]string, len(emails))
 	for i, e := range emails {
 		keys[i] = model.EmailKey(e)
+	}
+	return s.lockKeys(ctx, tx, nl, keys)
+}
+
+// lockKeys makes writes of the same address keys (model.EmailKey) of nl wait for each
+// other until commit: the engine's lockEmailKeys, the keys lockForEmailChange takes, in one
+// order. Every lock of an address is taken here.
+func (s *store) lockKeys(ctx context.Context, tx bun.IDB, nl uuid.UUID, keys []string) error {
+	if len(keys) == 0 {
+		return nil
 	}
 	slices.Sort(keys)
 	return translate(s.db.eng.lockEmailKeys(ctx, tx, nl, slices.Compact(keys)))

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
@@ -12,7 +13,11 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
 )
 
 // ImportScenario is the name of the import scenario (docs/api-contract.md §15): -import-rows
@@ -34,6 +39,10 @@ type ImportRecord struct {
 	PeakRSSMiB    float64 `json:"peak_rss_mib,omitempty"`
 	// CopySeconds is the baseline: COPY of the same file into a bare table.
 	CopySeconds float64 `json:"copy_seconds,omitempty"`
+	// InsertSelectSeconds is the other baseline: the copied rows made subscribers by one
+	// INSERT … SELECT into a bare table shaped as subscribers (its columns, keys and indexes;
+	// no triggers, events or foreign keys).
+	InsertSelectSeconds float64 `json:"insert_select_seconds,omitempty"`
 }
 
 // Import variants (ImportRecord.Variant).
@@ -65,12 +74,13 @@ func (b *bench) runImports(ctx context.Context) error {
 		return err
 	}
 	if b.db != nil {
-		d, err := b.copyBaseline(ctx, strings.ToLower(b.cfg.runID), int(plain.Rows))
+		cp, ins, err := b.copyBaseline(ctx, strings.ToLower(b.cfg.runID), int(plain.Rows))
 		if err != nil {
 			return err
 		}
-		plain.CopySeconds = d.Seconds()
-		fmt.Fprintf(b.log, "%s: COPY of the same file into a bare table %.1fs\n", ImportScenario, plain.CopySeconds)
+		plain.CopySeconds, plain.InsertSelectSeconds = cp.Seconds(), ins.Seconds()
+		fmt.Fprintf(b.log, "%s: COPY of the same file into a bare table %.1fs, then INSERT … SELECT of its rows into a bare subscribers table %.1fs\n",
+			ImportScenario, plain.CopySeconds, plain.InsertSelectSeconds)
 	}
 	b.rep.Import = &plain
 	rc, err := startReceiver(b.cfg.webhookReceiver)
@@ -185,29 +195,52 @@ func (b *bench) getImport(ctx context.Context, id string) (importState, error) {
 	return out.Data, json.NewDecoder(res.Body).Decode(&out)
 }
 
-// copyBaseline COPYs the same file into a bare table and drops it: what the database itself
-// needs to take the rows in.
-func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (time.Duration, error) {
-	conn, err := b.db.Conn(ctx)
+// copyBaseline COPYs the same file into a bare table, then makes its rows subscribers of the
+// newsletter with one INSERT … SELECT into a bare table shaped as subscribers (LIKE …
+// INCLUDING ALL: columns, defaults, keys and indexes, no triggers or foreign keys), and drops
+// both: what the database itself needs to take the rows in, and to store them as subscribers.
+func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins time.Duration, err error) {
+	// A pool of its own: the baseline pool's reads time out after pgdriver's 10 s, and one
+	// INSERT of a million rows takes longer.
+	db := bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(b.cfg.databaseURL),
+		pgdriver.WithReadTimeout(10*time.Minute), pgdriver.WithApplicationName(baseline.ApplicationName))), pgdialect.New())
+	defer db.Close()
+	conn, err := db.Conn(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer conn.Close()
-	table := "bench_import_copy"
+	table, subs := "bench_import_copy", "bench_import_subscribers"
 	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+table+" (email text, name text, status text)"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(importFile(pw, run, rows, false)) }()
 	start := time.Now()
 	_, err = pgdriver.CopyFrom(ctx, conn, pr, "COPY "+table+" FROM STDIN (FORMAT csv, HEADER true)")
-	d := time.Since(start)
+	cp = time.Since(start)
 	if err != nil {
 		conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // the connection is spent
-		return 0, fmt.Errorf("%s: COPY baseline: %w", ImportScenario, err)
+		return 0, 0, fmt.Errorf("%s: COPY baseline: %w", ImportScenario, err)
+	}
+	// A table of its own, logged as subscribers is, so that the newsletter's list is not
+	// changed for the variants that follow.
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE "+subs+" (LIKE subscribers INCLUDING ALL)"); err != nil {
+		return 0, 0, err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+subs) //nolint:errcheck // best effort
+	start = time.Now()
+	_, err = conn.ExecContext(ctx, `INSERT INTO `+subs+` (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+SELECT gen_random_uuid(), ?, email, lower(email), split_part(name, ' ', 1), substr(name, length(split_part(name, ' ', 1)) + 2),
+    status, now(), now()
+FROM `+table+`
+ON CONFLICT (newsletter_id, email_key) DO NOTHING`, b.rep.Meta.Newsletter)
+	ins = time.Since(start)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: INSERT … SELECT baseline: %w", ImportScenario, err)
 	}
 	_, err = conn.ExecContext(ctx, "DROP TABLE "+table)
-	return d, err
+	return cp, ins, err
 }
 
 // sampleRSS samples the service's resident set size (VmRSS) every 100 ms until the returned
