@@ -105,12 +105,15 @@ func ImportRows(body io.Reader, format string, maxRows, maxBytes int64) func() (
 
 // csvRows yields a CSV file's rows as objects: email, name when the file has the column (a
 // short row's missing one is ""), status when the row gives a non-blank one (else the
-// import's default applies).
+// import's default applies), and docs/api-contract.md §19.2's columns: tags from a "tags"
+// cell split at its commas, and each "attributes.<key>" column's non-empty cell as that
+// attribute's text. The object is checked by the same rules as an NDJSON line's.
 func csvRows(r io.Reader) func() (map[string]any, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1 // a short row lacks its last columns; its fields are checked by the rules
 	cr.ReuseRecord = true
-	emailCol, nameCol, statusCol := -1, -1, -1
+	emailCol, nameCol, statusCol, tagsCol := -1, -1, -1, -1
+	attrCols := map[int]string{} // column → attribute key
 	started := false
 	return func() (map[string]any, error) {
 		rec, err := cr.Read()
@@ -138,6 +141,14 @@ func csvRows(r io.Reader) func() (map[string]any, error) {
 				case "status":
 					if statusCol < 0 {
 						statusCol = i
+					}
+				case "tags":
+					if tagsCol < 0 {
+						tagsCol = i
+					}
+				default:
+					if h = strings.TrimSpace(h); len(h) > len(csvAttributePrefix) && strings.EqualFold(h[:len(csvAttributePrefix)], csvAttributePrefix) {
+						attrCols[i] = h[len(csvAttributePrefix):]
 					}
 				}
 			}
@@ -170,9 +181,33 @@ func csvRows(r io.Reader) func() (map[string]any, error) {
 		if statusCol >= 0 && statusCol < len(rec) && strings.TrimSpace(rec[statusCol]) != "" {
 			row["status"] = strings.TrimSpace(rec[statusCol])
 		}
+		if tagsCol >= 0 && tagsCol < len(rec) && strings.TrimSpace(rec[tagsCol]) != "" {
+			parts := strings.Split(rec[tagsCol], ",")
+			tags := make([]any, len(parts))
+			for i, t := range parts {
+				tags[i] = t // trimmed and checked by the tags rules
+			}
+			row["tags"] = tags
+		}
+		var attrs map[string]any
+		for col, key := range attrCols {
+			if col >= len(rec) || rec[col] == "" {
+				continue // an empty cell sets nothing
+			}
+			if attrs == nil {
+				attrs = make(map[string]any, len(attrCols))
+			}
+			attrs[key] = rec[col]
+		}
+		if attrs != nil {
+			row["attributes"] = attrs
+		}
 		return row, nil
 	}
 }
+
+// csvAttributePrefix begins the header of a CSV column that sets an attribute (§19.2).
+const csvAttributePrefix = "attributes."
 
 // csvError is the error of a CSV read that failed: io.EOF at the end of the rows, a file
 // error naming the line for broken CSV, the reader's own error otherwise.

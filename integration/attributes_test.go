@@ -546,6 +546,37 @@ func TestImportNDJSONAttributesAndTags(t *testing.T) {
 	}
 }
 
+// TestImportCSVAttributesAndTags: a CSV file's "tags" column holds a row's tags separated by
+// commas and each "attributes.<key>" column sets that attribute to the cell's text, an empty
+// cell setting nothing; other columns are ignored, and row errors are keyed like the fields
+// (docs/api-contract.md §19.2).
+func TestImportCSVAttributesAndTags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startImporter(t, importer.Config{})
+	file := "email,Tags,attributes.plan,attributes.seats,notes\n" +
+		"a@example.com,\"Beta, vip\",pro,5,ignored\n" +
+		"b@example.com,,,,\n" +
+		"c@example.com,\"ok,\",x,,\n"
+	res := e.upload("text/csv", file, "").want(t, http.StatusAccepted, "")
+	e.waitImport(t, res.header.Get("Location"), "completed")
+	for email, want := range map[string][2]any{
+		"a@example.com": {map[string]any{"plan": "pro", "seats": "5"}, []any{"beta", "vip"}},
+		"b@example.com": {map[string]any{}, []any{}},
+	} {
+		got := e.do(http.MethodGet, "/subscribers?email="+email, nil).want(t, http.StatusOK, "").body["data"].([]any)
+		if len(got) != 1 || !cmp.Equal(got[0].(map[string]any)["attributes"], want[0]) || !cmp.Equal(got[0].(map[string]any)["tags"], want[1]) {
+			t.Errorf("imported %s = %v; want attributes %v, tags %v", email, got, want[0], want[1])
+		}
+	}
+	errs := e.do(http.MethodGet, strings.TrimPrefix(res.header.Get("Location"), "/api/v1")+"/errors", nil).want(t, http.StatusOK, "")
+	want := []any{map[string]any{"row": float64(3), "errors": map[string]any{
+		"tags.1": []any{"The tags.1 field must be between 1 and 64 characters."}}}}
+	if diff := cmp.Diff(want, errs.body["data"]); diff != "" {
+		t.Errorf("row errors (-want +got):\n%s", diff)
+	}
+}
+
 // TestTraceListFilterKinds: the list's span names the kinds of filter used and never their
 // values, nor does any span of the request.
 func TestTraceListFilterKinds(t *testing.T) {
