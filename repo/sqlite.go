@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -749,15 +750,15 @@ WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b
 	}
 	ms := b.Now.UnixMilli()
 	var created []struct {
-		ID           uuid.UUID        `bun:"id"`
-		NewsletterID uuid.UUID        `bun:"newsletter_id"`
-		Email        string           `bun:"email"`
-		FirstName    string           `bun:"first_name"`
-		LastName     string           `bun:"last_name"`
-		Status       string           `bun:"status"`
-		CreatedAt    time.Time        `bun:"created_at"`
-		Attributes   attributesColumn `bun:"attributes"`
-		Tags         tagsColumn       `bun:"tags"`
+		ID           uuid.UUID `bun:"id"`
+		NewsletterID uuid.UUID `bun:"newsletter_id"`
+		Email        string    `bun:"email"`
+		FirstName    string    `bun:"first_name"`
+		LastName     string    `bun:"last_name"`
+		Status       string    `bun:"status"`
+		CreatedAt    time.Time `bun:"created_at"`
+		Attributes   string    `bun:"attributes"` // JSON object, as the batch stored it
+		Tags         string    `bun:"tags"`       // JSON array
 	}
 	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
     attributes, tags)
@@ -775,9 +776,17 @@ RETURNING id, newsletter_id, email, first_name, last_name, status, created_at, a
 	c.Created = int64(len(created))
 	evs := make([]eventRow, len(created))
 	for i, r := range created {
+		attrs, err := model.DecodeAttributes([]byte(r.Attributes))
+		if err != nil {
+			return c, false, fmt.Errorf("import batch: the attributes of %s: %w", r.ID, err)
+		}
+		tags := []string{}
+		if err := json.Unmarshal([]byte(r.Tags), &tags); err != nil {
+			return c, false, fmt.Errorf("import batch: the tags of %s: %w", r.ID, err)
+		}
 		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
 			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt,
-			Attributes: r.Attributes.model(), Tags: r.Tags.model()}
+			Attributes: attrs, Tags: tags}
 		ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
 		evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
 			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
