@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -366,4 +367,22 @@ func tagsJSON(tags []string) string {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode([]string(tagsOf(tags))) // strings always encode
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// filteredPage is the page part of a filtered list (both engines' listFiltered…): the WHERE
+// clause where of the matches, narrowed to those after q's cursor when it has one, its LIMIT
+// (and OFFSET without a cursor) clause, and the arguments of both after args.
+func filteredPage(where string, args []any, q model.ListQuery) (page, limit string, pageArgs []any) {
+	page, pageArgs = where, slices.Clone(args)
+	if q.After != nil {
+		page += " AND (created_at, id) < (?, ?)"
+		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
+	}
+	pageArgs = append(pageArgs, q.Limit+1)
+	limit = " LIMIT ?"
+	if q.After == nil {
+		limit += " OFFSET ?"
+		pageArgs = append(pageArgs, q.Offset())
+	}
+	return page, limit, pageArgs
 }

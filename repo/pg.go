@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -759,17 +758,7 @@ WHERE import_id = ?0 AND row_no = ANY (ARRAY(
 // spliced, so metacharacters match literally.
 func listFilteredPostgres(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	where, args := filterPostgres(nl, q)
-	page, pageArgs := where, slices.Clone(args)
-	if q.After != nil {
-		page += " AND (created_at, id) < (?, ?)"
-		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
-	}
-	pageArgs = append(pageArgs, q.Limit+1)
-	limit := " LIMIT ?"
-	if q.After == nil {
-		limit += " OFFSET ?"
-		pageArgs = append(pageArgs, q.Offset())
-	}
+	page, limit, pageArgs := filteredPage(where, args, q)
 	query := `SELECT count(*) AS total, NULL::uuid AS id, NULL AS email, NULL AS first_name, NULL AS last_name,
     NULL AS status, NULL::timestamptz AS created_at, NULL::jsonb AS attributes, NULL::text[] AS tags
 FROM subscribers WHERE ` + where + `

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -669,17 +668,7 @@ WHERE import_id = ?0 AND row_no IN (
 // are bound, never spliced, so metacharacters match literally.
 func listFilteredSQLite(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
 	where, args := filterSQLite(nl, q)
-	page, pageArgs := where, slices.Clone(args)
-	if q.After != nil {
-		page += " AND (created_at, id) < (?, ?)"
-		pageArgs = append(pageArgs, q.After.CreatedAt.UTC(), q.After.ID)
-	}
-	pageArgs = append(pageArgs, q.Limit+1)
-	limit := " LIMIT ?"
-	if q.After == nil {
-		limit += " OFFSET ?"
-		pageArgs = append(pageArgs, q.Offset())
-	}
+	page, limit, pageArgs := filteredPage(where, args, q)
 	query := `
 SELECT t.total, s.id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM (SELECT count(*) AS total FROM subscribers WHERE ` + where + `) AS t
