@@ -55,6 +55,11 @@ func TestSingleCreateOvertakesAnImport(t *testing.T) {
 		t.Errorf("the first delivery claimed is %s; want the single create's, before the import's %d", first, laneRows)
 	}
 
+	// Newsletter D and its key, written before the worker runs: on SQLite a direct write
+	// would wait for the worker's claims and could find the database busy.
+	d := &env{t: t, db: e.db, base: e.base}
+	d.nl, d.key = e.newKey(t, true)
+
 	// The email worker, over real SMTP, starts on F's queue.
 	smtp := smtptest.Start(t)
 	composer, err := mail.NewComposer(testFrom, e.srv.URL)
@@ -73,8 +78,6 @@ func TestSingleCreateOvertakesAnImport(t *testing.T) {
 	waitFor(t, "F's emails to start going out", func() bool { return len(smtp.Messages()) >= 20 })
 
 	// A single create in newsletter D.
-	d := &env{t: t, db: e.db, base: e.base}
-	d.nl, d.key = e.newKey(t, true)
 	d.do(http.MethodPost, "/subscribers", map[string]any{"email": "person@example.com", "status": "pending"}).
 		want(t, http.StatusCreated, "")
 	created := time.Now()
