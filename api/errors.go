@@ -286,6 +286,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		return newError(http.StatusBadRequest, fileErr.Message)
 	case errors.As(err, &bigErr):
 		return newError(http.StatusRequestEntityTooLarge, bigErr.Message)
+	case errors.Is(err, model.ErrSegmentNotFound):
+		return newError(http.StatusNotFound, MsgSegmentNotFound)
 	case errors.Is(err, model.ErrImportNotFound):
 		return newError(http.StatusNotFound, MsgImportNotFound)
 	case errors.Is(err, model.ErrImportFinished):

@@ -343,7 +343,10 @@ func checkEmail(raw any, attr string) (string, string) {
 }
 
 // checkName returns the trimmed name ("" for null), or the message that rejects raw.
-func checkName(raw any, attr string) (string, string) {
+func checkName(raw any, attr string) (string, string) { return checkNameMax(raw, attr, MaxNameLength) }
+
+// checkNameMax is checkName with at most max characters (a segment's name: §20.1).
+func checkNameMax(raw any, attr string, max int) (string, string) {
 	if raw == nil {
 		return "", ""
 	}
@@ -357,8 +360,8 @@ func checkName(raw any, attr string) (string, string) {
 		return "", fmt.Sprintf(msgInvalidChars, attr)
 	}
 	s = strings.TrimSpace(s)
-	if utf8.RuneCountInString(s) > MaxNameLength {
-		return "", fmt.Sprintf(msgMax, attr, MaxNameLength)
+	if utf8.RuneCountInString(s) > max {
+		return "", fmt.Sprintf(msgMax, attr, max)
 	}
 	return s, ""
 }
