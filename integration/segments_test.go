@@ -7,11 +7,13 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 )
 
 // Segments (docs/api-contract.md §20.1), sentence by sentence, on the store under test
@@ -648,5 +650,71 @@ func TestSegmentsGoWithTheirNewsletter(t *testing.T) {
 	}
 	if n := e.count("SELECT count(*) FROM segments"); n != 1 {
 		t.Errorf("segments = %d after the newsletter's deletion, want 1", n)
+	}
+}
+
+// countHook keeps the text of the statements that count subscribers (as bun sent them, the
+// arguments in place).
+type countHook struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (h *countHook) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+
+func (h *countHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
+	if strings.HasPrefix(ev.Query, "SELECT count(*) FROM subscribers WHERE") {
+		h.mu.Lock()
+		h.queries = append(h.queries, ev.Query)
+		h.mu.Unlock()
+	}
+}
+
+// TestSegmentCountUsesTheFilterIndexes: the member count of GET /segments/{id} is one
+// statement with the filtered list's conditions, which PostgreSQL answers from §19.3's indexes
+// (the tags' and the attributes' GIN indexes), not by reading every subscriber.
+func TestSegmentCountUsesTheFilterIndexes(t *testing.T) {
+	postgresOnly(t, "the plan of PostgreSQL's GIN indexes; SQLite has no index of JSON contents")
+	t.Parallel()
+	h := &countHook{}
+	e := newEnv(t, withHook(h))
+	// A newsletter of 5,000 subscribers, 1 % of whom match, with statistics: the planner's
+	// choice on an empty table says nothing.
+	ctx := context.Background()
+	if _, err := e.db.ExecContext(ctx, `INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name,
+    status, created_at, updated_at, attributes, tags)
+SELECT gen_random_uuid(), ?, 's' || i || '@example.com', 's' || i || '@example.com', '', '', 'active', now(), now(),
+    CASE WHEN i % 100 = 0 THEN '{"plan": "pro"}'::jsonb ELSE '{}'::jsonb END,
+    CASE WHEN i % 100 = 0 THEN '{beta}'::text[] ELSE '{}'::text[] END
+FROM generate_series(1, 5000) AS i`, e.nl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(ctx, `ANALYZE subscribers`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		filter map[string]any
+		index  string
+	}{
+		{map[string]any{"tags": []any{"beta"}}, "subscribers_tags_idx"},
+		{map[string]any{"attributes": map[string]any{"plan": "pro"}}, "subscribers_attributes_idx"},
+		{map[string]any{"has_attributes": []any{"plan"}}, "subscribers_attribute_keys_idx"},
+	} {
+		id := e.segment(t, c.index, c.filter)
+		h.mu.Lock()
+		h.queries = nil
+		h.mu.Unlock()
+		if n := e.do("GET", "/segments/"+id, nil).want(t, http.StatusOK, "").data(t)["subscribers"]; n != float64(50) {
+			t.Errorf("%v: subscribers = %v, want 50", c.filter, n)
+		}
+		h.mu.Lock()
+		queries := slices.Clone(h.queries)
+		h.mu.Unlock()
+		if len(queries) != 1 {
+			t.Fatalf("%v: %d counting statements, want 1: %v", c.filter, len(queries), queries)
+		}
+		if plan := explain(t, e, queries[0]); !strings.Contains(plan, c.index) {
+			t.Errorf("%v: the count does not use %s:\n%s\n%s", c.filter, c.index, queries[0], plan)
+		}
 	}
 }
