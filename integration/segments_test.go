@@ -83,6 +83,20 @@ func TestSegmentsCRUD(t *testing.T) {
 	if upd["name"] != "Everyone" || !cmp.Equal(upd["filter"], map[string]any{}) {
 		t.Errorf("after both: %v", upd)
 	}
+	// A PUT with the values already there writes nothing, updated_at included.
+	stamp := func() string {
+		var ts string
+		if err := e.db.NewRaw("SELECT CAST(updated_at AS TEXT) FROM segments WHERE id = ?", id).Scan(context.Background(), &ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	before := stamp()
+	e.do("PUT", "/segments/"+id, map[string]any{"name": "Everyone", "filter": map[string]any{}}).want(t, http.StatusOK, "")
+	e.do("PUT", "/segments/"+id, map[string]any{"filter": map[string]any{"tags": []any{}}}).want(t, http.StatusOK, "")
+	if after := stamp(); after != before {
+		t.Errorf("updated_at moved from %s to %s without a change", before, after)
+	}
 	// An empty filter selects everyone, any status.
 	e.do("DELETE", "/subscribers/"+e.do("GET", "/subscribers?email=c@example.com", nil).body["data"].([]any)[0].(map[string]any)["id"].(string), nil).
 		want(t, http.StatusOK, "")
