@@ -30,8 +30,12 @@ type SegmentStore interface {
 	Filter(ctx context.Context, newsletterID, id uuid.UUID) (model.Filter, error)
 }
 
-// MsgSegmentNotFound is docs/api-contract.md §20.1's 404.
-const MsgSegmentNotFound = "Segment not found."
+// Messages of docs/api-contract.md §20.1: the 404 of the segment operations, and the list's
+// 400 for a segment parameter that names no segment of the newsletter.
+const (
+	MsgSegmentNotFound = "Segment not found."
+	MsgSegmentInvalid  = "The selected segment is invalid."
+)
 
 // Segment is the public shape of a segment.
 type Segment struct {

@@ -514,7 +514,7 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 	if in.Segment != "" {
 		kinds = append(kinds, "segment")
 		if segment, err = uuid.Parse(in.Segment); err != nil {
-			return nil, &model.QueryError{Message: model.MsgSegmentInvalid}
+			return nil, &model.QueryError{Message: MsgSegmentInvalid}
 		}
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.StringSlice("app.list.filters", kinds))
@@ -578,7 +578,7 @@ func listBinding(nl uuid.UUID, q model.ListQuery, bySegment bool, segment uuid.U
 func segmentFilter(ctx context.Context, p model.Principal, st Stores, id uuid.UUID, q *model.ListQuery) error {
 	f, err := st.Segments.Filter(ctx, p.NewsletterID, id)
 	if errors.Is(err, model.ErrSegmentNotFound) {
-		return &model.QueryError{Message: model.MsgSegmentInvalid}
+		return &model.QueryError{Message: MsgSegmentInvalid}
 	}
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package model
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -43,13 +42,18 @@ const (
 	MsgSegmentLimit     = "A newsletter can have at most 100 segments."
 	MsgSegmentNameTaken = "The name has already been taken."
 	MsgSegmentPatch     = "At least one of name or filter must be provided."
-	// MsgSegmentInvalid is the list's 400 for a segment parameter that names no segment of
-	// the newsletter.
-	MsgSegmentInvalid = "The selected segment is invalid."
 )
 
-// ErrSegmentNotFound is an unknown segment id, or another newsletter's.
-var ErrSegmentNotFound = errors.New("segment not found")
+// ErrSegmentNotFound is an unknown segment id, or another newsletter's. It is ErrNotFound too
+// (errors.Is), the stores' usual not-found, for callers that only ask whether a thing exists.
+var ErrSegmentNotFound error = segmentNotFound{}
+
+type segmentNotFound struct{}
+
+func (segmentNotFound) Error() string { return "segment not found" }
+
+// Is makes a segment's not-found ErrNotFound too.
+func (segmentNotFound) Is(target error) bool { return target == ErrNotFound }
 
 // SegmentFields are the only properties a segment's body may carry.
 var SegmentFields = []string{"name", "filter"}

@@ -1,6 +1,8 @@
 package model_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,17 @@ func TestParseSegment(t *testing.T) {
 	}
 	if model.SegmentNameKey("Straße") != model.SegmentNameKey("STRASSE") || model.SegmentNameKey("a") == model.SegmentNameKey("b") {
 		t.Error("SegmentNameKey does not fold case")
+	}
+}
+
+// TestSegmentNotFoundIsNotFound: a segment's not-found is the stores' usual not-found too, and
+// still tells itself apart.
+func TestSegmentNotFoundIsNotFound(t *testing.T) {
+	err := fmt.Errorf("get: %w", model.ErrSegmentNotFound)
+	if !errors.Is(err, model.ErrNotFound) || !errors.Is(err, model.ErrSegmentNotFound) {
+		t.Errorf("%v is not both ErrNotFound and ErrSegmentNotFound", err)
+	}
+	if errors.Is(model.ErrNotFound, model.ErrSegmentNotFound) {
+		t.Error("every not-found is a segment's")
 	}
 }
