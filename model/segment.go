@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,7 +67,7 @@ func SegmentNameKey(name string) string {
 // ParseNewSegment validates a create body (docs/api-contract.md §20.1): name required (§3's
 // name rules, 1 to 100 characters), filter optional (absent selects everyone, as {} does).
 func ParseNewSegment(obj map[string]any) (NewSegment, *ValidationError) {
-	verr := prohibitFields(obj, SegmentFields)
+	verr := prohibitOthers(obj, SegmentFields, "")
 	var ns NewSegment
 	name, msg := checkSegmentName(obj[attrName])
 	if msg != "" {
@@ -90,7 +88,7 @@ func ParseNewSegment(obj map[string]any) (NewSegment, *ValidationError) {
 // ParseSegmentPatch validates an update body: name and/or filter, with the rules of
 // ParseNewSegment; a filter given replaces the stored one. Neither → 422 keyed body.
 func ParseSegmentPatch(obj map[string]any) (SegmentPatch, *ValidationError) {
-	verr := prohibitFields(obj, SegmentFields)
+	verr := prohibitOthers(obj, SegmentFields, "")
 	var p SegmentPatch
 	if raw, ok := obj[attrName]; ok {
 		name, msg := checkSegmentName(raw)
@@ -121,17 +119,6 @@ func checkSegmentName(raw any) (string, string) {
 		msg = fmt.Sprintf(msgRequired, attrName)
 	}
 	return name, msg
-}
-
-// prohibitFields refuses every property of obj not in allowed.
-func prohibitFields(obj map[string]any, allowed []string) *ValidationError {
-	var verr *ValidationError
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
-		if !slices.Contains(allowed, k) {
-			verr = verr.Add(k, fmt.Sprintf(msgProhibited, k))
-		}
-	}
-	return verr
 }
 
 // filterTimeLayout writes a filter's bounds: RFC 3339 in UTC with a numeric offset (§1), and

@@ -308,15 +308,17 @@ func parseItem(obj map[string]any, prefix string) (ns NewSubscriber, emailOK boo
 
 // prohibitUnknown reports every property that is not an input field, in a stable order.
 func prohibitUnknown(obj map[string]any, prefix string, verr *ValidationError) *ValidationError {
-	var unknown []string
-	for k := range obj {
-		if !slices.Contains(InputFields, k) {
-			unknown = append(unknown, k)
+	return verr.Merge(prohibitOthers(obj, InputFields, prefix))
+}
+
+// prohibitOthers refuses every property of obj not in allowed, keyed prefix+property, in a
+// stable order.
+func prohibitOthers(obj map[string]any, allowed []string, prefix string) *ValidationError {
+	var verr *ValidationError
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if !slices.Contains(allowed, k) {
+			verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
 		}
-	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
 	}
 	return verr
 }
