@@ -18,7 +18,8 @@
 //     write runs in its key's unit of work, and the middleware that answers replays.
 //   - events.go: a subscriber's history (§10.2) and the Event schema; webhooks.go: the webhook
 //     endpoints (§10.3); suppressions.go: the suppression list (§13); privacy.go: export and
-//     erasure (§14); imports.go: imports (§15), whose file importfile.go reads as it arrives.
+//     erasure (§14); imports.go: imports (§15), whose file importfile.go reads as it arrives;
+//     segments.go: segments, saved filters (§20.1).
 //   - confirm.go: the confirm and decline pages (§12), without an API key.
 //   - errors.go: the error envelope and mapError, the one place errors become HTTP; codes.go:
 //     the codes each operation declares, and the error responses of the document.
@@ -92,6 +93,8 @@ type Stores struct {
 	Suppressions SuppressionStore
 	// Privacy exports and erases a subscriber (docs/api-contract.md §14).
 	Privacy PrivacyStore
+	// Segments stores segments, saved filters (docs/api-contract.md §20.1).
+	Segments SegmentStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -153,6 +156,8 @@ type Config struct {
 	WebhookGuard URLChecker
 	// Suppressions stores the suppression list (docs/api-contract.md §13).
 	Suppressions SuppressionStore
+	// Segments stores segments (docs/api-contract.md §20.1).
+	Segments SegmentStore
 	// KeyCacheTTL is how long a verified key is trusted without a lookup; revocation and plan
 	// changes take effect within it. Zero means 5 s; negative disables the cache.
 	KeyCacheTTL time.Duration
@@ -242,7 +247,7 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy, Segments: cfg.Segments}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait),
 		writeSlots: newWriteGate(cfg.WriteConcurrency), writeWait: cmp.Or(cfg.WriteWait, DefaultWriteWait)}
@@ -309,6 +314,7 @@ func humaConfig() huma.Config {
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},
+		{Name: "Segments", Description: "Saved filters of the newsletter's subscribers, evaluated anew each time they are used."},
 	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",

@@ -148,6 +148,11 @@ var documentedCodes = func() map[string]map[int][]string {
 		"get-import":         with(notFound),
 		"list-import-errors": with(notFound),
 		"cancel-import":      with(merge(notFound, map[int][]string{409: {"import_finished"}})),
+		"create-segment":     with(body()),
+		"list-segments":      with(nil),
+		"get-segment":        with(notFound),
+		"update-segment":     with(merge(body(), notFound)),
+		"delete-segment":     with(merge(idem, notFound)),
 	}
 	// A read-only key is refused every write (docs/api-contract.md §16.2).
 	for op, id := range operations {
@@ -215,6 +220,11 @@ var operations = map[string]string{
 	"GET /api/v1/imports/{id}":                 "get-import",
 	"GET /api/v1/imports/{id}/errors":          "list-import-errors",
 	"DELETE /api/v1/imports/{id}":              "cancel-import",
+	"POST /api/v1/segments":                    "create-segment",
+	"GET /api/v1/segments":                     "list-segments",
+	"GET /api/v1/segments/{id}":                "get-segment",
+	"PUT /api/v1/segments/{id}":                "update-segment",
+	"DELETE /api/v1/segments/{id}":             "delete-segment",
 }
 
 func TestOpenAPIResponses(t *testing.T) {

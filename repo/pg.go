@@ -778,6 +778,9 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
 	}
 	f := q.Filter
+	if f.Status != "" { // a segment's (§20.1), ANDed with the list's own
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
 	if len(f.Tags) > 0 {
 		conds, args = append(conds, "tags <> '{}' AND tags @> ?::text[]"), append(args, pgTextArray(f.Tags))
 	}
@@ -804,4 +807,11 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds, args = append(conds, "created_at < ?"), append(args, f.CreatedBefore.UTC())
 	}
 	return strings.Join(conds, " AND "), args
+}
+
+func (*pgEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
+	where, args := filterPostgres(nl, model.ListQuery{Filter: f})
+	var n int64
+	err := db.NewRaw("SELECT count(*) FROM subscribers WHERE "+where, args...).Scan(ctx, &n)
+	return n, err
 }

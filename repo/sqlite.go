@@ -689,6 +689,9 @@ func filterSQLite(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
 	}
 	f := q.Filter
+	if f.Status != "" { // a segment's (§20.1), ANDed with the list's own
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
 	for _, t := range f.Tags {
 		conds, args = append(conds, "EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)"), append(args, t)
 	}
@@ -808,3 +811,10 @@ const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.
 // text "tttttttt-tttt-7" of the batch's millisecond, then random bits and the variant.
 const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
     substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`
+
+func (*sqliteEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
+	where, args := filterSQLite(nl, model.ListQuery{Filter: f})
+	var n int64
+	err := db.NewRaw("SELECT count(*) FROM subscribers WHERE "+where, args...).Scan(ctx, &n)
+	return n, err
+}

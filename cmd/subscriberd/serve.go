@@ -153,6 +153,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
+		Segments:       repo.NewSegments(db),
 		WebhookGuard:   hooks.guard,
 		DisableDocs:    !cfg.DocsUI,
 		Imports:        repo.NewImports(db),
