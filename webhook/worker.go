@@ -31,8 +31,8 @@ import (
 type Queue interface {
 	// Claim leases up to endpoints endpoints with due deliveries for lease (one worker at a
 	// time per endpoint, the one claimed longest ago first, at most perNewsletter of one
-	// newsletter's at once) and returns up to perEndpoint due deliveries of each, oldest due
-	// first.
+	// newsletter's at once) and returns up to perEndpoint due deliveries of each: its
+	// interactive ones first, then its bulk ones (Delivery.Bulk), each lane oldest due first.
 	Claim(ctx context.Context, endpoints, perEndpoint, perNewsletter int, lease time.Duration) ([]model.DeliveryBatch, error)
 	// Extend renews the lease of endpoints the worker still delivers to (its heartbeat).
 	Extend(ctx context.Context, endpoints []uuid.UUID, lease time.Duration) error
