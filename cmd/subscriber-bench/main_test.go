@@ -47,6 +47,10 @@ func TestParseFlags(t *testing.T) {
 	if !cfg.only["get"] || !cfg.only["bulk_100"] || len(cfg.only) != 2 || cfg.runID == "" {
 		t.Errorf("only = %v, run id %q", cfg.only, cfg.runID)
 	}
+	// The million-row part alone (scripts/bench.sh --import-only).
+	if cfg, err := parseFlags([]string{"-key", "k", "-only", ImportScenario}, io.Discard); err != nil || !cfg.only[ImportScenario] {
+		t.Errorf("-only %s: %v, %v", ImportScenario, cfg.only, err)
+	}
 	if cfg, err := parseFlags([]string{"-key", "k", "-check-clients", ""}, io.Discard); err != nil || len(cfg.checkClients) != 0 {
 		t.Errorf("empty -check-clients: %v, %v", cfg.checkClients, err)
 	}
