@@ -56,7 +56,7 @@ func toWebhook(m model.Webhook) Webhook {
 // and model.ParseWebhook applies the rules with the contract's messages.
 type WebhookInput struct {
 	URL    *string  `json:"url" format:"uri" nullable:"false" doc:"An absolute http or https URL without user or password, on a public address."`
-	Events []string `json:"events,omitempty" uniqueItems:"true" doc:"The event types to deliver; absent means every type."`
+	Events []string `json:"events,omitempty" uniqueItems:"true" doc:"The event types to deliver; absent or null means every type, [] none."`
 
 	// What UnmarshalJSON could not put in the fields, for model to report in the contract's
 	// words rather than as a decoding error.
@@ -73,6 +73,9 @@ func (WebhookInput) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schem
 		types[i] = string(t)
 	}
 	s.Properties["events"].Items.Enum = types
+	// null is taken as absent (docs/api-contract.md §10.3): the document allows it, or a
+	// validating proxy refuses a request the service accepts.
+	s.Properties["events"].Nullable = true
 	return s
 }
 

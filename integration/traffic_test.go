@@ -64,6 +64,12 @@ const (
 func recordTraffic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &trafficWriter{ResponseWriter: w}
+		var reqBody *cappedBody // for the Prism check (prism_test.go), with the target as sent
+		uri := cmp.Or(r.RequestURI, r.URL.RequestURI())
+		if r.Body != nil && r.Body != http.NoBody {
+			reqBody = &cappedBody{ReadCloser: r.Body}
+			r.Body = reqBody
+		}
 		h.ServeHTTP(rec, r)
 		if rec.route == "" || rec.status == StatusClientClosed {
 			return
@@ -91,6 +97,7 @@ func recordTraffic(h http.Handler) http.Handler {
 			}
 		}
 		traffic.mu.Unlock()
+		keepExchange(a, r, uri, reqBody, rec)
 	})
 }
 
@@ -219,6 +226,7 @@ func checkTraffic() []string {
 		}
 	}
 	problems = append(problems, checkBodies(raw, bodies)...)
+	problems = append(problems, checkPrism(raw)...)
 	slices.Sort(problems)
 	return problems
 }

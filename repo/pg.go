@@ -757,6 +757,14 @@ WHERE import_id = ?0 AND row_no = ANY (ARRAY(
 // attributes <> '{}') so that the partial GIN indexes serve it; values are bound, never
 // spliced, so metacharacters match literally.
 func listFilteredPostgres(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {
+	query, args := FilteredListPostgres(nl, q)
+	return db.NewRaw(query, args...).Scan(ctx, dest)
+}
+
+// FilteredListPostgres is the statement listFilteredPostgres sends for a filtered list of
+// newsletter nl, with its arguments for bun to bind: exported so that subscriber-bench runs and
+// EXPLAINs exactly what the service runs.
+func FilteredListPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 	where, args := filterPostgres(nl, q)
 	page, limit, pageArgs := filteredPage(where, args, q)
 	query := `SELECT count(*) AS total, NULL::uuid AS id, NULL AS email, NULL AS first_name, NULL AS last_name,
@@ -767,7 +775,7 @@ UNION ALL (
     WHERE ` + page + `
     ORDER BY created_at DESC, id DESC` + limit + `
 )` + listOrderPostgres
-	return db.NewRaw(query, append(args, pageArgs...)...).Scan(ctx, dest)
+	return query, append(args, pageArgs...)
 }
 
 // filterPostgres is the WHERE clause of a filtered list and its arguments.

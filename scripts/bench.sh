@@ -38,7 +38,7 @@
 # statements need a server that loads pg_stat_statements (shared_preload_libraries): on one
 # that does not, the tool says so and shows the rest; PG_ADMIN_URL can name one that does.
 #
-#   scripts/bench.sh [--quick] [--subscribers N] [--million] [--passes N] [--profile] [--keep-db]
+#   scripts/bench.sh [--quick] [--subscribers N] [--million] [--import-only] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
 #                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
 #                    [--markdown FILE] [--compare-with JSON] [-- tool flags]
@@ -47,6 +47,10 @@
 #                     1 s per scenario, checks at 32 clients, 20,000 import rows, telemetry on get
 #                     only; its figures are not for comparison
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
+#   --import-only     only the million-row part: the import of 1,000,000 rows with its variants and
+#                     the attribute and tag reads on the newsletter after it (list_tag, list_attr,
+#                     tags_list), after seeding 1,000 subscribers (--subscribers changes it); no
+#                     other scenario, no telemetry, webhooks or checks
 #   --passes N        N passes of the measured run; the table shows medians (~3 min per pass)
 #   --profile         CPU profiles and goroutine dumps from the admin listener into the output
 #   --env NAME=VALUE  extra environment of the main service and of the queue-only one (e.g. LOG_LEVEL=info)
@@ -68,7 +72,9 @@ cd "$(dirname "$0")/.."
 invocation="scripts/bench.sh${*:+ $*}"
 
 subscribers=100000
+subscribers_given=0
 million=0
+import_only=0
 profile=0
 keep_db=0
 passes=1
@@ -84,10 +90,11 @@ extra=()
 quick=()
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--subscribers) subscribers="$2"; shift 2 ;;
+	--subscribers) subscribers="$2"; subscribers_given=1; shift 2 ;;
 	--quick) subscribers=3000; quick=(-duration 1s -warmup 300ms -check-clients 32 -check-duration 1s -import-rows 20000
 		-telemetry-duration 1s -telemetry-scenarios get); shift ;;
 	--million) million=1; shift ;;
+	--import-only) import_only=1; telemetry=0; shift ;;
 	--profile) profile=1; shift ;;
 	--keep-db) keep_db=1; shift ;;
 	--passes) passes="$2"; shift 2 ;;
@@ -100,10 +107,11 @@ while [ $# -gt 0 ]; do
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,61p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,65p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
+if [ "$import_only" = 1 ] && [ "$subscribers_given" = 0 ]; then subscribers=1000; fi
 
 pg_admin=${PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -255,6 +263,7 @@ if [ ${#service_env[@]} -gt 0 ]; then args+=(-label "$(git rev-parse --short HEA
 if [ -n "$markdown" ]; then args+=(-markdown "$markdown"); fi
 if [ -n "$compare" ]; then args+=(-compare-with "$compare"); fi
 if [ "$million" = 1 ]; then args+=(-scale-to 1000000); fi
+if [ "$import_only" = 1 ]; then args+=(-only import_1m -webhooks=false -check-clients ''); fi
 if [ "$profile" = 1 ]; then args+=(-pprof-url "http://$ADMIN_ADDR" -profile-dir "$out/profiles"); fi
 if [ "$telemetry" = 1 ]; then
 	args+=(-telemetry-off-url "http://127.0.0.1:$off_port" -telemetry-off-pid "$off_pid"

@@ -2,7 +2,9 @@
 # Runs every test of subscriberd: vet, staticcheck, `go test -race ./...` (unit, fuzz seed
 # corpora and integration tests against a real PostgreSQL and Redis), the integration and
 # command tests a second time on the embedded SQLite store (TEST_STORE=sqlite), and the
-# Prometheus alert rules' checks and unit tests (promtool).
+# Prometheus alert rules' checks and unit tests (promtool), and the compile check of the
+# TypeScript client generated from the OpenAPI document (scripts/tsclient.sh; skipped, loudly,
+# without node or when npm cannot install its pinned packages).
 #
 # The docs page's browser test (api.TestDocsPageRendersOffline) needs headless Chromium; it is
 # installed here with apt-get when missing, and the test is skipped, loudly, where it cannot be.
@@ -115,3 +117,5 @@ echo "== go test -fuzz FuzzEmailAddress (20s)" >&2
 go test -run '^$' -fuzz '^FuzzEmailAddress$' -fuzztime 20s ./model
 echo "== promtool check rules / test rules" >&2
 ./scripts/promtool.sh
+echo "== the generated TypeScript client compiles (openapi-typescript, tsc --strict)" >&2
+./scripts/tsclient.sh

@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/baseline"
+	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
 // ImportScenario is the name of the import scenario (docs/api-contract.md §15): -import-rows
@@ -51,17 +52,33 @@ const (
 	importPending = "pending_10pct"
 )
 
-// importFile writes the scenario's CSV file of rows rows, addresses unique to run: all active,
-// or every tenth pending when pending is set.
-func importFile(w io.Writer, run string, rows int, pending bool) error {
+// importFile writes the variant's CSV file of rows rows, addresses unique to run: all active,
+// or every tenth pending for importPending. The scenario's own file (variant "") also has the
+// §19 columns: row i has tag svc.TagName(i % svc.ImportTags), so that each of the newsletter's
+// 100 tags is held by 1 % of the rows, and the attribute plan, svc.FilteredPlan on 1 % of the
+// rows and "free" on the others (the reads of tags.go run on them).
+func importFile(w io.Writer, run string, rows int, variant string) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	fmt.Fprintln(bw, "email,name,status")
+	tagged := variant == ""
+	if tagged {
+		fmt.Fprintln(bw, "email,name,status,tags,attributes.plan")
+	} else {
+		fmt.Fprintln(bw, "email,name,status")
+	}
 	for i := range rows {
 		status := "active"
-		if pending && i%10 == 0 {
+		if variant == importPending && i%10 == 0 {
 			status = "pending"
 		}
-		fmt.Fprintf(bw, "imp-%s-%d@example.com,Imported %d,%s\n", run, i, i, status)
+		fmt.Fprintf(bw, "imp-%s-%d@example.com,Imported %d,%s", run, i, i, status)
+		if tagged {
+			plan := "free"
+			if i%svc.ImportTags == 50 {
+				plan = svc.FilteredPlan
+			}
+			fmt.Fprintf(bw, ",%s,%s", svc.TagName(i%svc.ImportTags), plan)
+		}
+		bw.WriteByte('\n')
 	}
 	return bw.Flush()
 }
@@ -83,6 +100,9 @@ func (b *bench) runImports(ctx context.Context) error {
 			ImportScenario, plain.CopySeconds, plain.InsertSelectSeconds)
 	}
 	b.rep.Import = &plain
+	if err := b.runTagReads(ctx); err != nil {
+		return err
+	}
 	rc, err := startReceiver(b.cfg.webhookReceiver)
 	if err != nil {
 		return err
@@ -114,7 +134,7 @@ func (b *bench) runImport(ctx context.Context, variant string) (ImportRecord, er
 		run += "-" + variant
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(importFile(pw, run, rows, variant == importPending)) }()
+	go func() { pw.CloseWithError(importFile(pw, run, rows, variant)) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(b.cfg.url, "/")+"/api/v1/imports", pr)
 	if err != nil {
 		return ImportRecord{}, err
@@ -211,11 +231,11 @@ func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins
 	}
 	defer conn.Close()
 	table, subs := "bench_import_copy", "bench_import_subscribers"
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+table+" (email text, name text, status text)"); err != nil {
+	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+table+" (email text, name text, status text, tags text, plan text)"); err != nil {
 		return 0, 0, err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(importFile(pw, run, rows, false)) }()
+	go func() { pw.CloseWithError(importFile(pw, run, rows, "")) }()
 	start := time.Now()
 	_, err = pgdriver.CopyFrom(ctx, conn, pr, "COPY "+table+" FROM STDIN (FORMAT csv, HEADER true)")
 	cp = time.Since(start)
@@ -230,9 +250,9 @@ func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+subs) //nolint:errcheck // best effort
 	start = time.Now()
-	_, err = conn.ExecContext(ctx, `INSERT INTO `+subs+` (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+	_, err = conn.ExecContext(ctx, `INSERT INTO `+subs+` (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at, tags, attributes)
 SELECT gen_random_uuid(), ?, email, lower(email), split_part(name, ' ', 1), substr(name, length(split_part(name, ' ', 1)) + 2),
-    status, now(), now()
+    status, now(), now(), string_to_array(tags, ','), jsonb_build_object('plan', plan)
 FROM `+table+`
 ON CONFLICT (newsletter_id, email_key) DO NOTHING`, b.rep.Meta.Newsletter)
 	ins = time.Since(start)

@@ -47,6 +47,10 @@ func TestParseFlags(t *testing.T) {
 	if !cfg.only["get"] || !cfg.only["bulk_100"] || len(cfg.only) != 2 || cfg.runID == "" {
 		t.Errorf("only = %v, run id %q", cfg.only, cfg.runID)
 	}
+	// The million-row part alone (scripts/bench.sh --import-only).
+	if cfg, err := parseFlags([]string{"-key", "k", "-only", ImportScenario}, io.Discard); err != nil || !cfg.only[ImportScenario] {
+		t.Errorf("-only %s: %v, %v", ImportScenario, cfg.only, err)
+	}
 	if cfg, err := parseFlags([]string{"-key", "k", "-check-clients", ""}, io.Discard); err != nil || len(cfg.checkClients) != 0 {
 		t.Errorf("empty -check-clients: %v, %v", cfg.checkClients, err)
 	}
@@ -175,11 +179,17 @@ func TestRunAgainstTheService(t *testing.T) {
 	rep := runTool(t, "-url", srv.url, "-key", key, "-database-url", dsn,
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
-		"-stall", "1m", "-pid", strconv.Itoa(srv.pid))
-	// 12 measured service scenarios, 10 baselines, 4 pairs in alternating slices, 12 checks at 6
-	// clients.
-	if len(rep.Runs) != 42 {
-		t.Errorf("%d runs, want 42", len(rep.Runs))
+		"-stall", "1m", "-pid", strconv.Itoa(srv.pid), "-import-rows", "2500")
+	// 13 measured service scenarios, 10 baselines, 5 pairs in alternating slices, 13 checks at 6
+	// clients; after the import, list_tag and list_attr with their baselines, and tags_list.
+	if len(rep.Runs) != 51 {
+		t.Errorf("%d runs, want 51", len(rep.Runs))
+	}
+	// The import's file gave 1 % of its rows the tag and the plan the reads select; the plans
+	// of both filtered lists were read.
+	if tg := rep.Tags; tg == nil || tg.Tagged != 25 || tg.Planned != 25 || tg.Tags != 100 || len(tg.Explains) != 2 ||
+		!strings.Contains(strings.Join(tg.Explains[0].Plan, "\n"), "Buffers") {
+		t.Errorf("tags = %+v; want 25 tagged, 25 planned, 100 tags and 2 plans with buffers", tg)
 	}
 	for _, r := range rep.Runs {
 		if r.OK != 12 {
@@ -198,8 +208,8 @@ func TestRunAgainstTheService(t *testing.T) {
 	if len(rep.Comparisons) != len(targets) {
 		t.Errorf("%d comparisons, want %d", len(rep.Comparisons), len(targets))
 	}
-	if paired := rep.pairedComparisons(); len(paired) != 4 {
-		t.Errorf("%d comparisons from alternating runs, want 4: %+v", len(paired), paired)
+	if paired := rep.pairedComparisons(); len(paired) != 5 {
+		t.Errorf("%d comparisons from alternating runs, want 5: %+v", len(paired), paired)
 	}
 	if rep.Meta.Newsletter != nl || rep.Meta.SubscribersAtStart != 300 || !rep.Meta.Vacuumed {
 		t.Errorf("meta = %+v; want the CLI's newsletter, 300 subscribers, vacuumed", rep.Meta)
@@ -226,7 +236,7 @@ func TestRunAgainstTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 42 {
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 51 {
 		t.Errorf("the JSON does not read back: %v", err)
 	}
 }

@@ -34,6 +34,9 @@ type Report struct {
 	Import *ImportRecord `json:"import,omitempty"`
 	// ImportVariants are the import scenario with a webhook endpoint and with pending rows.
 	ImportVariants []ImportRecord `json:"import_variants,omitempty"`
+	// Tags is the newsletter the attribute and tag reads ran on after the import, and the
+	// plans of its filtered lists (tags.go).
+	Tags *TagsRecord `json:"tags,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -301,6 +304,10 @@ var targets = []target{
 	{service: svc.LookupEmail, baseline: svc.Get, vsService: true, paired: true, min: 0.8},
 	{service: svc.ListCursorDeep, baseline: svc.ListFirst, vsService: true, paired: true, min: 0.8},
 	{service: svc.ListCursorDeep, baseline: svc.ListDeep, vsService: true, min: 10},
+	// API 1.3 (§19.4): the filtered lists cost at most 1.5 × their own statement run bare.
+	{service: svc.ListTag, baseline: baseListTag, min: 1 / 1.5},
+	{service: svc.ListAttr, baseline: baseListAttr, min: 1 / 1.5},
+	{service: svc.CreateAttrs, baseline: svc.CreateActive, vsService: true, paired: true, min: 0.85},
 }
 
 // cpuTarget is a target on what a request costs: the service's own CPU per request (at most

@@ -273,6 +273,7 @@ func (c *Client) Scenarios() []Scenario {
 			return q
 		}},
 	}
+	scs = append(scs, c.attrScenarios()...) // API 1.3 (attrs.go)
 	for i := range scs {
 		req := scs[i].req
 		scs[i].Op = func(ctx context.Context, _ int, seq int64) load.Result {

@@ -141,6 +141,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, 201, map[string]any{"success": true, "data": map[string]any{"created": out}})
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/tags":
+		tags := make([]map[string]any, TagsPage)
+		for i := range tags {
+			tags[i] = map[string]any{"tag": TagName(i), "subscribers": 1}
+		}
+		writeJSON(w, 200, map[string]any{"success": true, "data": tags, "pagination": map[string]any{"limit": TagsPage, "next_cursor": nil}})
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/subscribers":
 		q := r.URL.Query()
 		page, _ := strconv.Atoi(cmp.Or(q.Get("page"), "1"))
@@ -266,8 +272,8 @@ func TestScenariosProbeAndRunAgainstTheContract(t *testing.T) {
 			t.Errorf("%s: ok %d rows %d errors %v %v; want 9 ok, %d rows", sc.Name, s.OK, s.Rows, s.Errors, out.Details, wantRows)
 		}
 	}
-	// create_active, create_pending, replay and create_idem: a probe and 9 each.
-	if api.calls["POST /api/v1/subscribers"] != 4+36 || api.calls["POST /api/v1/subscribers/bulk"] != 1+1+9 {
+	// create_active, create_pending, replay, create_idem and create_attrs: a probe and 9 each.
+	if api.calls["POST /api/v1/subscribers"] != 5+45 || api.calls["POST /api/v1/subscribers/bulk"] != 1+1+9 {
 		t.Errorf("calls = %v", api.calls)
 	}
 }
