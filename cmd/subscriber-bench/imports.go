@@ -54,9 +54,11 @@ const (
 
 // importFile writes the variant's CSV file of rows rows, addresses unique to run: all active,
 // or every tenth pending for importPending. The scenario's own file (variant "") also has the
-// §19 columns: row i has tag svc.TagName(i % svc.ImportTags), so that each of the newsletter's
-// 100 tags is held by 1 % of the rows, and the attribute plan, svc.FilteredPlan on 1 % of the
-// rows and "free" on the others (the reads of tags.go run on them).
+// §19 columns, filled on few rows so that the import stays comparable with the earlier plain
+// ones: every hundredth row (i % 100 == 42) has tag svc.FilteredTag and the attribute plan
+// svc.FilteredPlan, 1 % each, which list_tag and list_attr select; each of the first 100 rows
+// has tag svc.TagName(i), so that the newsletter has 100 tags (tags_list); the other rows have
+// none of either (an empty cell sets nothing).
 func importFile(w io.Writer, run string, rows int, variant string) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	tagged := variant == ""
@@ -72,11 +74,14 @@ func importFile(w io.Writer, run string, rows int, variant string) error {
 		}
 		fmt.Fprintf(bw, "imp-%s-%d@example.com,Imported %d,%s", run, i, i, status)
 		if tagged {
-			plan := "free"
-			if i%svc.ImportTags == 50 {
-				plan = svc.FilteredPlan
+			var tag, plan string
+			if i < svc.ImportTags {
+				tag = svc.TagName(i)
 			}
-			fmt.Fprintf(bw, ",%s,%s", svc.TagName(i%svc.ImportTags), plan)
+			if i%100 == 42 {
+				tag, plan = svc.FilteredTag, svc.FilteredPlan
+			}
+			fmt.Fprintf(bw, ",%s,%s", tag, plan)
 		}
 		bw.WriteByte('\n')
 	}
@@ -252,7 +257,8 @@ func (b *bench) copyBaseline(ctx context.Context, run string, rows int) (cp, ins
 	start = time.Now()
 	_, err = conn.ExecContext(ctx, `INSERT INTO `+subs+` (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at, tags, attributes)
 SELECT gen_random_uuid(), ?, email, lower(email), split_part(name, ' ', 1), substr(name, length(split_part(name, ' ', 1)) + 2),
-    status, now(), now(), string_to_array(tags, ','), jsonb_build_object('plan', plan)
+    status, now(), now(), coalesce(string_to_array(tags, ','), '{}'),
+    CASE WHEN plan IS NULL THEN '{}' ELSE jsonb_build_object('plan', plan) END
 FROM `+table+`
 ON CONFLICT (newsletter_id, email_key) DO NOTHING`, b.rep.Meta.Newsletter)
 	ins = time.Since(start)

@@ -10,8 +10,8 @@ import (
 
 // The scenarios of attributes and tags (docs/api-contract.md §19.4). create_attrs runs with the
 // other writes; the three reads run on the newsletter after the million-row import, whose file
-// gives every row one of ImportTags tags and every hundredth row the attribute
-// plan=FilteredPlan (see the main package's importFile).
+// gives every hundredth row FilteredTag and the attribute plan=FilteredPlan, and the newsletter
+// ImportTags tags in all (see the main package's importFile).
 const (
 	CreateAttrs = "create_attrs" // create_active with 5 attributes and 3 tags
 	ListTag     = "list_tag"     // first page with its exact total, tag=FilteredTag
@@ -19,8 +19,8 @@ const (
 	TagsList    = "tags_list"    // GET /tags, its first page of 100
 )
 
-// ImportTags is the number of distinct tags the million-row import spreads over its rows
-// (row i has tag TagName(i % ImportTags)): each is held by 1 % of them.
+// ImportTags is the number of distinct tags the million-row import gives its rows (see the main
+// package's importFile).
 const ImportTags = 100
 
 // TagName is the name of the import's n-th tag.
