@@ -92,6 +92,8 @@ type Stores struct {
 	Suppressions SuppressionStore
 	// Privacy exports and erases a subscriber (docs/api-contract.md §14).
 	Privacy PrivacyStore
+	// BulkActions stores bulk actions (docs/api-contract.md §20.2).
+	BulkActions BulkActionStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -184,6 +186,10 @@ type Config struct {
 	Imports        ImportStore
 	ImportMaxRows  int64
 	ImportMaxBytes int64
+	// BulkActions stores bulk actions (docs/api-contract.md §20.2); Segments reads the
+	// filters of their segment targets (nil: no segment exists).
+	BulkActions BulkActionStore
+	Segments    SegmentFilters
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
@@ -242,7 +248,7 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy, BulkActions: cfg.BulkActions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait),
 		writeSlots: newWriteGate(cfg.WriteConcurrency), writeWait: cmp.Or(cfg.WriteWait, DefaultWriteWait)}
@@ -309,6 +315,7 @@ func humaConfig() huma.Config {
 		{Name: "Webhooks", Description: "Endpoints that receive the newsletter's subscriber events, signed as Standard Webhooks."},
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},
+		{Name: "Bulk actions", Description: "Tags, attributes or unsubscribes applied in the background to the subscribers a filter, a segment or a list of ids selects."},
 	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",

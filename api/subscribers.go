@@ -355,6 +355,7 @@ func (s *Server) register() {
 	s.registerWebhooks(common, withBody)
 	s.registerSuppressions(common, withBody)
 	s.registerImports(common)
+	s.registerBulkActions(common, withBody)
 
 }
 
