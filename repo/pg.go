@@ -905,7 +905,9 @@ var bulkChangePG = map[string]struct{ value, column, changed, previous string }{
 //   - t: the batch's targets, deleted as they are read;
 //   - o: those subscribers still in the newsletter (one erased or deleted meanwhile is not),
 //     locked in id order as the single operations lock them, with their new value;
-//   - u: the ones whose value changes, changed, with the values after and the previous JSON;
+//   - u: the ones whose value changes, changed, with the values after and the previous JSON
+//     (their rows found by id in the primary key, = ANY: a join on o was planned as a hash
+//     join over a scan of every subscriber, whatever the batch's size);
 //   - ev, d: their events (the JSON model.NewEventOf writes, pinned by a test, escaped as Go
 //     escapes: see jsonStringPG) and the events' deliveries in the bulk lane (outbox.Bulk);
 //   - for unsubscribe, m and k: their unsent emails cancelled and their links retired, as
@@ -925,18 +927,18 @@ o AS (
     FOR UPDATE),
 u AS (
     UPDATE subscribers AS s SET ` + c.column + ` = o.new_value, updated_at = ?4
-    FROM o WHERE s.id = o.id AND ` + c.changed + `
+    FROM o WHERE s.id = ANY (ARRAY(SELECT id FROM o)) AND s.id = o.id AND ` + c.changed + `
     RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags,
         ` + c.previous + ` AS previous),
 v AS (SELECT uuid_v7() AS event_id, u.* FROM u),
 ev AS (
     INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT event_id, newsletter_id, id, ?6::text, ` + goJSONPG(`'{"id":"' || event_id || '","type":"' || ?6::text ||
-        '","timestamp":"' || ?5::text || '","data":{"subscriber":{"id":"' || id || '","email":' || to_json(email)::text ||
-        ',"name":' || to_json(CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END)::text ||
-        ',"status":"' || status || '","created_at":"' || to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS') ||
-        '+00:00","attributes":' || subscriber_attributes_text(attributes) || ',"tags":' || array_to_json(tags)::text ||
-        '},"previous":' || previous || ',"source":' || ?8::text || '}}'`) + `,
+    SELECT event_id, newsletter_id, id, ?6::text, ` + goJSONPG(`concat('{"id":"', event_id, '","type":"', ?6::text,
+        '","timestamp":"', ?5::text, '","data":{"subscriber":{"id":"', id, '","email":', to_json(email),
+        ',"name":', to_json(CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END),
+        ',"status":"', status, '","created_at":"', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS'),
+        '+00:00","attributes":', CASE WHEN attributes = '{}' THEN '{}' ELSE subscriber_attributes_text(attributes) END,
+        ',"tags":', array_to_json(tags), '},"previous":', previous, ',"source":', ?8::text, '}}')`) + `,
         ?7::text, ?4::timestamptz
     FROM v
     RETURNING id, newsletter_id, type, created_at),

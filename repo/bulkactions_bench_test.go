@@ -1,0 +1,75 @@
+package repo_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/subscriberd/subscriberd/model"
+	"github.com/subscriberd/subscriberd/repo"
+)
+
+// TestBulkTag1M measures the benchmark scenario bulk_tag_1m (docs/api-contract.md §20.2): a
+// tag added to every subscriber of a newsletter of SUBSCRIBERD_BULK_BENCH subscribers
+// (1,000,000 for the scenario) on PostgreSQL, in batches of BULK_BENCH_BATCH (default
+// 5000), as a worker runs it. It runs only when SUBSCRIBERD_BULK_BENCH is set.
+func TestBulkTag1M(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("SUBSCRIBERD_BULK_BENCH"))
+	if n <= 0 {
+		t.Skip("set SUBSCRIBERD_BULK_BENCH=1000000 to run bulk_tag_1m")
+	}
+	batch := 5000
+	if b, err := strconv.Atoi(os.Getenv("BULK_BENCH_BATCH")); err == nil {
+		batch = b
+	}
+	db, nl := openFresh(t)
+	ctx := context.Background()
+	seeded := time.Now()
+	for from := 1; from <= n; from += 100000 {
+		if _, err := db.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at)
+SELECT uuid_v7(), ?, 'b' || i || '@example.com', 'b' || i || '@example.com', 'Bench', 'User ' || i, 'active', now(), now()
+FROM generate_series(?::int, ?::int) AS i`, nl, from, min(n, from+99999)).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.NewRaw("VACUUM ANALYZE subscribers").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seeded %d subscribers in %v", n, time.Since(seeded))
+	store := repo.NewBulkActions(db)
+	start := time.Now()
+	a, err := store.Create(ctx, model.NewBulkAction{BulkRequest: model.BulkRequest{
+		BulkChange: model.BulkChange{Action: model.ActionAddTags, Tags: []string{"bench"}},
+		Target:     model.BulkTarget{Filter: &model.Filter{}}}, NewsletterID: nl, KeyPrefix: "sk_bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, ok, err := store.Claim(ctx, time.Minute)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	var staged time.Duration
+	for i := 0; ; i++ {
+		_, done, err := store.Batch(ctx, job, batch, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			staged = time.Since(start)
+		}
+		if done {
+			break
+		}
+	}
+	took := time.Since(start)
+	got, err := store.Get(ctx, nl, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Counts.Changed != int64(n) {
+		t.Fatalf("counts = %+v", got.Counts)
+	}
+	t.Logf("bulk_tag_%d: %v (staging %v), batch %d, %.0f subscribers/s", n, took, staged, batch, float64(n)/took.Seconds())
+}
