@@ -94,7 +94,9 @@ func TestBulkActionsEachAction(t *testing.T) {
 	vip := e.seed(t, "vip", 20, map[string]any{"tags": []string{"vip"}, "attributes": map[string]any{"plan": "pro"}})
 	plain := e.seed(t, "plain", 15, nil)
 	pending := e.seed(t, "pend", 5, map[string]any{"status": "pending", "tags": []string{"vip", "new"}})
-	events := func() int { return e.count("SELECT count(*) FROM subscriber_events WHERE type <> 'subscriber.created'") }
+	events := func() int {
+		return e.count("SELECT count(*) FROM subscriber_events WHERE type <> 'subscriber.created'")
+	}
 	bulkDeliveries := func() int { return e.count("SELECT count(*) FROM webhook_deliveries WHERE lane = 1") }
 
 	// add_tags on a filter: the 25 vip hold it after; the 5 pending had "new" already.
