@@ -15,9 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/subscriberd/subscriberd/importer"
+	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
+	"github.com/subscriberd/subscriberd/telemetry"
 )
 
 // startBulkWorker runs the bulk action workers on the env's database until t ends, as serve
@@ -432,5 +436,79 @@ func TestBulkActionsNewslettersSideBySide(t *testing.T) {
 	wantCounts(t, other.waitBulk(t, lb, "completed"), map[string]float64{"matched": 20, "changed": 20})
 	if n := e.count("SELECT count(*) FROM subscribers WHERE status = 'unsubscribed'"); n != 20 {
 		t.Errorf("%d unsubscribed, want 20", n)
+	}
+}
+
+// TestBulkActionBatchSpansAndMetrics: each batch has a span linked to the request's trace,
+// counting what it changed; bulk_action_rows_total counts by action and outcome, and
+// bulk_actions_running is back to 0 once the action completed. The status counters stay
+// exact.
+func TestBulkActionBatchSpansAndMetrics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := e.seed(t, "m", 5, nil)
+	e.do(http.MethodDelete, "/subscribers/"+ids[0], nil).want(t, http.StatusOK, "")
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	m := telemetry.NewMetrics("test")
+	const request = "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
+	a, err := repo.NewBulkActions(e.db).Create(context.Background(), model.NewBulkAction{
+		BulkRequest: model.BulkRequest{BulkChange: model.BulkChange{Action: model.ActionUnsubscribe},
+			Target: model.BulkTarget{Filter: &model.Filter{}}}, NewsletterID: e.nl, KeyPrefix: "sk_test", Traceparent: request})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 2, Recorder: m, Config: importer.Config{TracerProvider: tp}})
+	e.waitBulk(t, "/api/v1/bulk-actions/"+a.ID.String(), "completed")
+	var batches int
+	var changed int64
+	for _, s := range rec.Ended() {
+		if s.Name() != "bulk action batch" {
+			continue
+		}
+		batches++
+		if len(s.Links()) != 1 || s.Links()[0].SpanContext.TraceID().String() != "0102030405060708090a0b0c0d0e0f10" {
+			t.Errorf("batch span links %v, want the request's trace", s.Links())
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == "bulk_action.changed" {
+				changed += kv.Value.AsInt64()
+			}
+		}
+	}
+	// One to select the 5 subscribers, three of up to 2.
+	if batches != 4 || changed != 4 {
+		t.Errorf("%d batch spans counting %d changed, want 4 and 4", batches, changed)
+	}
+	if got := counterSum(t, m, "bulk_action_rows_total", "outcome", "changed"); got != 4 {
+		t.Errorf("bulk_action_rows_total{outcome=changed} = %v, want 4", got)
+	}
+	if got := counterSum(t, m, "bulk_action_rows_total", "outcome", "unchanged"); got != 1 {
+		t.Errorf("bulk_action_rows_total{outcome=unchanged} = %v, want 1", got)
+	}
+	running := func() float64 {
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "bulk_actions_running" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for running() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bulk_actions_running = %v after the action completed", running())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for status, want := range map[string]float64{"unsubscribed": 5, "active": 0} {
+		total := e.do(http.MethodGet, "/subscribers?status="+status, nil).want(t, http.StatusOK, "").body["pagination"].(map[string]any)["total"]
+		if total != want {
+			t.Errorf("total of %s = %v, want %v", status, total, want)
+		}
 	}
 }
