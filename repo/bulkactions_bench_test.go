@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,11 @@ FROM generate_series(?::int, ?::int) AS i`, nl, from, min(n, from+99999)).Exec(c
 	}
 	var staged time.Duration
 	for i := 0; ; i++ {
+		bt := time.Now()
 		_, done, err := store.Batch(ctx, job, batch, time.Minute)
+		if i%50 == 1 {
+			t.Logf("batch %d: %v", i, time.Since(bt))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,5 +76,14 @@ FROM generate_series(?::int, ?::int) AS i`, nl, from, min(n, from+99999)).Exec(c
 	if got.Counts.Changed != int64(n) {
 		t.Fatalf("counts = %+v", got.Counts)
 	}
-	t.Logf("bulk_tag_%d: %v (staging %v), batch %d, %.0f subscribers/s", n, took, staged, batch, float64(n)/took.Seconds())
+	hwm := ""
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if strings.HasPrefix(line, "VmHWM:") {
+				hwm = strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
+			}
+		}
+	}
+	t.Logf("bulk_tag_%d: %v (staging %v), batch %d, %.0f subscribers/s; peak RSS of this process %s",
+		n, took, staged, batch, float64(n)/took.Seconds(), hwm)
 }

@@ -84,8 +84,10 @@ type engine interface {
 	// when the engine knows.
 	importBatch(ctx context.Context, tx bun.IDB, b importBatch) (counts batchCounts, delivering bool, err error)
 	// stageBulk stores, in tx, the ids of nl's subscribers that target selects now as the
-	// targets of bulk action id (bulk_action_targets), numbered from 1 in id order, in one
-	// INSERT … SELECT, and returns how many (docs/api-contract.md §20.2: matched).
+	// targets of bulk action id (bulk_action_targets), numbered from 1 (on PostgreSQL in the
+	// order its scan meets them: no sort, and batches that walk the table in its physical
+	// order), in one INSERT … SELECT, and returns how many (docs/api-contract.md §20.2:
+	// matched).
 	stageBulk(ctx context.Context, tx bun.IDB, id, nl uuid.UUID, target model.BulkTarget) (matched int64, err error)
 	// bulkBatch applies b's change to the targets numbered After+1 to Last of b.Action, in
 	// tx, and removes those targets (BulkActions.Batch): each subscriber still in the

@@ -810,7 +810,7 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 // the list's WHERE clause, or the given ids that the newsletter has.
 func (*pgEngine) stageBulk(ctx context.Context, tx bun.IDB, id, nl uuid.UUID, target model.BulkTarget) (int64, error) {
 	const head = `INSERT INTO bulk_action_targets (action_id, n, subscriber_id)
-SELECT ?, row_number() OVER (ORDER BY id), id FROM subscribers WHERE `
+SELECT ?, row_number() OVER (), id FROM subscribers WHERE `
 	var (
 		where string
 		args  []any
@@ -904,10 +904,12 @@ var bulkChangePG = map[string]struct{ value, column, changed, previous string }{
 // object, ?9 to ?11 the change (bulkChangePG). Its parts, in one snapshot:
 //   - t: the batch's targets, deleted as they are read;
 //   - o: those subscribers still in the newsletter (one erased or deleted meanwhile is not),
-//     locked in id order as the single operations lock them, with their new value;
+//     read by id from the primary key (= ANY: the fresh targets have no statistics, and a
+//     join on them was planned as a scan of every subscriber, in every batch), locked in id
+//     order as the single operations lock them, with their new value;
 //   - u: the ones whose value changes, changed, with the values after and the previous JSON
-//     (their rows found by id in the primary key, = ANY: a join on o was planned as a hash
-//     join over a scan of every subscriber, whatever the batch's size);
+//     (o's estimate, that of an = ANY over an array not known when planning, is small: each
+//     row of o finds its subscriber by a probe of the primary key, whatever the statistics);
 //   - ev, d: their events (the JSON model.NewEventOf writes, pinned by a test, escaped as Go
 //     escapes: see jsonStringPG) and the events' deliveries in the bulk lane (outbox.Bulk);
 //   - for unsubscribe, m and k: their unsent emails cancelled and their links retired, as
@@ -922,12 +924,12 @@ func bulkBatchPG(action string) string {
 o AS (
     SELECT s.id, s.tags, s.attributes, s.status, ` + c.value + ` AS new_value
     FROM subscribers AS s
-    WHERE s.newsletter_id = ?1 AND s.id IN (SELECT subscriber_id FROM t)
+    WHERE s.newsletter_id = ?1 AND s.id = ANY (ARRAY(SELECT subscriber_id FROM t))
     ORDER BY s.id
     FOR UPDATE),
 u AS (
     UPDATE subscribers AS s SET ` + c.column + ` = o.new_value, updated_at = ?4
-    FROM o WHERE s.id = ANY (ARRAY(SELECT id FROM o)) AND s.id = o.id AND ` + c.changed + `
+    FROM o WHERE s.id = o.id AND ` + c.changed + `
     RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags,
         ` + c.previous + ` AS previous),
 v AS (SELECT uuid_v7() AS event_id, u.* FROM u),

@@ -48,7 +48,7 @@ CREATE UNIQUE INDEX bulk_actions_one_running_idx ON bulk_actions (newsletter_id)
 --bun:split
 
 -- The subscribers an action acts on, fixed when it starts (INSERT … SELECT in one snapshot),
--- numbered 1 to matched in id order; a batch takes the next numbers and deletes them. No
+-- numbered 1 to matched; a batch takes the next numbers and deletes them. No
 -- foreign key: written a million at a time, removed when the action finishes.
 CREATE TABLE bulk_action_targets (
     action_id     uuid   NOT NULL,
