@@ -25,12 +25,6 @@ type BulkActionStore interface {
 	Cancel(ctx context.Context, newsletterID, id uuid.UUID) (model.BulkAction, error)
 }
 
-// SegmentFilters reads a segment's filter (docs/api-contract.md §20.1); an unknown segment is
-// an error for which IsNotFound holds.
-type SegmentFilters interface {
-	Filter(ctx context.Context, newsletterID, id uuid.UUID) (model.Filter, error)
-}
-
 // Messages and codes of docs/api-contract.md §20.2.
 const (
 	MsgBulkActionNotFound = "Bulk action not found."
@@ -202,7 +196,7 @@ func (s *Server) createBulkAction(ctx context.Context, p model.Principal, st Sto
 		return nil, verr
 	}
 	if r.Target.Segment != nil {
-		f, err := s.segmentFilter(ctx, p.NewsletterID, *r.Target.Segment)
+		f, err := bulkSegmentFilter(ctx, st, p.NewsletterID, *r.Target.Segment)
 		if err != nil {
 			return nil, err
 		}
@@ -219,28 +213,16 @@ func (s *Server) createBulkAction(ctx context.Context, p model.Principal, st Sto
 		Body: BulkActionEnvelope{Success: true, Data: BulkActionOf(a)}}, nil
 }
 
-// segmentFilter is the filter of the newsletter's segment id as of now (docs/api-contract.md
-// §20.2: a segment target acts on its members when the action starts, by the filter it has
-// when the action is requested). A segment the newsletter does not have is 422 keyed segment.
-// Without a segment store (Config.Segments) no segment exists.
-func (s *Server) segmentFilter(ctx context.Context, nl, id uuid.UUID) (model.Filter, error) {
-	invalid := (*model.ValidationError)(nil).Add("segment", model.MsgSegmentInvalid)
-	if s.cfg.Segments == nil {
-		return model.Filter{}, invalid
+// bulkSegmentFilter is the filter of the newsletter's segment id as of now, read through st
+// (docs/api-contract.md §20.2: a segment target acts on its members when the action starts, by
+// the filter it has when the action is requested). A segment the newsletter does not have is
+// 422 keyed segment.
+func bulkSegmentFilter(ctx context.Context, st Stores, nl, id uuid.UUID) (model.Filter, error) {
+	f, err := st.Segments.Filter(ctx, nl, id)
+	if errors.Is(err, model.ErrSegmentNotFound) {
+		return model.Filter{}, (*model.ValidationError)(nil).Add("segment", model.MsgSegmentInvalid)
 	}
-	f, err := s.cfg.Segments.Filter(ctx, nl, id)
-	switch {
-	case err == nil:
-		return f, nil
-	case IsNotFound(err):
-		return model.Filter{}, invalid
-	}
-	return model.Filter{}, err
-}
-
-// IsNotFound reports whether err is a store's "not found".
-func IsNotFound(err error) bool {
-	return errors.Is(err, model.ErrNotFound)
+	return f, err
 }
 
 // parseBulkActionID is parseID for bulk actions: anything but a canonical UUID is not found.

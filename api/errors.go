@@ -276,6 +276,8 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		e.Code = CodeEmailTaken
 		e.Errors = map[string][]string{"email": {model.EmailTakenMessage}}
 		return e
+	case errors.Is(err, model.ErrSegmentNotFound): // before ErrNotFound, which it is too
+		return newError(http.StatusNotFound, MsgSegmentNotFound)
 	case errors.Is(err, model.ErrNotFound):
 		return newError(http.StatusNotFound, MsgNotFound)
 	case errors.Is(err, model.ErrWebhookNotFound):

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -275,6 +276,8 @@ type (
 		HasAttr       []string          `query:"has_attr,explode" maxItems:"10" doc:"Only subscribers with this attribute set; repeatable, at most 10."`
 		CreatedAfter  string            `query:"created_after" format:"date-time" doc:"Only subscribers created after this RFC 3339 date-time (exclusive)."`
 		CreatedBefore string            `query:"created_before" format:"date-time" doc:"Only subscribers created before this RFC 3339 date-time (exclusive)."`
+		// docs/api-contract.md §20.1.
+		Segment string `query:"segment" format:"uuid" doc:"Only the members of this segment, its filter evaluated now (ANDed with the other filters). An unknown segment gives 400."`
 	}
 	idInput struct {
 		ID string `path:"id" format:"uuid" doc:"The subscriber's id."`
@@ -355,6 +358,7 @@ func (s *Server) register() {
 	s.registerWebhooks(common, withBody)
 	s.registerSuppressions(common, withBody)
 	s.registerImports(common)
+	s.registerSegments(common, withBody)
 	s.registerBulkActions(common, withBody)
 
 }
@@ -506,8 +510,21 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 		return nil, err
 	}
 	// The kinds of filter used, never their values (they may be personal data).
-	trace.SpanFromContext(ctx).SetAttributes(attribute.StringSlice("app.list.filters", q.Filter.Kinds()))
-	binding := listBinding(p.NewsletterID, q)
+	kinds := q.Filter.Kinds()
+	var segment uuid.UUID
+	if in.Segment != "" {
+		kinds = append(kinds, "segment")
+		if segment, err = uuid.Parse(in.Segment); err != nil {
+			return nil, &model.QueryError{Message: MsgSegmentInvalid}
+		}
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.StringSlice("app.list.filters", kinds))
+	binding := listBinding(p.NewsletterID, q, in.Segment != "", segment)
+	if in.Segment != "" {
+		if err := segmentFilter(ctx, p, st, segment, &q); err != nil {
+			return nil, err
+		}
+	}
 	if in.Cursor != "" {
 		if in.Page != "" {
 			return nil, newError(http.StatusBadRequest, MsgPageAndCursor)
@@ -542,15 +559,35 @@ func (s *Server) list(ctx context.Context, p model.Principal, st Stores, in *lis
 }
 
 // listBinding is what a list cursor is bound to (docs/api-contract.md §9.2): the newsletter
-// and the filter (status and email). The limit is not bound: a cursor marks a position, and
-// the page after it may be of any size.
-func listBinding(nl uuid.UUID, q model.ListQuery) string {
+// and the filter (status and email), the filters of the query (§19.3) and the segment's id
+// (§20.1), not its filter: that is evaluated anew for each page. The limit is not bound: a
+// cursor marks a position, and the page after it may be of any size.
+func listBinding(nl uuid.UUID, q model.ListQuery, bySegment bool, segment uuid.UUID) string {
 	parts := []string{"subscribers", nl.String(), string(q.Status), model.EmailKey(q.Email)}
 	if !q.Filter.IsZero() { // §19.3: a cursor carries its filters (unfiltered cursors stay as they were)
 		sum := sha256.Sum256([]byte(q.Filter.Key()))
 		parts = append(parts, hex.EncodeToString(sum[:]))
 	}
+	if bySegment {
+		parts = append(parts, "segment", segment.String())
+	}
 	return cursor.Binding(parts...)
+}
+
+// segmentFilter applies the list's segment (docs/api-contract.md §20.1): its filter, read
+// now, ANDed into q's. One that is not a segment of the newsletter is a 400.
+func segmentFilter(ctx context.Context, p model.Principal, st Stores, id uuid.UUID, q *model.ListQuery) error {
+	f, err := st.Segments.Filter(ctx, p.NewsletterID, id)
+	if errors.Is(err, model.ErrSegmentNotFound) {
+		return &model.QueryError{Message: MsgSegmentInvalid}
+	}
+	if err != nil {
+		return err
+	}
+	// The query's filter has no status (the list's own is q.Status, which the stores AND
+	// with a segment's): the two always combine.
+	q.Filter, _ = q.Filter.And(f)
+	return nil
 }
 
 func (s *Server) get(ctx context.Context, p model.Principal, st Stores, in *idInput) (*subscriberOutput, error) {

@@ -512,3 +512,28 @@ func TestBulkActionBatchSpansAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkActionSegmentTarget: a segment target acts on the segment's members by its filter;
+// another newsletter's segment is invalid.
+func TestBulkActionSegmentTarget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(t, "pro", 7, map[string]any{"attributes": map[string]any{"plan": "pro"}})
+	e.seed(t, "free", 5, map[string]any{"attributes": map[string]any{"plan": "free"}})
+	seg := e.do(http.MethodPost, "/segments", map[string]any{"name": "Pro", "filter": map[string]any{"attributes": map[string]any{"plan": "pro"}}}).
+		want(t, http.StatusCreated, "").data(t)["id"].(string)
+	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 3})
+	d := e.waitBulk(t, e.startBulk(t, map[string]any{"action": "add_tags", "tags": []string{"paying"}, "segment": seg}), "completed")
+	wantCounts(t, d, map[string]float64{"matched": 7, "changed": 7, "unchanged": 0})
+	total := e.do(http.MethodGet, "/subscribers?tag=paying", nil).want(t, http.StatusOK, "").body["pagination"].(map[string]any)["total"]
+	if total != float64(7) {
+		t.Errorf("%v subscribers tagged paying, want 7", total)
+	}
+	other := *e
+	other.nl, other.key = e.newKey(t, true)
+	got := other.do(http.MethodPost, "/bulk-actions", map[string]any{"action": "unsubscribe", "segment": seg}).
+		want(t, http.StatusUnprocessableEntity, "validation_error").fieldErrors(t)
+	if fmt.Sprint(got) != "map[segment:[The selected segment is invalid.]]" {
+		t.Errorf("another newsletter's segment: %v", got)
+	}
+}

@@ -134,6 +134,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Privacy:        repo.NewPrivacy(db),
 		Webhooks:       repo.NewWebhooks(db),
 		Suppressions:   repo.NewSuppressions(db),
+		Segments:       repo.NewSegments(db),
 		WebhookGuard:   webhook.Guard{AllowPrivate: !o.guardPrivate},
 		Idempotency:    api.IdempotencyOf(e.idem),
 		CursorKey:      cursorKey,

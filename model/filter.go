@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -21,7 +22,8 @@ type Filter struct {
 	// Tags are tags the subscriber has, all of them; NotTags tags it has none of. Both
 	// normalised (NormalizeTag), sorted, without duplicates.
 	Tags, NotTags []string
-	// Attributes are attribute conditions (MatchAttribute), sorted by key, one per key.
+	// Attributes are attribute conditions (MatchAttribute), sorted by key: one per key,
+	// except in a filter made by And, where two on one key must both hold.
 	Attributes []AttributeCondition
 	// HasAttributes are keys the subscriber has an attribute for, sorted.
 	HasAttributes []string
@@ -535,4 +537,42 @@ func (f Filter) Key() string {
 	b, _ := json.Marshal([]any{f.Status, f.Tags, f.NotTags, attrs, f.HasAttributes,
 		bound(f.CreatedAfter), bound(f.CreatedBefore)}) // strings and lists of them always encode
 	return string(b)
+}
+
+// And is the filter that selects what both f and g select (a segment's filter with the list's
+// own, docs/api-contract.md §20.1): every condition of each holds, conditions on the same key
+// included. ok is false when no subscriber can match both: two different statuses.
+func (f Filter) And(g Filter) (_ Filter, ok bool) {
+	union := func(a, b []string) []string {
+		if len(a)+len(b) == 0 {
+			return nil
+		}
+		out := slices.Concat(a, b)
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	later := func(a, b *time.Time) *time.Time {
+		if a == nil || (b != nil && b.After(*a)) {
+			return b
+		}
+		return a
+	}
+	earlier := func(a, b *time.Time) *time.Time {
+		if a == nil || (b != nil && b.Before(*a)) {
+			return b
+		}
+		return a
+	}
+	out := Filter{Status: cmp.Or(f.Status, g.Status), Tags: union(f.Tags, g.Tags), NotTags: union(f.NotTags, g.NotTags),
+		HasAttributes: union(f.HasAttributes, g.HasAttributes),
+		CreatedAfter:  later(f.CreatedAfter, g.CreatedAfter), CreatedBefore: earlier(f.CreatedBefore, g.CreatedBefore)}
+	if len(f.Attributes)+len(g.Attributes) > 0 {
+		// Two conditions on one key both hold: both stay (sorted by key, then value).
+		out.Attributes = slices.Concat(f.Attributes, g.Attributes)
+		slices.SortFunc(out.Attributes, func(a, b AttributeCondition) int {
+			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+		})
+		out.Attributes = slices.Compact(out.Attributes)
+	}
+	return out, f.Status == "" || g.Status == "" || f.Status == g.Status
 }

@@ -308,15 +308,17 @@ func parseItem(obj map[string]any, prefix string) (ns NewSubscriber, emailOK boo
 
 // prohibitUnknown reports every property that is not an input field, in a stable order.
 func prohibitUnknown(obj map[string]any, prefix string, verr *ValidationError) *ValidationError {
-	var unknown []string
-	for k := range obj {
-		if !slices.Contains(InputFields, k) {
-			unknown = append(unknown, k)
+	return verr.Merge(prohibitOthers(obj, InputFields, prefix))
+}
+
+// prohibitOthers refuses every property of obj not in allowed, keyed prefix+property, in a
+// stable order.
+func prohibitOthers(obj map[string]any, allowed []string, prefix string) *ValidationError {
+	var verr *ValidationError
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if !slices.Contains(allowed, k) {
+			verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
 		}
-	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		verr = verr.Add(prefix+k, fmt.Sprintf(msgProhibited, prefix+k))
 	}
 	return verr
 }
@@ -343,7 +345,10 @@ func checkEmail(raw any, attr string) (string, string) {
 }
 
 // checkName returns the trimmed name ("" for null), or the message that rejects raw.
-func checkName(raw any, attr string) (string, string) {
+func checkName(raw any, attr string) (string, string) { return checkNameMax(raw, attr, MaxNameLength) }
+
+// checkNameMax is checkName with at most max characters (a segment's name: §20.1).
+func checkNameMax(raw any, attr string, max int) (string, string) {
 	if raw == nil {
 		return "", ""
 	}
@@ -357,8 +362,8 @@ func checkName(raw any, attr string) (string, string) {
 		return "", fmt.Sprintf(msgInvalidChars, attr)
 	}
 	s = strings.TrimSpace(s)
-	if utf8.RuneCountInString(s) > MaxNameLength {
-		return "", fmt.Sprintf(msgMax, attr, MaxNameLength)
+	if utf8.RuneCountInString(s) > max {
+		return "", fmt.Sprintf(msgMax, attr, max)
 	}
 	return s, ""
 }

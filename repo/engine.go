@@ -49,6 +49,9 @@ type engine interface {
 	// total, id, email, first_name, last_name, status and created_at: the first row carries
 	// the total, rows without an id are not subscribers.
 	listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error
+	// countMatching counts nl's subscribers that f selects (Segments.Get) in one statement
+	// with the WHERE clause of the filtered list, and so its indexes.
+	countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error)
 
 	// create stores c's subscriber with its created event, the event's deliveries and its
 	// confirmation email, all or nothing, after the suppression check of

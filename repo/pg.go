@@ -778,6 +778,9 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
 	}
 	f := q.Filter
+	if f.Status != "" { // a segment's (§20.1), ANDed with the list's own
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
 	if len(f.Tags) > 0 {
 		conds, args = append(conds, "tags <> '{}' AND tags @> ?::text[]"), append(args, pgTextArray(f.Tags))
 	}
@@ -816,7 +819,7 @@ SELECT ?, row_number() OVER (), id FROM subscribers WHERE `
 		args  []any
 	)
 	if target.Filter != nil {
-		where, args = filterPostgres(nl, model.ListQuery{Status: target.Filter.Status, Filter: *target.Filter})
+		where, args = filterPostgres(nl, model.ListQuery{Filter: *target.Filter})
 	} else {
 		ids := make([]string, len(target.IDs))
 		for i, x := range target.IDs {
@@ -964,4 +967,11 @@ SELECT (SELECT count(*) FROM t) AS processed, (SELECT count(*) FROM u) AS change
 func goJSONPG(x string) string {
 	return `replace(replace(replace(replace(replace(` + x + `, '<', '\u003c'), '>', '\u003e'), '&', '\u0026'), ` +
 		`U&'\2028', '\u2028'), U&'\2029', '\u2029')`
+}
+
+func (*pgEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
+	where, args := filterPostgres(nl, model.ListQuery{Filter: f})
+	var n int64
+	err := db.NewRaw("SELECT count(*) FROM subscribers WHERE "+where, args...).Scan(ctx, &n)
+	return n, err
 }

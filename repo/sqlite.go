@@ -689,6 +689,9 @@ func filterSQLite(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds, args = append(conds, "status = ?"), append(args, string(q.Status))
 	}
 	f := q.Filter
+	if f.Status != "" { // a segment's (§20.1), ANDed with the list's own
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
 	for _, t := range f.Tags {
 		conds, args = append(conds, "EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)"), append(args, t)
 	}
@@ -819,7 +822,7 @@ SELECT ?, row_number() OVER (ORDER BY id), id FROM subscribers WHERE `
 		args  []any
 	)
 	if target.Filter != nil {
-		where, args = filterSQLite(nl, model.ListQuery{Status: target.Filter.Status, Filter: *target.Filter})
+		where, args = filterSQLite(nl, model.ListQuery{Filter: *target.Filter})
 	} else {
 		ids := make([]string, len(target.IDs))
 		for i, x := range target.IDs {
@@ -936,4 +939,11 @@ WHERE subscriber_id IN (SELECT value FROM json_each(?)) AND retired_at IS NULL`,
 	}
 	delivering, err := e.insertEvents(ctx, tx, evs, outbox.Bulk)
 	return c, delivering, err
+}
+
+func (*sqliteEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
+	where, args := filterSQLite(nl, model.ListQuery{Filter: f})
+	var n int64
+	err := db.NewRaw("SELECT count(*) FROM subscribers WHERE "+where, args...).Scan(ctx, &n)
+	return n, err
 }

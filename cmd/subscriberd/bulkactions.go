@@ -39,12 +39,6 @@ func startBulkActionWorker(ctx context.Context, db *repo.DB, workers int, metric
 	return runWorker(ctx, w.Run)
 }
 
-// segmentFilters is the segment store that resolves a bulk action's segment target
-// (docs/api-contract.md §20.1). SEGMENTS: the segments store (repo.Segments) is not on this
-// branch yet; until it is wired here no segment exists, and a segment target is 422 "The
-// selected segment is invalid.".
-func segmentFilters(*repo.DB) api.SegmentFilters { return nil }
-
 // bulkActionCmd is "subscriberd bulk-action --newsletter ID --action ACTION (--filter JSON |
 // --segment ID)": it starts a bulk action of the newsletter (docs/api-contract.md §20.2),
 // processes it with its own workers beside any serve on the database, and shows its progress
@@ -104,12 +98,8 @@ func bulkActionCmd(ctx context.Context, prog string, args []string, getenv func(
 			return err
 		}
 		if req.Target.Segment != nil {
-			segs := segmentFilters(db)
-			if segs == nil {
-				return fmt.Errorf("bulk-action: %s", model.MsgSegmentInvalid)
-			}
-			f, err := segs.Filter(ctx, id, *req.Target.Segment)
-			if api.IsNotFound(err) {
+			f, err := repo.NewSegments(db).Filter(ctx, id, *req.Target.Segment)
+			if errors.Is(err, model.ErrSegmentNotFound) {
 				return fmt.Errorf("bulk-action: %s", model.MsgSegmentInvalid)
 			}
 			if err != nil {
