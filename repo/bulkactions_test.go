@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -75,6 +76,20 @@ func TestBulkEventsAreNewEvents(t *testing.T) {
 		`{"email":"uni@example.com","name":"Zoë  Ünïcödé 日本","tags":["zeta","Beta"]}`,
 		`{"email":"attrs@example.com","attributes":{"plan":"<pro> & \"co\"","seats":5,"ratio":1.5,"trial":false,"zz":"日本 ½ /"},"tags":["vip","a<b"]}`,
 		`{"email":"full@example.com","tags":["t00","t01","t02","t03","t04","t05","t06","t07","t08","t09","t10","t11","t12","t13","t14","t15","t16","t17","t18","t19","t20","t21","t22","t23","t24","t25","t26","t27","t28","t29","t30","t31","t32","t33","t34","t35","t36","t37","t38","t39","t40","t41","t42","t43","t44","t45","t46","t47","t48","t49","t50","t51","t52","t53","t54","t55","t56","t57","t58","t59","t60","t61","t62","t63","t64","t65","t66","t67","t68","t69","t70","t71","t72","t73","t74","t75","t76","t77","t78","t79","t80","t81","t82","t83","t84","t85","t86","t87","t88","t89","t90","t91","t92","t93","t94","t95","t96","t97","t98","t99"]}`,
+	}
+	// At the limits of docs/api-contract.md §19.1: 48 keys (the patch below adds 3, one too
+	// many), and 8,165 bytes (the patch's values go past 8,192).
+	many, big := map[string]any{}, map[string]any{}
+	for i := range 48 {
+		many[fmt.Sprintf("k%02d", i)] = i
+	}
+	for i := range 8 {
+		big[fmt.Sprintf("b%d", i)] = strings.Repeat("x", 1000)
+	}
+	big["b8"] = strings.Repeat("y", 100)
+	for _, attrs := range []map[string]any{many, big} {
+		js, _ := json.Marshal(map[string]any{"email": fmt.Sprintf("limit%d@example.com", len(attrs)), "attributes": attrs})
+		inputs = append(inputs, string(js))
 	}
 	for _, in := range inputs {
 		var obj map[string]any
@@ -185,6 +200,9 @@ func TestBulkEventsAreNewEvents(t *testing.T) {
 			if ev.Payload != wantJSON || ev.Type != string(tc.wantEvent) {
 				t.Errorf("%s: event of %s:\n got %s %s\nwant %s %s", tc.body, s.Email, ev.Type, ev.Payload, tc.wantEvent, wantJSON)
 			}
+		}
+		if req.Action == model.ActionSetAttributes && a.Counts.Unchanged < 2 {
+			t.Errorf("%s: %d unchanged; want at least the two at the limits", tc.body, a.Counts.Unchanged)
 		}
 		if int64(changed) != a.Counts.Changed {
 			t.Errorf("%s: changed = %d; want %d", tc.body, a.Counts.Changed, changed)
