@@ -19,7 +19,7 @@
 //   - events.go: a subscriber's history (§10.2) and the Event schema; webhooks.go: the webhook
 //     endpoints (§10.3); suppressions.go: the suppression list (§13); privacy.go: export and
 //     erasure (§14); imports.go: imports (§15), whose file importfile.go reads as it arrives;
-//     segments.go: segments, saved filters (§20.1).
+//     segments.go: segments, saved filters (§20.1); bulkactions.go: bulk actions (§20.2).
 //   - confirm.go: the confirm and decline pages (§12), without an API key.
 //   - errors.go: the error envelope and mapError, the one place errors become HTTP; codes.go:
 //     the codes each operation declares, and the error responses of the document.

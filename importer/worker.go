@@ -1,8 +1,9 @@
-// Package importer holds the import workers of subscriberd (docs/api-contract.md §15): they
-// claim uploaded imports, one running per newsletter, and process their rows in batches, each
-// batch one transaction with the import's progress, so that a stop or a crash resumes after
-// the last committed batch. The loop, back-off and span links are package outbox's, shared
-// with the email and webhook workers.
+// Package importer holds the workers of subscriberd's background jobs: imports
+// (docs/api-contract.md §15, Worker) and bulk actions (§20.2, BulkWorker). Both claim a job,
+// one running per newsletter, keep it with a heartbeat lease and process it in batches, each
+// batch one transaction with the job's progress, so that a stop or a crash resumes after the
+// last committed batch: one loop for both (process.go). The loop, back-off, leases and span
+// links are package outbox's, shared with the email and webhook workers.
 package importer
 
 import (
