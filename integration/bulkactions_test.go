@@ -537,3 +537,27 @@ func TestBulkActionSegmentTarget(t *testing.T) {
 		t.Errorf("another newsletter's segment: %v", got)
 	}
 }
+
+// TestSingleChangeOvertakesABulkAction is docs/api-contract.md §21 for bulk actions: the
+// deliveries of an action's events wait in the bulk lane, and at the same endpoint a single
+// tags operation's delivery, made after them, is claimed first.
+func TestSingleChangeOvertakesABulkAction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := e.seed(t, "lane", 500, nil)
+	e.do(http.MethodPost, "/webhooks", map[string]any{"url": "http://127.0.0.1:9/hook", "events": []string{"subscriber.updated"}}).
+		want(t, http.StatusCreated, "")
+	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 100})
+	e.waitBulk(t, e.startBulk(t, map[string]any{"action": "add_tags", "tags": []string{"wave"}, "filter": map[string]any{}}), "completed")
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND lane = 1`); n != 500 {
+		t.Fatalf("the action queued %d bulk deliveries; want 500", n)
+	}
+	e.do(http.MethodPost, "/subscribers/"+ids[7]+"/tags", map[string]any{"add": []string{"single"}}).want(t, http.StatusOK, "")
+	batches, err := repo.NewDeliveries(e.db).Claim(context.Background(), 1, 10, 1, time.Minute)
+	if err != nil || len(batches) != 1 || len(batches[0].Deliveries) != 10 {
+		t.Fatalf("claiming the endpoint: %+v, %v; want one endpoint with 10 deliveries", batches, err)
+	}
+	if first := string(batches[0].Deliveries[0].Payload); !strings.Contains(first, `"single"`) {
+		t.Errorf("the first delivery claimed is %s; want the single change's, before the action's 500", first)
+	}
+}
