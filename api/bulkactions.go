@@ -60,7 +60,7 @@ func (BulkActionInput) Schema(r huma.Registry) *huma.Schema {
 					Description: "What to do to each subscriber, as the single operation does it: the tags operation, PUT's merge patch, DELETE."},
 				"tags":       tagsSchema("The tags to add or remove (add_tags, remove_tags; required there, refused otherwise)."),
 				"attributes": attributesSchema(true),
-				"filter":     filterSchema(),
+				"filter":     segmentFilterSchema(r),
 				"segment":    {Type: huma.TypeString, Format: "uuid", Description: "A segment's id: its filter selects the subscribers."},
 				"ids": {Type: huma.TypeArray, MinItems: ptr(1), MaxItems: ptr(model.MaxBulkIDs),
 					Items:       &huma.Schema{Type: huma.TypeString, Format: "uuid"},
@@ -69,28 +69,6 @@ func (BulkActionInput) Schema(r huma.Registry) *huma.Schema {
 		}
 	}
 	return &huma.Schema{Ref: "#/components/schemas/" + name}
-}
-
-// filterSchema is the schema of a filter object (docs/api-contract.md §20.1).
-func filterSchema() *huma.Schema {
-	list := func(desc string) *huma.Schema {
-		return &huma.Schema{Type: huma.TypeArray, MaxItems: ptr(model.MaxFilterValues), Description: desc,
-			Items: &huma.Schema{Type: huma.TypeString}}
-	}
-	return &huma.Schema{Type: huma.TypeObject, AdditionalProperties: false,
-		Description: "Selects subscribers by the rules of the list's filters; every condition given must hold. {} selects everyone.",
-		Properties: map[string]*huma.Schema{
-			"status":   {Type: huma.TypeString, Enum: []any{"active", "pending", "unsubscribed"}},
-			"tags":     list("Tags the subscriber has, all of them."),
-			"not_tags": list("Tags the subscriber has none of."),
-			"attributes": {Type: huma.TypeObject, MaxProperties: ptr(model.MaxFilterValues),
-				Description: "Attribute values the subscriber has (a number or boolean also matches its JSON text).",
-				AdditionalProperties: &huma.Schema{AnyOf: []*huma.Schema{{Type: huma.TypeString},
-					{Type: huma.TypeNumber}, {Type: huma.TypeBoolean}}}},
-			"has_attributes": list("Attribute keys the subscriber has a value for."),
-			"created_after":  {Type: huma.TypeString, Format: "date-time", Description: "Exclusive bound."},
-			"created_before": {Type: huma.TypeString, Format: "date-time", Description: "Exclusive bound."},
-		}}
 }
 
 // BulkActionCounts are a bulk action's counts.
