@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/subscriberd/subscriberd/internal/logbuf"
+	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
 
@@ -102,5 +103,20 @@ func TestBulkActionCommand(t *testing.T) {
 	tags, err := repo.NewSubscribers(db).ListTags(t.Context(), uuid.MustParse(nl.ID), "", 10)
 	if err != nil || fmt.Sprint(tags) != fmt.Sprintf("[{gold %d} {vip %d}]", rows/3, rows/3) {
 		t.Errorf("tags = %v (%v)", tags, err)
+	}
+
+	// A segment target: the segment's members by its filter.
+	seg, err := repo.NewSegments(db).Create(t.Context(), uuid.MustParse(nl.ID), model.NewSegment{Name: "VIP",
+		Filter: model.Filter{Tags: []string{"vip"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"bulk-action", "--newsletter", nl.ID, "--action", "remove_tags", "--tags", "gold",
+		"--segment", seg.ID.String()}, envFunc(env), &out, logs); err != nil {
+		t.Fatalf("bulk-action --segment: %v\n%s", err, logs.String())
+	}
+	if want := fmt.Sprintf(" completed: %d matched: %d changed, 0 unchanged\n", rows/3, rows/3); !strings.Contains(out.String(), want) {
+		t.Errorf("output\n%s\nwant a line ending %q", out.String(), want)
 	}
 }
