@@ -561,3 +561,52 @@ func TestSingleChangeOvertakesABulkAction(t *testing.T) {
 		t.Errorf("the first delivery claimed is %s; want the single change's, before the action's 500", first)
 	}
 }
+
+// TestBulkActionWithConcurrentWrites: single tags operations on the same subscribers while a
+// bulk action adds a tag lose nothing either way: every subscriber ends with both tags, and
+// each subscriber's history is a chain — every subscriber.updated event's previous tags are
+// the tags of the event before it, whichever of the two made it.
+func TestBulkActionWithConcurrentWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := e.seed(t, "race", 200, nil)
+	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 10})
+	loc := e.startBulk(t, map[string]any{"action": "add_tags", "tags": []string{"bulk"}, "filter": map[string]any{}})
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := g; i < len(ids); i += 4 {
+				r := e.do(http.MethodPost, "/subscribers/"+ids[i]+"/tags", map[string]any{"add": []string{fmt.Sprintf("single%d", g)}})
+				if r.status != http.StatusOK {
+					errs <- fmt.Errorf("tags of %s: %d %s", ids[i], r.status, r.raw)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCounts(t, e.waitBulk(t, loc, "completed"), map[string]float64{"matched": 200, "processed": 200, "changed": 200})
+	for i, id := range ids {
+		tags := e.do(http.MethodGet, "/subscribers/"+id, nil).want(t, http.StatusOK, "").data(t)["tags"]
+		if want := fmt.Sprintf("[bulk single%d]", i%4); fmt.Sprint(tags) != want {
+			t.Errorf("%s has tags %v, want %s", id, tags, want)
+		}
+		hist := e.history(id)
+		if len(hist) != 3 {
+			t.Errorf("%s has %d events, want created and two updated", id, len(hist))
+			continue
+		}
+		for j := 1; j < len(hist); j++ {
+			before := hist[j-1]["data"].(map[string]any)["subscriber"].(map[string]any)["tags"]
+			prev := hist[j]["data"].(map[string]any)["previous"].(map[string]any)["tags"]
+			if fmt.Sprint(prev) != fmt.Sprint(before) {
+				t.Errorf("%s event %d: previous tags %v, but the event before left %v", id, j, prev, before)
+			}
+		}
+	}
+}
