@@ -138,3 +138,80 @@ func TestBulkLaneTakesTurns(t *testing.T) {
 		t.Errorf("a claim of 10 took %v; want the 2 interactive emails first, then H's 3 among G's", order)
 	}
 }
+
+// slowReceiverBulk is how many bulk deliveries newsletter F's import queues for its slow
+// receiver: at 4 at a time and slowAnswer each they would take minutes to drain, so first
+// come, first served, or a claim of a hundred of them worked through before the next claim,
+// would keep the single create's delivery far past the bound.
+const slowReceiverBulk = 2000
+
+// slowAnswer is how long the receiver of TestSingleCreateDeliveryOvertakesBulkAtSlowReceiver
+// takes to answer each delivery.
+const slowAnswer = 500 * time.Millisecond
+
+// TestSingleCreateDeliveryOvertakesBulkAtSlowReceiver is docs/api-contract.md §21 at one
+// endpoint: a receiver that takes slowAnswer for each delivery is working through an import's
+// slowReceiverBulk deliveries (the bulk lane) when a single create queues its delivery; the
+// worker hands the rest of the bulk claim in hand back after webhook.Config.BulkTurn, and the
+// endpoint's next claim takes the single create's first. It arrives within 5 s plus a few of the
+// receiver's own times, whatever the bulk queue holds (a claim of 100 worked through would
+// take 12.5 s), while most of the import's deliveries still wait.
+func TestSingleCreateDeliveryOvertakesBulkAtSlowReceiver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // newsletter F
+	rc := newReceiver(t)
+	rc.setAnswer(func(http.ResponseWriter, *http.Request) bool {
+		time.Sleep(slowAnswer)
+		return false // then verified, recorded and answered 204
+	})
+	e.hook(rc.srv.URL, []string{"subscriber.created"}, rc)
+	e.startImporter(t, importer.Config{})
+	var csv strings.Builder
+	csv.WriteString("email\n")
+	for i := range slowReceiverBulk {
+		fmt.Fprintf(&csv, "f%d@example.com\n", i)
+	}
+	loc := e.upload("text/csv", csv.String(), "status=active").want(t, http.StatusAccepted, "").header.Get("Location")
+	wantCounts(t, e.waitImport(t, loc, "completed"), map[string]float64{"created": slowReceiverBulk})
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND lane = 1`); n != slowReceiverBulk {
+		t.Fatalf("the import queued %d bulk deliveries; want %d", n, slowReceiverBulk)
+	}
+
+	// The workers as serve runs them, but for the receiver on loopback and a timeout the
+	// receiver's pace cannot reach on a slow machine.
+	cfg := testHookConfig()
+	cfg.Timeout = 20 * time.Second
+	cfg.Backoff = nil
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.hookWorker(cfg).Run(ctx); close(done) }() //nolint:errcheck // nil
+	t.Cleanup(func() { stop(); <-done })
+	// The worker has claimed a batch of the import's deliveries and is delivering it.
+	waitFor(t, "the import's deliveries to start", func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return rc.calls >= 4
+	})
+
+	e.do(http.MethodPost, "/subscribers", map[string]any{"email": "single@example.com", "status": "active"}).
+		want(t, http.StatusCreated, "")
+	created := time.Now()
+	waitFor(t, "the single create's delivery", func() bool {
+		for _, d := range rc.deliveries() {
+			if strings.Contains(string(d.body), "single@example.com") {
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(created)
+	left := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND lane = 1`)
+	t.Logf("the single create's delivery arrived %v after its create, %d deliveries after the import's first, with %d of the import's %d still queued",
+		took.Round(time.Millisecond), len(rc.deliveries())-1, left, slowReceiverBulk)
+	if limit := 5*time.Second + 2*slowAnswer; took > limit {
+		t.Errorf("the single create's delivery arrived %v after its create; want within %v (5 s plus the receiver's own time), whatever the bulk lane holds", took, limit)
+	}
+	if left < slowReceiverBulk/2 {
+		t.Errorf("only %d of the import's %d deliveries were left; want most of them still queued", left, slowReceiverBulk)
+	}
+}

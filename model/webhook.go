@@ -170,6 +170,9 @@ type Delivery struct {
 	Payload     []byte // the event object, sent as the body
 	Attempts    int    // attempts already made
 	Traceparent string // W3C trace context of the request that caused the event; may be ""
+	// Bulk is set for a delivery of the bulk lane (caused by an import or a bulk action), which
+	// the worker may hand back unstarted for the endpoint's next claim (webhook.Config.BulkTurn).
+	Bulk bool
 }
 
 // DeliveryBatch is what one claim hands a worker for one endpoint: its due deliveries, oldest

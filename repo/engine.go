@@ -307,14 +307,15 @@ type claimedRow struct {
 
 // claimRow is one due delivery of a claimed endpoint, with what its request needs.
 type claimRow struct {
-	EndpointID  uuid.UUID `bun:"endpoint_id,type:uuid"`
-	URL         string    `bun:"url"`
-	Secret      string    `bun:"secret"`
-	EventID     uuid.UUID `bun:"event_id,type:uuid"`
-	Attempts    int       `bun:"attempts"`
-	Type        string    `bun:"type"`
-	Payload     string    `bun:"payload"`
-	Traceparent string    `bun:"traceparent"`
+	EndpointID  uuid.UUID   `bun:"endpoint_id,type:uuid"`
+	URL         string      `bun:"url"`
+	Secret      string      `bun:"secret"`
+	EventID     uuid.UUID   `bun:"event_id,type:uuid"`
+	Attempts    int         `bun:"attempts"`
+	Lane        outbox.Lane `bun:"lane"`
+	Type        string      `bun:"type"`
+	Payload     string      `bun:"payload"`
+	Traceparent string      `bun:"traceparent"`
 }
 
 // dueEndpoint is the condition of an endpoint a claim may take: enabled, not leased, with a

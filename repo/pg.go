@@ -216,7 +216,7 @@ WITH ep AS (`+claimableEndpoints+`
     FROM ep WHERE w.id = ep.id
     RETURNING w.id, w.url, w.secret, w.last_claimed_at
 )
-SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+SELECT c.id AS endpoint_id, c.url, c.secret, d.event_id, d.attempts, d.lane, e.type, e.payload, e.traceparent
 FROM claimed AS c
 CROSS JOIN LATERAL (
     SELECT event_id, attempts, lane, next_attempt_at FROM webhook_deliveries

@@ -459,7 +459,7 @@ RETURNING id`, c.args(now)...).Scan(ctx, &ids); err != nil && !errors.Is(err, sq
 		if len(ids) == 0 {
 			return nil
 		}
-		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, e.type, e.payload, e.traceparent
+		err := tx.NewRaw(`SELECT w.id AS endpoint_id, w.url, w.secret, d.event_id, d.attempts, d.lane, e.type, e.payload, e.traceparent
 FROM (
     SELECT endpoint_id, event_id, attempts, lane, next_attempt_at,
         row_number() OVER (PARTITION BY endpoint_id ORDER BY lane, next_attempt_at) AS n

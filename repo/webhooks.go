@@ -166,7 +166,7 @@ func (d *Deliveries) Claim(ctx context.Context, endpoints, perEndpoint, perNewsl
 		}
 		b := &out[len(out)-1]
 		b.Deliveries = append(b.Deliveries, model.Delivery{EventID: r.EventID, Type: model.EventType(r.Type),
-			Payload: []byte(r.Payload), Attempts: r.Attempts, Traceparent: r.Traceparent})
+			Payload: []byte(r.Payload), Attempts: r.Attempts, Traceparent: r.Traceparent, Bulk: r.Lane == outbox.Bulk})
 	}
 	return out, nil
 }
@@ -217,6 +217,11 @@ func (d *Deliveries) Finish(ctx context.Context, endpoint uuid.UUID, results []m
 				delivered = append(delivered, r.EventID)
 				continue
 			case model.DeliveryReleased:
+				if r.Delay <= 0 {
+					// Due again at once: the row stays as it is, in its place in its lane (the
+					// lease was the endpoint's, not the row's), and costs no write.
+					continue
+				}
 				_, err = tx.NewRaw(`UPDATE webhook_deliveries SET next_attempt_at = ?, updated_at = ?
 WHERE endpoint_id = ? AND event_id = ? AND state = 'pending'`, now.Add(r.Delay), now, endpoint, r.EventID).Exec(ctx)
 			case model.DeliveryRetry:

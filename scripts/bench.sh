@@ -24,8 +24,11 @@
 # The webhook pairs (issue 22) measure update, create_active and bulk_100 without an endpoint,
 # with one whose deliveries the main instance makes meanwhile, and with one whose deliveries
 # are only queued: those writes go to a "queue-only" instance (WEBHOOK_WORKERS=0, the rest as
-# the main one) while the tool pauses the main instance (SIGSTOP), the only one with workers;
-# the comparison instances above run with WEBHOOK_WORKERS=0 too. In every pass the queued writes
+# the main one) while the tool pauses the main instance (SIGSTOP), the only one with workers.
+# The queue-only and comparison instances run no background work at all (EMAIL_WORKERS=0,
+# WEBHOOK_WORKERS=0, IMPORT_WORKERS=0, BULK_ACTION_WORKERS=0): the main instance alone sends the emails, delivers the
+# webhooks and processes the imports, so that what the import scenarios measure is the main
+# instance's work, not three idle instances' workers draining the import's emails beside it. In every pass the queued writes
 # also alternate, in half-second slices on the queue-only instance, with the same writes to a
 # second newsletter that has no endpoint, and the queued ratio is judged on those.
 #
@@ -210,10 +213,12 @@ env "${service_env[@]}" bin/subscriberd serve 2>"$out/service.log" &
 service_pid=$!
 wait_ready "$service_pid" "$ADMIN_ADDR" "$out/service.log"
 
-# Every instance but the main one delivers no webhooks: pausing the main one stops delivery.
-export WEBHOOK_WORKERS=0
-echo "== start the queue-only instance (WEBHOOK_WORKERS=0) on 127.0.0.1:$queue_port" >&2
-env LISTEN_ADDR="127.0.0.1:$queue_port" ADMIN_ADDR="127.0.0.1:$queue_admin_port" "${service_env[@]}" WEBHOOK_WORKERS=0 \
+# Every instance but the main one runs no workers: pausing the main one stops delivery, and
+# only the main one sends emails and processes imports.
+export WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0 BULK_ACTION_WORKERS=0
+echo "== start the queue-only instance (no workers) on 127.0.0.1:$queue_port" >&2
+env LISTEN_ADDR="127.0.0.1:$queue_port" ADMIN_ADDR="127.0.0.1:$queue_admin_port" "${service_env[@]}" \
+	WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0 BULK_ACTION_WORKERS=0 \
 	bin/subscriberd serve 2>"$out/service-queue-only.log" &
 queue_pid=$!
 wait_ready "$queue_pid" "127.0.0.1:$queue_admin_port" "$out/service-queue-only.log"

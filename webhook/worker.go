@@ -31,8 +31,8 @@ import (
 type Queue interface {
 	// Claim leases up to endpoints endpoints with due deliveries for lease (one worker at a
 	// time per endpoint, the one claimed longest ago first, at most perNewsletter of one
-	// newsletter's at once) and returns up to perEndpoint due deliveries of each, oldest due
-	// first.
+	// newsletter's at once) and returns up to perEndpoint due deliveries of each: its
+	// interactive ones first, then its bulk ones (Delivery.Bulk), each lane oldest due first.
 	Claim(ctx context.Context, endpoints, perEndpoint, perNewsletter int, lease time.Duration) ([]model.DeliveryBatch, error)
 	// Extend renews the lease of endpoints the worker still delivers to (its heartbeat).
 	Extend(ctx context.Context, endpoints []uuid.UUID, lease time.Duration) error
@@ -70,7 +70,15 @@ type Config struct {
 	Lease time.Duration
 	// Turn is how long one batch may keep starting attempts before the rest goes back to the
 	// queue, so that a slow receiver's backlog does not keep a worker indefinitely; default 1m.
-	Turn         time.Duration
+	Turn time.Duration
+	// BulkTurn is how long one batch may keep starting attempts of the bulk lane (an import's,
+	// a bulk action's) before the rest goes back, in its place, for the endpoint's next claim,
+	// which takes the endpoint's interactive deliveries first (docs/api-contract.md §21). A
+	// delivery of a single API call queued while a slow receiver works through a claim of
+	// bulk deliveries so waits for at most BulkTurn of them, plus the attempts in flight,
+	// however many are queued; a receiver that answers a claim of PerEndpoint within it never
+	// sees the difference. Default 1s.
+	BulkTurn     time.Duration
 	PollInterval time.Duration // look for due deliveries this often without a wake-up; default 500ms
 	// Coalesce is how long a worker waits before claiming again after a batch that was not
 	// full, so that a steady stream of events goes out in batches rather than one claim and
@@ -102,6 +110,7 @@ func (c *Config) defaults() {
 	outbox.SetDefault(&c.PerNewsletter, max(c.Workers/2, 1))
 	outbox.SetDefault(&c.Lease, outbox.DefaultLease)
 	outbox.SetDefault(&c.Turn, time.Minute)
+	outbox.SetDefault(&c.BulkTurn, time.Second)
 	outbox.SetDefault(&c.PollInterval, 500*time.Millisecond)
 	outbox.SetDefault(&c.Coalesce, 50*time.Millisecond)
 	outbox.SetDefault(&c.MaxAnswerBytes, 64<<10)
@@ -297,10 +306,12 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 // deliverBatch delivers one endpoint's batch, up to PerEndpointParallel at a time, and records
 // the outcomes. After a failed attempt no more are started and the rest of the batch is handed
 // back for a few seconds, so a receiver that is down costs one attempt at a time; so is
-// whatever is not started within Turn, and, on shutdown, whatever was not started. A heartbeat
-// renews the endpoint's lease until the outcomes are recorded.
+// whatever is not started within Turn, the bulk deliveries not started within BulkTurn, and, on
+// shutdown, whatever was not started. A heartbeat renews the endpoint's lease until the
+// outcomes are recorded.
 func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
-	deadline := time.Now().Add(w.cfg.Turn)
+	start := time.Now()
+	deadline, bulkDeadline := start.Add(w.cfg.Turn), start.Add(w.cfg.BulkTurn)
 	hb := outbox.StartHeartbeat(ctx, w.cfg.Lease, func(ctx context.Context, ids []uuid.UUID) error {
 		return w.queue.Extend(ctx, ids, w.cfg.Lease)
 	}, func(ctx context.Context, _ int, err error) {
@@ -317,7 +328,11 @@ func (w *Worker) deliverBatch(ctx context.Context, b model.DeliveryBatch) {
 	started := 0
 	for _, d := range b.Deliveries {
 		sem <- struct{}{}
-		if ctx.Err() != nil || failed.Load() || !time.Now().Before(deadline) {
+		// The batch holds the interactive deliveries first (Queue.Claim): from the first bulk
+		// one past BulkTurn on, the rest is bulk work, and goes back. The first attempt is
+		// always made, so that every claim moves the queue on.
+		now := time.Now()
+		if ctx.Err() != nil || failed.Load() || !now.Before(deadline) || (d.Bulk && started > 0 && !now.Before(bulkDeadline)) {
 			<-sem
 			break
 		}

@@ -328,3 +328,44 @@ func TestWorkerRenewsEndpointLeaseWhileDelivering(t *testing.T) {
 		t.Errorf("lease renewed at %v, after Finish ended it at %v", q.lastExtend, q.endedAt)
 	}
 }
+
+// TestBulkTurnHandsBackTheRest: a batch's bulk deliveries not started within BulkTurn go back
+// unstarted and due at once (a release without delay), for the endpoint's next claim to take
+// whatever interactive delivery came meanwhile first; the batch's interactive deliveries are
+// all made whatever the time; and a batch of bulk work alone makes its first attempt however
+// short the turn, so that every claim moves the queue on.
+func TestBulkTurnHandsBackTheRest(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	batch := func(interactive, bulk int) model.DeliveryBatch {
+		b := model.DeliveryBatch{EndpointID: uuid.New(), URL: srv.URL, Secret: model.NewWebhookSecret()}
+		for i := range interactive + bulk {
+			b.Deliveries = append(b.Deliveries, model.Delivery{EventID: uuid.New(), Type: model.EventCreated,
+				Payload: []byte(`{}`), Bulk: i >= interactive})
+		}
+		return b
+	}
+	// A turn already over when the first bulk delivery's turn comes.
+	w := NewWorker(&memQueue{}, Config{BulkTurn: time.Nanosecond, PerEndpointParallel: 1,
+		Guard: Guard{AllowPrivate: true}, Logger: slog.New(slog.DiscardHandler)})
+	for _, c := range []struct{ interactive, bulk, delivered int }{{3, 40, 3}, {0, 5, 1}} {
+		q := &memQueue{batches: []model.DeliveryBatch{batch(c.interactive, c.bulk)}}
+		w.queue = q
+		if n, err := w.RunOnce(context.Background()); err != nil || n != c.interactive+c.bulk {
+			t.Fatalf("RunOnce = %d, %v", n, err)
+		}
+		var outcomes []string
+		for i, r := range q.finished[0] {
+			outcomes = append(outcomes, r.Outcome)
+			if r.Outcome == model.DeliveryReleased && r.Delay != 0 {
+				t.Errorf("delivery %d released with a delay of %v, want due at once", i, r.Delay)
+			}
+		}
+		want := strings.Repeat(model.DeliveryDelivered+" ", c.delivered) + strings.Repeat(model.DeliveryReleased+" ", c.interactive+c.bulk-c.delivered)
+		if got := strings.Join(outcomes, " ") + " "; got != want {
+			t.Errorf("%d interactive and %d bulk deliveries, a bulk turn over at once: %s; want %s", c.interactive, c.bulk, got, want)
+		}
+	}
+}

@@ -867,6 +867,15 @@ func TestTCPPortsAndSettings(t *testing.T) {
 	if got := telemetrySettings(env); !slices.Equal(got, []string{"GOGC=200", "LOG_LEVEL=info", "OTEL_SDK_DISABLED=true", "OTEL_TRACES_SAMPLER=always_on"}) {
 		t.Errorf("telemetrySettings = %v", got)
 	}
+	if got := runningWorkers(env); !slices.Equal(got, workerSettings) {
+		t.Errorf("runningWorkers of an environment without worker settings = %v, want all of %v", got, workerSettings)
+	}
+	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=2", "BULK_ACTION_WORKERS=0"}); !slices.Equal(got, []string{"IMPORT_WORKERS"}) {
+		t.Errorf("runningWorkers with imports on = %v, want [IMPORT_WORKERS]", got)
+	}
+	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0", "BULK_ACTION_WORKERS=0"}); len(got) != 0 {
+		t.Errorf("runningWorkers with every worker off = %v, want none", got)
+	}
 	if m := machine(); !strings.Contains(m, " CPUs, ") || !strings.HasSuffix(m, " GiB") || strings.HasSuffix(m, " 0 GiB") {
 		t.Errorf("machine() = %q, want the CPU model, CPUs and GiB of memory", m)
 	}
@@ -896,11 +905,15 @@ func TestTelemetryComparisonAgainstTheService(t *testing.T) {
 	bin, _, key := setUpService(t, dir, dsn)
 	sinkAddr := "127.0.0.1:" + freePort(t)
 	main := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
-	off := startService(t, bin, dsn, filepath.Join(dir, "off.log"), "OTEL_SDK_DISABLED=true", "LOG_LEVEL=warn")
-	on := startService(t, bin, dsn, filepath.Join(dir, "on.log"), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
-		"OTEL_TRACES_SAMPLER=always_on", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")
-	prod := startService(t, bin, dsn, filepath.Join(dir, "prod.log"), "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
-		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")
+	// As scripts/bench.sh starts them: only the main instance runs background workers.
+	quiet := func(env ...string) []string {
+		return append([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0", "BULK_ACTION_WORKERS=0"}, env...)
+	}
+	off := startService(t, bin, dsn, filepath.Join(dir, "off.log"), quiet("OTEL_SDK_DISABLED=true", "LOG_LEVEL=warn")...)
+	on := startService(t, bin, dsn, filepath.Join(dir, "on.log"), quiet("OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
+		"OTEL_TRACES_SAMPLER=always_on", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")...)
+	prod := startService(t, bin, dsn, filepath.Join(dir, "prod.log"), quiet("OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,
+		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "LOG_LEVEL=info", "OTEL_BSP_SCHEDULE_DELAY=200")...)
 
 	rep := runTool(t, "-url", main.url, "-key", key, "-database-url", dsn, "-pid", strconv.Itoa(main.pid),
 		"-seed", "200", "-seed-parallel", "2", "-clients", "3", "-check-clients", "", "-passes", "2",

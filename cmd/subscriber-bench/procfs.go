@@ -233,6 +233,28 @@ func processEnv(pid int) ([]string, error) {
 	return p.Environ()
 }
 
+// workerSettings are the service's settings of its background workers, each a count whose
+// default is not 0.
+var workerSettings = []string{"EMAIL_WORKERS", "WEBHOOK_WORKERS", "IMPORT_WORKERS", "BULK_ACTION_WORKERS"}
+
+// runningWorkers names the workerSettings that env leaves on (unset, or not "0"): an instance
+// with any runs background work (emails, deliveries, imports) beside the one measured.
+func runningWorkers(env []string) []string {
+	set := map[string]string{}
+	for _, kv := range env {
+		if name, v, ok := strings.Cut(kv, "="); ok {
+			set[name] = v
+		}
+	}
+	var out []string
+	for _, name := range workerSettings {
+		if v, ok := set[name]; !ok || strings.TrimSpace(v) != "0" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // telemetrySettings keeps the variables of env that decide what telemetry costs a service:
 // the OpenTelemetry SDK's (but not OTEL_EXPORTER_OTLP_*HEADERS, which may carry credentials),
 // its log level and format, and the Go runtime's GC and CPU settings. Sorted.

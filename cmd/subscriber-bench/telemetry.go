@@ -148,6 +148,12 @@ func (b *bench) setupTelemetry() {
 			continue
 		}
 		*in.out = telemetrySettings(env)
+		if on := runningWorkers(env); len(on) > 0 {
+			// Any instance's workers take any due work of the database: the main instance's
+			// imports' emails, say, which its figures then leave out.
+			fmt.Fprintf(b.log, "warning: telemetry instance %d runs background workers (%s not 0): it shares the main instance's emails, deliveries or imports\n",
+				in.pid, strings.Join(on, ", "))
+		}
 	}
 	b.rep.Telemetry = t
 	fmt.Fprintf(b.log, "telemetry comparison of %s: off %s %v, on %s %v, production %s %v\n",

@@ -231,6 +231,7 @@ func TestHelpShowsDefaults(t *testing.T) {
 		"(env LISTEN_ADDR; default " + defaultListenAddr + ")",
 		"(env RATE_LIMITS; default ",
 		"(env IDEMPOTENCY_TTL; default " + defaultIdempotencyTTL + ")",
+		"0 = it sends none (another instance must) (env EMAIL_WORKERS; default 1)",
 		"(env DATABASE_URL)", // no default: SQLite in DATA_DIR, as its usage says
 	} {
 		if !strings.Contains(help, want) {

@@ -32,6 +32,7 @@ type Config struct {
 	AdminAddr         string
 	PublicBaseURL     string
 	SMTPURL           string // "" = emails are logged, not sent
+	EmailWorkers      int    // email workers this instance runs; 0 = it sends none
 	MailFrom          string
 	RedisURL          string // "" = limit counters in the process
 	RateLimits        []limits.Window
@@ -102,6 +103,7 @@ func (c *Config) settings() []setting {
 		{"ADMIN_ADDR", defaultAdminAddr, "/metrics, /livez, /readyz, /debug/pprof/", false, to(&c.AdminAddr, parseAddr)},
 		{"PUBLIC_BASE_URL", defaultPublicBaseURL, "base of links in emails (dev: follows LISTEN_ADDR unless set)", false, to(&c.PublicBaseURL, parseHTTPURL)},
 		{"SMTP_URL", "", "smtp://user:pass@host:port or smtps://…; unset = emails are logged", true, to(&c.SMTPURL, parseText)},
+		{"EMAIL_WORKERS", "1", "email workers this instance runs, each sending one email at a time; 0 = it sends none (another instance must)", false, to(&c.EmailWorkers, parseWorkers)},
 		{"MAIL_FROM", mail.DefaultFrom, "sender of emails", false, to(&c.MailFrom, parseText)},
 		{"REDIS_URL", "", "shared rate-limit and lockout counters", true, to(&c.RedisURL, parseRedisURL)},
 		{"RATE_LIMITS", limits.DefaultRateLimits, "per-key windows, or off", false, to(&c.RateLimits, limits.ParseWindows)},
@@ -316,8 +318,9 @@ func parseDuration(name, raw string) (time.Duration, error) {
 	return d, nil
 }
 
-// maxWebhookWorkers bounds WEBHOOK_WORKERS, so that a slip of the keyboard cannot open
-// thousands of connections: each worker keeps up to 4 open to its endpoint's receiver.
+// maxWebhookWorkers bounds WEBHOOK_WORKERS (and EMAIL_WORKERS, IMPORT_WORKERS), so that a slip
+// of the keyboard cannot open thousands of connections: each webhook worker keeps up to 4 open
+// to its endpoint's receiver.
 const maxWebhookWorkers = 256
 
 // parseWorkers reads a worker count from 0 (none) to maxWebhookWorkers.

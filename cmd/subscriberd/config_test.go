@@ -50,8 +50,8 @@ func TestConfigDefaultsComeFromTheirPackages(t *testing.T) {
 		ConfirmRateLimits: confirm,
 		LogLevel:          slog.LevelInfo, LogFormat: "json",
 		IdempotencyTTL: 24 * time.Hour, WebhookTimeout: 10 * time.Second, WebhookAllowPrivate: false, DocsUI: true,
-		WebhookWorkers: webhook.DefaultWorkers,
-		ImportMaxRows:  1_000_000, ImportMaxBytes: 256 << 20, ImportWorkers: 1, BulkActionWorkers: 1,
+		WebhookWorkers: webhook.DefaultWorkers, EmailWorkers: 1,
+		ImportMaxRows: 1_000_000, ImportMaxBytes: 256 << 20, ImportWorkers: 1, BulkActionWorkers: 1,
 	}
 	if diff := cmp.Diff(want, *cfg, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
 		f := p.Last().String()
@@ -102,7 +102,7 @@ func TestConfigDevTurnsLockoutsOffUnlessSet(t *testing.T) {
 }
 
 func TestConfigRejectsBadValuesNamingTheVariable(t *testing.T) {
-	for _, name := range []string{"IDEMPOTENCY_TTL", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_WORKERS", "DOCS_UI", "LOG_LEVEL", "LOG_FORMAT"} {
+	for _, name := range []string{"IDEMPOTENCY_TTL", "WEBHOOK_TIMEOUT", "WEBHOOK_ALLOW_PRIVATE", "WEBHOOK_WORKERS", "EMAIL_WORKERS", "IMPORT_WORKERS", "DOCS_UI", "LOG_LEVEL", "LOG_FORMAT"} {
 		_, err := loadConfig(t, map[string]string{name: "-soon"}, false)
 		if err == nil || !strings.HasPrefix(err.Error(), name+": ") {
 			t.Errorf("%s=-soon: %v, want an error starting with %s", name, err, name)
@@ -110,17 +110,26 @@ func TestConfigRejectsBadValuesNamingTheVariable(t *testing.T) {
 	}
 }
 
-func TestConfigWebhookWorkersBounds(t *testing.T) {
-	for raw, want := range map[string]int{"0": 0, "1": 1, "256": 256} {
-		cfg, err := loadConfig(t, map[string]string{"WEBHOOK_WORKERS": raw}, false)
-		if err != nil || cfg.WebhookWorkers != want {
-			t.Errorf("WEBHOOK_WORKERS=%s: %v, %v; want %d", raw, cfg, err, want)
+// TestConfigWorkersBounds: each worker count (WEBHOOK_WORKERS, EMAIL_WORKERS, IMPORT_WORKERS)
+// takes 0 (none: another instance must) to 256, and refuses anything else naming itself.
+func TestConfigWorkersBounds(t *testing.T) {
+	for _, name := range []string{"WEBHOOK_WORKERS", "EMAIL_WORKERS", "IMPORT_WORKERS"} {
+		for raw, want := range map[string]int{"0": 0, "1": 1, "256": 256} {
+			cfg, err := loadConfig(t, map[string]string{name: raw}, false)
+			if err != nil {
+				t.Errorf("%s=%s: %v", name, raw, err)
+				continue
+			}
+			got := map[string]int{"WEBHOOK_WORKERS": cfg.WebhookWorkers, "EMAIL_WORKERS": cfg.EmailWorkers, "IMPORT_WORKERS": cfg.ImportWorkers}[name]
+			if got != want {
+				t.Errorf("%s=%s: %d; want %d", name, raw, got, want)
+			}
 		}
-	}
-	for _, raw := range []string{"-1", "257", "1.5", "eight"} {
-		if _, err := loadConfig(t, map[string]string{"WEBHOOK_WORKERS": raw}, false); err == nil ||
-			err.Error() != `WEBHOOK_WORKERS: "`+raw+`" is not a whole number from 0 to 256` {
-			t.Errorf("WEBHOOK_WORKERS=%s: %v", raw, err)
+		for _, raw := range []string{"-1", "257", "1.5", "eight"} {
+			if _, err := loadConfig(t, map[string]string{name: raw}, false); err == nil ||
+				err.Error() != name+`: "`+raw+`" is not a whole number from 0 to 256` {
+				t.Errorf("%s=%s: %v", name, raw, err)
+			}
 		}
 	}
 }

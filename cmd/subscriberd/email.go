@@ -36,14 +36,10 @@ func newMailer(cfg *Config, log *slog.Logger, out io.Writer) (*mailer, error) {
 	return &mailer{composer: composer, transport: s, smtp: s.String()}, nil
 }
 
-// startWorker runs the email worker until ctx ends; the returned channel closes once it has
-// finished the email in hand.
-func startWorker(ctx context.Context, db *repo.DB, m *mailer, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
-	if m.smtp == "" {
-		log.Warn("SMTP_URL is not set: confirmation emails are written to the log, with their links, instead of being sent")
-	} else {
-		log.Info("sending confirmation emails", "smtp", m.smtp)
-	}
+// startWorker runs workers email workers (EMAIL_WORKERS) until ctx ends; the returned channel
+// closes once each has finished the email in hand. With no workers the instance still exports
+// the outbox's gauges, so that every instance shows emails left waiting.
+func startWorker(ctx context.Context, db *repo.DB, m *mailer, workers int, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	outbox := repo.NewOutbox(db)
 	if err := metrics.RegisterOutboxGauges(laneGauges(outbox.Stats)); err != nil {
 		log.Error("outbox gauges not exported", "error", err)
@@ -51,12 +47,36 @@ func startWorker(ctx context.Context, db *repo.DB, m *mailer, metrics *telemetry
 	if err := metrics.RegisterOutboxHeldGauge(outbox.HeldPastHeartbeat); err != nil {
 		log.Error("outbox gauges not exported", "error", err)
 	}
-	w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
-		Wake:     outbox.Listen(ctx),
-		Recorder: metrics,
-		Logger:   log,
-	})
-	return runWorker(ctx, w.Run)
+	if workers == 0 {
+		log.Info("EMAIL_WORKERS=0: this instance sends no emails; another instance on the database must")
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if m.smtp == "" {
+		log.Warn("SMTP_URL is not set: confirmation emails are written to the log, with their links, instead of being sent")
+	} else {
+		log.Info("sending confirmation emails", "smtp", m.smtp, "workers", workers)
+	}
+	// Each worker claims its own batches (the outbox's rows are leased one claim at a time),
+	// so that a slow SMTP server holds one of them, not all.
+	dones := make([]<-chan struct{}, workers)
+	for i := range dones {
+		w := mail.NewWorker(outbox, m.transport, m.composer, mail.WorkerConfig{
+			Wake:     outbox.Listen(ctx),
+			Recorder: metrics,
+			Logger:   log,
+		})
+		dones[i] = runWorker(ctx, w.Run)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, d := range dones {
+			<-d
+		}
+	}()
+	return done
 }
 
 // lockedWriter serializes writes to w: dev's stdout gets the banner and the emails' links from

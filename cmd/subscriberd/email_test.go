@@ -258,3 +258,52 @@ func TestFinalReplyWaitFitsInTheStatementTimeout(t *testing.T) {
 			mail.DefaultFinalReplyTimeout, repo.DefaultStatementTimeout)
 	}
 }
+
+// TestServeWithoutEmailWorkers: an instance with EMAIL_WORKERS=0 queues confirmation emails but
+// sends none, says so in its log, and shows them waiting on its /metrics; an instance with the
+// default worker on the same database sends them.
+func TestServeWithoutEmailWorkers(t *testing.T) {
+	t.Parallel()
+	catcher := smtptest.Start(t)
+	env := map[string]string{
+		"DATABASE_URL": pg.Empty(t),
+		"LISTEN_ADDR":  "127.0.0.1:0",
+		"ADMIN_ADDR":   "127.0.0.1:0",
+		"LOG_FORMAT":   "json",
+		"SMTP_URL":     catcher.URL(),
+	}
+	cli(t, env, "migrate")
+	nl := cli(t, env, "newsletter", "create", "--name", "Quiet")
+	key := cli(t, env, "apikey", "create", "--newsletter", nl["id"].(string), "--label", "ci")["key"].(string)
+
+	apiOnly := map[string]string{"EMAIL_WORKERS": "0"}
+	for k, v := range env {
+		apiOnly[k] = v
+	}
+	a := startServe(t, apiOnly)
+	if code, body := call(t, "POST", a.api+"/api/v1/subscribers", key, `{"email":"ann@example.com","status":"pending"}`); code != http.StatusCreated {
+		t.Fatalf("create subscriber = %d %v", code, body)
+	}
+	depth := func(n string) func() bool {
+		return func() bool {
+			return strings.Contains(get(t, a.admin+"/metrics"), "\nemail_outbox_depth{lane=\"interactive\"} "+n+"\n")
+		}
+	}
+	waitUntil(t, "the queued email on /metrics", depth("1"))
+	time.Sleep(2 * time.Second) // four of a worker's poll intervals
+	if n := len(catcher.Messages()); n != 0 {
+		t.Fatalf("the instance with EMAIL_WORKERS=0 sent %d emails", n)
+	}
+	if !strings.Contains(a.logs.String(), "EMAIL_WORKERS=0") {
+		t.Errorf("the log does not say that this instance sends no emails:\n%s", a.logs.String())
+	}
+
+	b := startServe(t, env)
+	waitUntil(t, "the instance with the default worker to send the waiting email", func() bool { return len(catcher.Messages()) > 0 })
+	waitUntil(t, "the sent email off the queue on /metrics", depth("0"))
+	b.stop(t)
+	a.stop(t)
+	if msgs := catcher.Messages(); len(msgs) != 1 || msgs[0].To != "ann@example.com" {
+		t.Errorf("%d emails sent, want 1 to ann@example.com", len(msgs))
+	}
+}

@@ -171,7 +171,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 
 	// The worker outlives ctx: on SIGTERM it is stopped below, after its current email.
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
-	workerDone := startWorker(workerCtx, db, mailer, metrics, log)
+	workerDone := startWorker(workerCtx, db, mailer, cfg.EmailWorkers, metrics, log)
 	webhooksDone := startWebhookWorker(workerCtx, db, hooks, metrics, log)
 	importsDone := startImportWorker(workerCtx, db, cfg.ImportWorkers, metrics, log)
 	bulkDone := startBulkActionWorker(workerCtx, db, cfg.BulkActionWorkers, metrics, log)
