@@ -458,7 +458,7 @@ func TestBulkActionBatchSpansAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 2, Recorder: m, Config: importer.Config{TracerProvider: tp}})
+	e.startBulkWorker(t, importer.BulkConfig{BatchSize: 2, Recorder: m, TracerProvider: tp})
 	e.waitBulk(t, "/api/v1/bulk-actions/"+a.ID.String(), "completed")
 	var batches int
 	var changed int64

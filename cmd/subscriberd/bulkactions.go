@@ -34,8 +34,7 @@ func startBulkActionWorker(ctx context.Context, db *repo.DB, workers int, metric
 		close(done)
 		return done
 	}
-	w := importer.NewBulkWorker(repo.NewBulkActions(db), importer.BulkConfig{Workers: workers, Recorder: metrics,
-		Config: importer.Config{Logger: log}})
+	w := importer.NewBulkWorker(repo.NewBulkActions(db), importer.BulkConfig{Workers: workers, Recorder: metrics, Logger: log})
 	return runWorker(ctx, w.Run)
 }
 
@@ -115,8 +114,7 @@ func bulkActionCmd(ctx context.Context, prog string, args []string, getenv func(
 		fmt.Fprintf(stdout, "bulk action %s: %s queued\n", a.ID, a.Action)
 		if *workers > 0 {
 			wctx, stop := context.WithCancel(ctx)
-			done := runWorker(wctx, importer.NewBulkWorker(store, importer.BulkConfig{Workers: *workers,
-				Config: importer.Config{Logger: log}}).Run)
+			done := runWorker(wctx, importer.NewBulkWorker(store, importer.BulkConfig{Workers: *workers, Logger: log}).Run)
 			defer func() { stop(); <-done }()
 		}
 		a, err = followBulkAction(ctx, store, a, stdout)
