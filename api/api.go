@@ -292,7 +292,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 func humaConfig() huma.Config {
-	cfg := huma.DefaultConfig("Subscriber Management API", "1.2.0")
+	cfg := huma.DefaultConfig("Subscriber Management API", "1.3.0")
 	// No $schema fields or Link headers: bodies carry exactly the contract's fields.
 	cfg.CreateHooks = nil
 	cfg.OpenAPIPath = BasePath + "/openapi"

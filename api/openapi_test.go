@@ -78,7 +78,7 @@ func TestOpenAPIInfoAndSecurity(t *testing.T) {
 	}{
 		{[]string{"openapi"}, "3.1.0"},
 		{[]string{"info", "title"}, "Subscriber Management API"},
-		{[]string{"info", "version"}, "1.2.0"},
+		{[]string{"info", "version"}, "1.3.0"},
 		{[]string{"components", "securitySchemes", "bearer", "type"}, "http"},
 		{[]string{"components", "securitySchemes", "bearer", "scheme"}, "bearer"},
 	}
