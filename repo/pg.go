@@ -250,6 +250,43 @@ func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl u
 	return err
 }
 
+// dropEmptyTagCountsPG deletes exactly the counter rows it locked of each tag whose locked
+// rows sum to 0: deleting rows that sum to 0 changes no tag's total, whatever else happens.
+//
+// Why the locked rows are exactly right under READ COMMITTED: the CTE's FOR UPDATE waits for
+// any transaction writing one of the tag's slot rows the statement's snapshot shows, then
+// (EvalPlanQual) locks and returns that row's newest committed version, or skips it when it
+// was deleted meanwhile (by a concurrent erasure of another holder doing the same); the sum is
+// of those newest values, which nobody can change until this transaction ends. A row a
+// concurrent writer inserted after the snapshot (a new slot of the same tag) is not seen: not
+// locked, not summed, not deleted, so it keeps its delta. The DELETE's own scan sees a row's
+// snapshot version; when that was updated meanwhile, EvalPlanQual moves it to the newest
+// version, the one this statement locked, so the row deleted is the row summed. A writer that
+// upserts into a locked row (the triggers' INSERT … ON CONFLICT DO UPDATE) waits for this
+// transaction, finds the row gone and inserts its delta as a new row. The rows are locked in
+// (tag, slot) order; the triggers take one slot's rows in tag order, and a slot belongs to one
+// transaction at a time (its advisory lock), so a trigger of another transaction never waits
+// for a row of this transaction's own slot while holding one this statement wants after it.
+const dropEmptyTagCountsPG = `WITH locked AS MATERIALIZED (
+    SELECT tag, slot, n FROM subscriber_tag_counts
+    WHERE newsletter_id = ? AND tag = ANY(?::text[])
+    ORDER BY tag, slot
+    FOR UPDATE
+), empty AS (
+    SELECT tag FROM locked GROUP BY tag HAVING sum(n) = 0
+)
+DELETE FROM subscriber_tag_counts AS c
+USING locked AS l
+WHERE c.newsletter_id = ? AND c.tag = l.tag AND c.slot = l.slot AND l.tag IN (SELECT tag FROM empty)`
+
+func (*pgEngine) dropEmptyTagCounts(ctx context.Context, db bun.IDB, nl uuid.UUID, tags []string) error {
+	if len(tags) == 0 {
+		return nil
+	}
+	_, err := db.NewRaw(dropEmptyTagCountsPG, nl, pgdialect.Array(tags), nl).Exec(ctx)
+	return err
+}
+
 // lockEmailKeys takes, until the transaction ends, the advisory locks of the newsletter's keys
 // by bucket (the SQL function lock_email_keys, see its migration: at most 64 a transaction,
 // whatever the number of keys), in one statement. The one-statement create takes the same

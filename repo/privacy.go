@@ -23,7 +23,7 @@ import (
 // total (the counters' triggers count the delete) and get forgets it exactly as if it had
 // never been created, and a cursor, which is a position in the order rather than a row,
 // stays valid. What outlives it holds no personal data: its events, scrubbed, and the erased
-// suppression of its address, a hash.
+// suppression of its address, a hash. Its tags that nobody else holds leave the tag counts.
 type Privacy struct {
 	store
 }
@@ -179,6 +179,13 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 		if _, err := db.NewRaw(q, id).Exec(ctx); err != nil {
 			return model.Erasure{}, false, translate(err)
 		}
+	}
+	// A tag is a label the newsletter chose, and it can name the person (vip-jane-doe): the
+	// counters of the subscriber's tags that nobody else holds now go with it, in this
+	// transaction (after the delete, whose trigger counted it out). The engine deletes only
+	// counter rows that sum to 0, so every count stays exact under concurrent tag writers.
+	if err := p.db.eng.dropEmptyTagCounts(ctx, db, nl, row.Tags); err != nil {
+		return model.Erasure{}, false, translate(err)
 	}
 	delivering, err := p.recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)}, outbox.Interactive)
 	if err != nil {
