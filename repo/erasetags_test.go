@@ -196,3 +196,38 @@ AND wait_event_type = 'Lock' AND query LIKE '%subscriber_tag_counts%'`).Scan(ctx
 	}
 	checkTagCounts(t, db, nl)
 }
+
+// TestSweepTagCounts: the sweep deletes the counters of the tags nobody holds any more (left
+// by untagging and deletes) and nothing of a held tag.
+func TestSweepTagCounts(t *testing.T) {
+	db, nl := attributesDB(t)
+	ctx := context.Background()
+	insertRaw(t, db, nl,
+		rawSubscriber{email: "a@x.io", tags: []string{"gone", "kept", "vip-jane-doe"}},
+		rawSubscriber{email: "b@x.io", tags: []string{"kept"}})
+	setTags(t, db, nl, "a@x.io", []string{"kept", "vip-jane-doe"})
+	if _, err := db.NewRaw("DELETE FROM subscribers WHERE newsletter_id = ? AND email = 'a@x.io'", idArg(nl)).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"gone", "vip-jane-doe"} {
+		if rows, _ := tagRows(t, db, nl, tag); rows == 0 {
+			t.Fatalf("%s has no counter row before the sweep: the test proves nothing", tag)
+		}
+	}
+	n, err := repo.NewPrivacy(db).SweepTagCounts(ctx, 1000)
+	if err != nil || n != 2 {
+		t.Fatalf("sweep = %d, %v; want 2 tags", n, err)
+	}
+	for _, tag := range []string{"gone", "vip-jane-doe"} {
+		if rows, _ := tagRows(t, db, nl, tag); rows != 0 {
+			t.Errorf("%s: %d counter rows left after the sweep", tag, rows)
+		}
+	}
+	if _, sum := tagRows(t, db, nl, "kept"); sum != 1 {
+		t.Errorf("kept counts %d, want 1", sum)
+	}
+	checkTagCounts(t, db, nl)
+	if n, err := repo.NewPrivacy(db).SweepTagCounts(ctx, 1000); err != nil || n != 0 {
+		t.Errorf("second sweep = %d, %v; want 0", n, err)
+	}
+}

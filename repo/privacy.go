@@ -258,3 +258,49 @@ func containsBytes(list [][]byte, b []byte) bool {
 	}
 	return false
 }
+
+// SweepTagCounts deletes the counters of up to limit tags that nobody holds any more (their
+// rows sum to 0: untagging and deletes only count down), newsletter by newsletter, each in a
+// transaction of its own, with the erasure's exact delete (engine.dropEmptyTagCounts: only
+// rows that still sum to 0 when locked, so a tag added meanwhile keeps its count). It returns
+// how many tags it found.
+func (p *Privacy) SweepTagCounts(ctx context.Context, limit int) (int, error) {
+	var found []struct {
+		NewsletterID uuid.UUID `bun:"newsletter_id"`
+		Tag          string    `bun:"tag"`
+	}
+	if err := p.idb.NewRaw(`SELECT newsletter_id, tag FROM subscriber_tag_counts
+GROUP BY newsletter_id, tag HAVING sum(n) = 0 ORDER BY newsletter_id, tag LIMIT ?`, limit).
+		Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, translate(err)
+	}
+	for i := 0; i < len(found); {
+		nl, tags := found[i].NewsletterID, []string{}
+		for ; i < len(found) && found[i].NewsletterID == nl; i++ {
+			tags = append(tags, found[i].Tag)
+		}
+		if err := p.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+			return p.db.eng.dropEmptyTagCounts(ctx, tx, nl, tags)
+		}); err != nil {
+			return 0, translate(err)
+		}
+	}
+	return len(found), nil
+}
+
+// SweepTagCountsLoop runs SweepTagCounts, up to 1,000 tags, every interval until ctx ends.
+// Errors are passed to logErr and the loop goes on.
+func (p *Privacy) SweepTagCountsLoop(ctx context.Context, interval time.Duration, logErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := p.SweepTagCounts(ctx, 1000); err != nil && ctx.Err() == nil {
+			logErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
