@@ -137,12 +137,13 @@ func TestEraseTagsConcurrent(t *testing.T) {
 	}
 }
 
-// TestEraseTagsWaitsForWriter: a transaction adds the tag to another subscriber through a
+// TestEraseTagsSkipsWriter: a transaction adds the tag to another subscriber through a
 // counter row that exists already (a slot with 0 left by earlier writes) and is still open
-// when the erasure of the tag's other holder reaches the counters: the erasure waits for it,
-// then sees the row's committed value and deletes nothing of that tag. A deletion that decided
-// on its snapshot's sum (0) would delete the writer's +1 with the rest.
-func TestEraseTagsWaitsForWriter(t *testing.T) {
+// when the erasure of the tag's other holder reaches the counters: the erasure neither waits
+// for it nor deletes its row, and once it commits the tag counts 1. A deletion that decided on
+// its snapshot's sum (0) and then waited for the row would delete the writer's +1 with the
+// rest. The sweep then finds nothing to do, the tag being held.
+func TestEraseTagsSkipsWriter(t *testing.T) {
 	if testdb.Store() != testdb.Postgres {
 		t.Skip("PostgreSQL only: SQLite serialises writers")
 	}
@@ -169,32 +170,45 @@ SELECT ?, 'x', s, 0 FROM generate_series(0, 15) AS s ON CONFLICT DO NOTHING`, nl
 		_, err := repo.NewPrivacy(db).Erase(ctx, nl, jane)
 		erased <- err
 	}()
-	// Until the erasure waits for a row lock the writer holds (a condition, not a delay).
-	for {
-		var waiting int
-		if err := db.NewRaw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-AND wait_event_type = 'Lock' AND query LIKE '%subscriber_tag_counts%'`).Scan(ctx, &waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
+	// Until the erasure ends, or waits for a row lock the writer holds (conditions, not delays).
+	waited := false
+	for done := false; !done; {
 		select {
 		case err := <-erased:
-			t.Fatalf("the erasure ended (%v) without waiting for the writer's counter row", err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
 		case <-time.After(10 * time.Millisecond): // a poll's pace, not a wait for the race
+			var waiting int
+			if err := db.NewRaw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+AND wait_event_type = 'Lock' AND query LIKE '%subscriber_tag_counts%'`).Scan(ctx, &waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 && !waited {
+				waited = true
+				t.Error("the erasure waits for the writer's counter row")
+				if err := writer.Commit(); err != nil { // let it end
+					t.Fatal(err)
+				}
+			}
 		}
 	}
-	if err := writer.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-erased; err != nil {
-		t.Fatal(err)
+	if !waited {
+		if rows, _ := tagRows(t, db, nl, "x"); rows == 0 {
+			t.Error("the erasure deleted the row the writer holds")
+		}
+		if err := writer.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, sum := tagRows(t, db, nl, "x"); sum != 1 {
 		t.Errorf("x counts %d, want 1 (bob)", sum)
 	}
 	checkTagCounts(t, db, nl)
+	if n, err := repo.NewPrivacy(db).SweepTagCounts(ctx, 1000); err != nil || n != 0 {
+		t.Errorf("sweep = %d, %v; want 0", n, err)
+	}
 }
 
 // TestSweepTagCounts: the sweep deletes the counters of the tags nobody holds any more (left
@@ -229,5 +243,38 @@ func TestSweepTagCounts(t *testing.T) {
 	checkTagCounts(t, db, nl)
 	if n, err := repo.NewPrivacy(db).SweepTagCounts(ctx, 1000); err != nil || n != 0 {
 		t.Errorf("second sweep = %d, %v; want 0", n, err)
+	}
+}
+
+// TestEraseHoldersConcurrently: every holder of a tag erased at once; each erasure holds its
+// own slot's rows of the tag while it reaches the counters, and none waits for another's. The
+// count ends at 0 and, after the sweep at the latest, no row of the tag remains.
+func TestEraseHoldersConcurrently(t *testing.T) {
+	db, nl := attributesDB(t)
+	ctx := context.Background()
+	const holders = 12
+	var subs []rawSubscriber
+	for i := range holders {
+		subs = append(subs, rawSubscriber{email: fmt.Sprintf("h%d@x.io", i), tags: []string{"common"}})
+	}
+	insertRaw(t, db, nl, subs...)
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		id := subscriberID(t, db, nl, s.email)
+		wg.Go(func() {
+			if _, err := repo.NewPrivacy(db).Erase(ctx, nl, id); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, sum := tagRows(t, db, nl, "common"); sum != 0 {
+		t.Errorf("common counts %d, want 0", sum)
+	}
+	if _, err := repo.NewPrivacy(db).SweepTagCounts(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := tagRows(t, db, nl, "common"); rows != 0 {
+		t.Errorf("%d counter rows of common left after the sweep", rows)
 	}
 }

@@ -253,25 +253,27 @@ func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl u
 // dropEmptyTagCountsPG deletes exactly the counter rows it locked of each tag whose locked
 // rows sum to 0: deleting rows that sum to 0 changes no tag's total, whatever else happens.
 //
-// Why the locked rows are exactly right under READ COMMITTED: the CTE's FOR UPDATE waits for
-// any transaction writing one of the tag's slot rows the statement's snapshot shows, then
-// (EvalPlanQual) locks and returns that row's newest committed version, or skips it when it
-// was deleted meanwhile (by a concurrent erasure of another holder doing the same); the sum is
-// of those newest values, which nobody can change until this transaction ends. A row a
-// concurrent writer inserted after the snapshot (a new slot of the same tag) is not seen: not
-// locked, not summed, not deleted, so it keeps its delta. The DELETE's own scan sees a row's
-// snapshot version; when that was updated meanwhile, EvalPlanQual moves it to the newest
-// version, the one this statement locked, so the row deleted is the row summed. A writer that
-// upserts into a locked row (the triggers' INSERT … ON CONFLICT DO UPDATE) waits for this
-// transaction, finds the row gone and inserts its delta as a new row. The rows are locked in
-// (tag, slot) order; the triggers take one slot's rows in tag order, and a slot belongs to one
-// transaction at a time (its advisory lock), so a trigger of another transaction never waits
-// for a row of this transaction's own slot while holding one this statement wants after it.
+// Why the locked rows are exactly right under READ COMMITTED: the CTE locks each of the tags'
+// slot rows the statement's snapshot shows and no other transaction holds, with its newest
+// committed version (EvalPlanQual: a row updated after the snapshot by a transaction that has
+// committed is locked and returned as it is now; one deleted meanwhile, by another erasure or
+// sweep doing the same, is not returned); nobody can change the locked values until this
+// transaction ends, so their sum stays theirs. A row a writer still in flight holds is skipped
+// (SKIP LOCKED): not summed, not deleted, so its delta survives whatever that writer does. A
+// row inserted after the snapshot (a new slot of the same tag) is not seen either. The
+// DELETE's own scan sees a row's snapshot version; when that was updated meanwhile,
+// EvalPlanQual moves it to the newest version, the one this statement locked, so the row
+// deleted is the row summed. A writer that then upserts into a deleted row (the triggers'
+// INSERT … ON CONFLICT DO UPDATE) waits for this transaction, finds the row gone and inserts
+// its delta as a new row. Skipping instead of waiting means the statement never waits, so it
+// can never deadlock with the tag's writers, with another erasure holding its own slot's
+// rows, or with the sweep; the price is that a tag written concurrently may keep rows summing
+// to 0 when this transaction ends, which the sweep (Privacy.SweepTagCounts) deletes later.
 const dropEmptyTagCountsPG = `WITH locked AS MATERIALIZED (
     SELECT tag, slot, n FROM subscriber_tag_counts
     WHERE newsletter_id = ? AND tag = ANY(?::text[])
     ORDER BY tag, slot
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), empty AS (
     SELECT tag FROM locked GROUP BY tag HAVING sum(n) = 0
 )
