@@ -72,6 +72,12 @@ type engine interface {
 	// deleteResponsesContaining deletes, in one statement on db, nl's stored responses
 	// (idempotency_keys) whose body contains the bytes of any of needles (Privacy.Erase).
 	deleteResponsesContaining(ctx context.Context, db bun.IDB, nl uuid.UUID, needles [][]byte) error
+	// dropEmptyTagCounts deletes, in the caller's transaction db, nl's tag counter rows
+	// (subscriber_tag_counts) of those of tags that nobody holds, their count being 0
+	// (Privacy.Erase: a tag's text can be personal data), without changing any tag's count
+	// under concurrent writers of the same tags and without waiting for them: a tag they are
+	// writing may keep rows summing to 0, for Privacy.SweepTagCounts.
+	dropEmptyTagCounts(ctx context.Context, db bun.IDB, nl uuid.UUID, tags []string) error
 	// stageImport stores a new import with every row st yields, durably, before it returns
 	// (Imports.Stage), through the store's writes of the import st carries. When st.next
 	// fails, nothing of the import remains and next's error is returned as it is.

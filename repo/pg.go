@@ -250,6 +250,45 @@ func (*pgEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, nl u
 	return err
 }
 
+// dropEmptyTagCountsPG deletes exactly the counter rows it locked of each tag whose locked
+// rows sum to 0: deleting rows that sum to 0 changes no tag's total, whatever else happens.
+//
+// Why the locked rows are exactly right under READ COMMITTED: the CTE locks each of the tags'
+// slot rows the statement's snapshot shows and no other transaction holds, with its newest
+// committed version (EvalPlanQual: a row updated after the snapshot by a transaction that has
+// committed is locked and returned as it is now; one deleted meanwhile, by another erasure or
+// sweep doing the same, is not returned); nobody can change the locked values until this
+// transaction ends, so their sum stays theirs. A row a writer still in flight holds is skipped
+// (SKIP LOCKED): not summed, not deleted, so its delta survives whatever that writer does. A
+// row inserted after the snapshot (a new slot of the same tag) is not seen either. The
+// DELETE's own scan sees a row's snapshot version; when that was updated meanwhile,
+// EvalPlanQual moves it to the newest version, the one this statement locked, so the row
+// deleted is the row summed. A writer that then upserts into a deleted row (the triggers'
+// INSERT … ON CONFLICT DO UPDATE) waits for this transaction, finds the row gone and inserts
+// its delta as a new row. Skipping instead of waiting means the statement never waits, so it
+// can never deadlock with the tag's writers, with another erasure holding its own slot's
+// rows, or with the sweep; the price is that a tag written concurrently may keep rows summing
+// to 0 when this transaction ends, which the sweep (Privacy.SweepTagCounts) deletes later.
+const dropEmptyTagCountsPG = `WITH locked AS MATERIALIZED (
+    SELECT tag, slot, n FROM subscriber_tag_counts
+    WHERE newsletter_id = ? AND tag = ANY(?::text[])
+    ORDER BY tag, slot
+    FOR UPDATE SKIP LOCKED
+), empty AS (
+    SELECT tag FROM locked GROUP BY tag HAVING sum(n) = 0
+)
+DELETE FROM subscriber_tag_counts AS c
+USING locked AS l
+WHERE c.newsletter_id = ? AND c.tag = l.tag AND c.slot = l.slot AND l.tag IN (SELECT tag FROM empty)`
+
+func (*pgEngine) dropEmptyTagCounts(ctx context.Context, db bun.IDB, nl uuid.UUID, tags []string) error {
+	if len(tags) == 0 {
+		return nil
+	}
+	_, err := db.NewRaw(dropEmptyTagCountsPG, nl, pgdialect.Array(tags), nl).Exec(ctx)
+	return err
+}
+
 // lockEmailKeys takes, until the transaction ends, the advisory locks of the newsletter's keys
 // by bucket (the SQL function lock_email_keys, see its migration: at most 64 a transaction,
 // whatever the number of keys), in one statement. The one-statement create takes the same

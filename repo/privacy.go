@@ -23,7 +23,8 @@ import (
 // total (the counters' triggers count the delete) and get forgets it exactly as if it had
 // never been created, and a cursor, which is a position in the order rather than a row,
 // stays valid. What outlives it holds no personal data: its events, scrubbed, and the erased
-// suppression of its address, a hash.
+// suppression of its address, a hash. The tags it held or once held that nobody else holds
+// leave the tag counts.
 type Privacy struct {
 	store
 }
@@ -162,7 +163,8 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 	case row.Email != email:
 		return model.Erasure{}, false, errAddressMoved
 	}
-	if err := scrubEvents(ctx, db, id); err != nil {
+	held, err := scrubEvents(ctx, db, id)
+	if err != nil {
 		return model.Erasure{}, false, err
 	}
 	if err := p.deleteStoredResponses(ctx, db, nl, id, row.Email); err != nil {
@@ -180,6 +182,14 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 			return model.Erasure{}, false, translate(err)
 		}
 	}
+	// A tag is a label the newsletter chose, and it can name the person (vip-jane-doe): the
+	// counters of the tags the subscriber holds or once held (its events record them) that
+	// nobody else holds now go with it, in this transaction (after the delete, whose trigger
+	// counted it out). The engine deletes only counter rows that sum to 0, so every count
+	// stays exact under concurrent tag writers.
+	if err := p.db.eng.dropEmptyTagCounts(ctx, db, nl, model.SortTags(append(held, row.Tags...))); err != nil {
+		return model.Erasure{}, false, translate(err)
+	}
 	delivering, err := p.recordEvents(ctx, db, []model.Event{model.NewErasedEvent(nl, id, src, now)}, outbox.Interactive)
 	if err != nil {
 		return model.Erasure{}, false, err
@@ -189,26 +199,39 @@ func (p *Privacy) eraseIn(ctx context.Context, db bun.IDB, nl, id uuid.UUID, src
 
 // scrubEvents removes the personal data from every stored event of the subscriber id
 // (model.ScrubEvent). Webhook deliveries not made yet read the event when they are claimed,
-// so they carry the scrubbed one.
-func scrubEvents(ctx context.Context, db bun.IDB, id uuid.UUID) error {
+// so they carry the scrubbed one. It returns the tags the events record the subscriber held
+// (data.subscriber.tags and data.previous.tags), duplicates included.
+func scrubEvents(ctx context.Context, db bun.IDB, id uuid.UUID) ([]string, error) {
 	var rows []eventRow
 	if err := db.NewSelect().Model(&rows).Column("id", "payload").Where("subscriber_id = ?", id).
 		Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return translate(err)
+		return nil, translate(err)
 	}
+	var held []string
 	for _, r := range rows {
+		var tags struct {
+			Data struct {
+				Subscriber, Previous struct {
+					Tags []string `json:"tags"`
+				}
+			} `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(r.Payload), &tags); err != nil {
+			return nil, fmt.Errorf("event %s: %w", r.ID, err)
+		}
+		held = append(append(held, tags.Data.Subscriber.Tags...), tags.Data.Previous.Tags...)
 		scrubbed, err := model.ScrubEvent([]byte(r.Payload))
 		if err != nil {
-			return fmt.Errorf("event %s: %w", r.ID, err)
+			return nil, fmt.Errorf("event %s: %w", r.ID, err)
 		}
 		if string(scrubbed) == r.Payload {
 			continue
 		}
 		if _, err := db.NewRaw("UPDATE subscriber_events SET payload = ? WHERE id = ?", string(scrubbed), r.ID).Exec(ctx); err != nil {
-			return translate(err)
+			return nil, translate(err)
 		}
 	}
-	return nil
+	return held, nil
 }
 
 // deleteStoredResponses deletes nl's stored idempotent responses (docs/api-contract.md §8)
@@ -234,4 +257,50 @@ func containsBytes(list [][]byte, b []byte) bool {
 		}
 	}
 	return false
+}
+
+// SweepTagCounts deletes the counters of up to limit tags that nobody holds any more (their
+// rows sum to 0: untagging and deletes only count down), newsletter by newsletter, each in a
+// transaction of its own, with the erasure's exact delete (engine.dropEmptyTagCounts: only
+// rows that still sum to 0 when locked, so a tag added meanwhile keeps its count). It returns
+// how many tags it found.
+func (p *Privacy) SweepTagCounts(ctx context.Context, limit int) (int, error) {
+	var found []struct {
+		NewsletterID uuid.UUID `bun:"newsletter_id"`
+		Tag          string    `bun:"tag"`
+	}
+	if err := p.idb.NewRaw(`SELECT newsletter_id, tag FROM subscriber_tag_counts
+GROUP BY newsletter_id, tag HAVING sum(n) = 0 ORDER BY newsletter_id, tag LIMIT ?`, limit).
+		Scan(ctx, &found); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, translate(err)
+	}
+	for i := 0; i < len(found); {
+		nl, tags := found[i].NewsletterID, []string{}
+		for ; i < len(found) && found[i].NewsletterID == nl; i++ {
+			tags = append(tags, found[i].Tag)
+		}
+		if err := p.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+			return p.db.eng.dropEmptyTagCounts(ctx, tx, nl, tags)
+		}); err != nil {
+			return 0, translate(err)
+		}
+	}
+	return len(found), nil
+}
+
+// SweepTagCountsLoop runs SweepTagCounts, up to 1,000 tags, every interval until ctx ends.
+// Errors are passed to logErr and the loop goes on.
+func (p *Privacy) SweepTagCountsLoop(ctx context.Context, interval time.Duration, logErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := p.SweepTagCounts(ctx, 1000); err != nil && ctx.Err() == nil {
+			logErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -515,6 +515,21 @@ func (*sqliteEngine) deleteResponsesContaining(ctx context.Context, db bun.IDB, 
 	return err
 }
 
+// dropEmptyTagCounts deletes the tags' rows whose count is 0: one row a tag, and the immediate
+// transaction excludes every other writer.
+func (*sqliteEngine) dropEmptyTagCounts(ctx context.Context, db bun.IDB, nl uuid.UUID, tags []string) error {
+	if len(tags) == 0 {
+		return nil
+	}
+	js, err := json.Marshal(tags)
+	if err != nil {
+		return err
+	}
+	_, err = db.NewRaw(`DELETE FROM subscriber_tag_counts
+WHERE newsletter_id = ? AND n = 0 AND tag IN (SELECT value FROM json_each(?))`, nl, string(js)).Exec(ctx)
+	return err
+}
+
 // lockEmailKeys has nothing to do: the immediate transaction excludes every other writer.
 func (*sqliteEngine) lockEmailKeys(context.Context, bun.IDB, uuid.UUID, []string) error { return nil }
 

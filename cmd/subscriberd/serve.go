@@ -188,9 +188,16 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		defer close(purgeDone)
 		idem.PurgeLoop(workerCtx, time.Minute, func(err error) { log.Warn("purging idempotency keys", "error", err) })
 	}()
+	// Tags nobody holds any more leave the tag counts (their labels may be personal data).
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		repo.NewPrivacy(db).SweepTagCountsLoop(workerCtx, time.Minute, func(err error) { log.Warn("sweeping tag counts", "error", err) })
+	}()
 	defer func() {
 		stopWorker()
 		<-purgeDone
+		<-sweepDone
 	}()
 	// When each key was last used is written apart from the requests (docs/api-contract.md §16.2).
 	usageDone := make(chan struct{})
