@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,7 +190,17 @@ func TestWindowOnServer(t *testing.T) {
 		_, err := other.ExecContext(ctx, "UPDATE "+table+" SET n = n + 1 WHERE id = 1")
 		waited <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The row is held until the window has sampled the waiter waiting for it 20 times, however
+	// slowly a loaded machine runs the sampler: 20 samples of 5 ms over 2 requests is 50 ms a
+	// request at least.
+	const seen = 20
+	deadline := time.Now().Add(time.Minute)
+	for lockSamples(w) < seen {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sampler saw the waiting update %d times in a minute, want %d", lockSamples(w), seen)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +214,8 @@ func TestWindowOnServer(t *testing.T) {
 	if wh.ClusterWALBytes <= 0 {
 		t.Errorf("cluster WAL = %d bytes, want the updates' WAL", wh.ClusterWALBytes)
 	}
-	// About 300 ms of lock wait over 2 requests: allow for a slow machine's sampling.
-	if wh.LockWaitUsPerRequest < 50_000 {
-		t.Errorf("lock wait %.0f µs per request, want about 150000 (waits %+v, samples %d)", wh.LockWaitUsPerRequest, wh.Waits, wh.Samples)
+	if want := float64(seen) * float64(p.Interval.Microseconds()) / 2; wh.LockWaitUsPerRequest < want {
+		t.Errorf("lock wait %.0f µs per request, want at least %.0f (waits %+v, samples %d)", wh.LockWaitUsPerRequest, want, wh.Waits, wh.Samples)
 	}
 	if p.Statements {
 		if wh.StatementsPerRequest < 1 {
@@ -217,4 +227,20 @@ func TestWindowOnServer(t *testing.T) {
 	} else {
 		t.Logf("statements not measured here: %s", p.Note)
 	}
+}
+
+// lockSamples counts the samples of w so far in which a backend waited for a lock.
+func lockSamples(w *Window) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.samples {
+		for e := range s {
+			if strings.HasPrefix(e, "Lock:") {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
