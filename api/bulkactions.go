@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -237,33 +236,12 @@ func (s *Server) cancelBulkAction(ctx context.Context, p model.Principal, st Sto
 }
 
 func (s *Server) listBulkActions(ctx context.Context, p model.Principal, st Stores, in *listBulkActionsInput) (*bulkActionsOutput, error) {
-	q, err := model.ParseListQuery("", string(in.Limit), "")
+	data, page, err := newestFirst(s, "bulk-actions", p, string(in.Limit), in.Cursor,
+		func(limit int, after *model.Position) ([]model.BulkAction, error) {
+			return st.BulkActions.List(ctx, p.NewsletterID, limit, after)
+		}, func(a model.BulkAction) model.Position { return model.Position{CreatedAt: a.CreatedAt, ID: a.ID} }, BulkActionOf)
 	if err != nil {
 		return nil, err
 	}
-	binding := cursor.Binding("bulk-actions", p.NewsletterID.String())
-	var after *model.Position
-	if in.Cursor != "" {
-		pos, err := s.cursors.Decode(binding, in.Cursor)
-		if err != nil {
-			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
-		}
-		after = &model.Position{CreatedAt: pos.Time, ID: pos.ID}
-	}
-	as, err := st.BulkActions.List(ctx, p.NewsletterID, q.Limit, after)
-	if err != nil {
-		return nil, err
-	}
-	out := &bulkActionsOutput{Body: BulkActionsEnvelope{Success: true, Pagination: EventPagination{Limit: q.Limit}}}
-	if len(as) > q.Limit {
-		as = as[:q.Limit]
-		last := as[len(as)-1]
-		c := s.cursors.Encode(binding, cursor.Position{Time: last.CreatedAt, ID: last.ID})
-		out.Body.Pagination.NextCursor = &c
-	}
-	out.Body.Data = make([]BulkAction, len(as))
-	for i, a := range as {
-		out.Body.Data[i] = BulkActionOf(a)
-	}
-	return out, nil
+	return &bulkActionsOutput{Body: BulkActionsEnvelope{Success: true, Data: data, Pagination: page}}, nil
 }

@@ -220,13 +220,23 @@ func (s *Server) documentIdempotency() {
 				continue
 			}
 			if resp := op.Responses[strconv.Itoa(http.StatusConflict)]; resp != nil {
+				// A 409 of the operation's own (bulk_action_finished) comes without Retry-After.
+				declared, _ := op.Metadata[metaCodes].(map[int][]string)
+				only := len(declared[http.StatusConflict]) == 1
 				resp.Description = "A request with the same Idempotency-Key is still being processed: retry after " +
 					"Retry-After seconds to get its response."
+				if !only {
+					resp.Description = "`" + CodeIdempotencyKeyInUse + "`: " + resp.Description + " The operation's other 409 codes come without Retry-After."
+				}
 				if resp.Headers == nil {
 					resp.Headers = map[string]*huma.Param{}
 				}
-				resp.Headers["Retry-After"] = &huma.Param{Description: "Seconds to wait before retrying: 1.",
+				after := &huma.Param{Description: "Seconds to wait before retrying: 1.",
 					Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: ptr(1.0)}}
+				if !only {
+					after.Description, after.Required = "Seconds to wait before retrying: 1 (`"+CodeIdempotencyKeyInUse+"` only).", false
+				}
+				resp.Headers["Retry-After"] = after
 			}
 			for code, resp := range op.Responses {
 				if !strings.HasPrefix(code, "2") {

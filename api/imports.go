@@ -287,35 +287,14 @@ func (s *Server) cancelImport(ctx context.Context, p model.Principal, _ Stores, 
 }
 
 func (s *Server) listImports(ctx context.Context, p model.Principal, _ Stores, in *listImportsInput) (*importsOutput, error) {
-	q, err := model.ParseListQuery("", string(in.Limit), "")
+	data, page, err := newestFirst(s, "imports", p, string(in.Limit), in.Cursor,
+		func(limit int, after *model.Position) ([]model.Import, error) {
+			return s.cfg.Imports.List(ctx, p.NewsletterID, limit, after)
+		}, func(imp model.Import) model.Position { return model.Position{CreatedAt: imp.CreatedAt, ID: imp.ID} }, ImportOf)
 	if err != nil {
 		return nil, err
 	}
-	binding := cursor.Binding("imports", p.NewsletterID.String())
-	var after *model.Position
-	if in.Cursor != "" {
-		pos, err := s.cursors.Decode(binding, in.Cursor)
-		if err != nil {
-			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
-		}
-		after = &model.Position{CreatedAt: pos.Time, ID: pos.ID}
-	}
-	imps, err := s.cfg.Imports.List(ctx, p.NewsletterID, q.Limit, after)
-	if err != nil {
-		return nil, err
-	}
-	out := &importsOutput{Body: ImportsEnvelope{Success: true, Pagination: EventPagination{Limit: q.Limit}}}
-	if len(imps) > q.Limit {
-		imps = imps[:q.Limit]
-		last := imps[len(imps)-1]
-		c := s.cursors.Encode(binding, cursor.Position{Time: last.CreatedAt, ID: last.ID})
-		out.Body.Pagination.NextCursor = &c
-	}
-	out.Body.Data = make([]Import, len(imps))
-	for i, imp := range imps {
-		out.Body.Data[i] = ImportOf(imp)
-	}
-	return out, nil
+	return &importsOutput{Body: ImportsEnvelope{Success: true, Data: data, Pagination: page}}, nil
 }
 
 func (s *Server) importErrors(ctx context.Context, p model.Principal, _ Stores, in *importErrorsInput) (*importErrorsOutput, error) {

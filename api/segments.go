@@ -2,14 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"net/http"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
-	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -277,27 +274,6 @@ func (s *Server) createSegment(ctx context.Context, p model.Principal, st Stores
 		Body: SegmentEnvelope{Success: true, Data: toSegment(seg)}}, nil
 }
 
-// A segments cursor is the last segment's name key (base64url) and a MAC of it bound to the
-// newsletter, as the tags cursor (encodeTagCursor).
-func (s *Server) encodeSegmentCursor(nl, key string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(key)) + "." + s.cursors.Encode(cursor.Binding("segments", nl, key), cursor.Position{})
-}
-
-func (s *Server) decodeSegmentCursor(nl, c string) (string, bool) {
-	enc, mac, ok := strings.Cut(c, ".")
-	if !ok {
-		return "", false
-	}
-	key, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || len(key) == 0 || strings.ContainsRune(string(key), 0) {
-		return "", false
-	}
-	if _, err := s.cursors.Decode(cursor.Binding("segments", nl, string(key)), mac); err != nil {
-		return "", false
-	}
-	return string(key), true
-}
-
 func (s *Server) listSegments(ctx context.Context, p model.Principal, st Stores, in *segmentListInput) (*segmentListOutput, error) {
 	q, err := model.ParseListQuery("", string(in.Limit), "")
 	if err != nil {
@@ -306,7 +282,7 @@ func (s *Server) listSegments(ctx context.Context, p model.Principal, st Stores,
 	var after string
 	if in.Cursor != "" {
 		var ok bool
-		if after, ok = s.decodeSegmentCursor(p.NewsletterID.String(), string(in.Cursor)); !ok {
+		if after, ok = s.decodeKeyCursor("segments", p.NewsletterID.String(), string(in.Cursor)); !ok {
 			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
 		}
 	}
@@ -317,7 +293,7 @@ func (s *Server) listSegments(ctx context.Context, p model.Principal, st Stores,
 	var next *string
 	if len(segs) > q.Limit {
 		segs = segs[:q.Limit]
-		c := s.encodeSegmentCursor(p.NewsletterID.String(), model.SegmentNameKey(segs[len(segs)-1].Name))
+		c := s.encodeKeyCursor("segments", p.NewsletterID.String(), model.SegmentNameKey(segs[len(segs)-1].Name))
 		next = &c
 	}
 	data := make([]Segment, len(segs))

@@ -2,13 +2,10 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"net/http"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/subscriberd/subscriberd/api/cursor"
 	"github.com/subscriberd/subscriberd/model"
 )
 
@@ -81,27 +78,6 @@ type (
 	}
 )
 
-// A tags cursor is the last tag of a page (base64url) and a MAC of it bound to the newsletter
-// (a cursor.Codec's, over a binding that holds the tag): "<tag>.<mac>".
-func (s *Server) encodeTagCursor(nl string, tag string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(tag)) + "." + s.cursors.Encode(cursor.Binding("tags", nl, tag), cursor.Position{})
-}
-
-func (s *Server) decodeTagCursor(nl, c string) (string, bool) {
-	enc, mac, ok := strings.Cut(c, ".")
-	if !ok {
-		return "", false
-	}
-	tag, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || strings.ContainsRune(string(tag), 0) {
-		return "", false
-	}
-	if _, err := s.cursors.Decode(cursor.Binding("tags", nl, string(tag)), mac); err != nil {
-		return "", false
-	}
-	return string(tag), true
-}
-
 func (s *Server) listTags(ctx context.Context, p model.Principal, st Stores, in *tagListInput) (*tagListOutput, error) {
 	limit, err := model.ParseTagLimit(string(in.Limit))
 	if err != nil {
@@ -110,7 +86,7 @@ func (s *Server) listTags(ctx context.Context, p model.Principal, st Stores, in 
 	var after string
 	if in.Cursor != "" {
 		var ok bool
-		if after, ok = s.decodeTagCursor(p.NewsletterID.String(), string(in.Cursor)); !ok {
+		if after, ok = s.decodeKeyCursor("tags", p.NewsletterID.String(), string(in.Cursor)); !ok {
 			return nil, newError(http.StatusBadRequest, MsgCursorInvalid)
 		}
 	}
@@ -121,7 +97,7 @@ func (s *Server) listTags(ctx context.Context, p model.Principal, st Stores, in 
 	var next *string
 	if len(tags) > limit {
 		tags = tags[:limit]
-		c := s.encodeTagCursor(p.NewsletterID.String(), tags[len(tags)-1].Tag)
+		c := s.encodeKeyCursor("tags", p.NewsletterID.String(), tags[len(tags)-1].Tag)
 		next = &c
 	}
 	data := make([]TagCount, len(tags))

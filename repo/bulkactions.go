@@ -169,53 +169,25 @@ func (s *BulkActions) Cancel(ctx context.Context, nl, id uuid.UUID) (model.BulkA
 }
 
 // Claim takes the oldest bulk action that is due for a worker, for lease, as Imports.Claim
-// takes imports: the oldest queued one of a newsletter with no action running, or a running
-// one whose worker's lease ran out (it resumes after its last committed batch).
+// takes imports (claimJob).
 func (s *BulkActions) Claim(ctx context.Context, lease time.Duration) (model.BulkJob, bool, error) {
-	now := s.now()
-	claim := uuid.Must(uuid.NewV7())
-	var rows []bulkActionRow
-	err := s.db.eng.raw(s.idb, `UPDATE bulk_actions SET state = 'running', claim = ?, lease_until = ?,
-    started_at = coalesce(started_at, ?), updated_at = ?
-WHERE id = (
-    SELECT a.id FROM bulk_actions AS a
-    WHERE (a.state = 'queued'
-           AND NOT EXISTS (SELECT 1 FROM bulk_actions AS r WHERE r.newsletter_id = a.newsletter_id AND r.state = 'running')
-           AND NOT EXISTS (SELECT 1 FROM bulk_actions AS o WHERE o.newsletter_id = a.newsletter_id AND o.state = 'queued'
-                               AND (o.created_at, o.id) < (a.created_at, a.id)))
-       OR (a.state = 'running' AND a.lease_until < ?)
-    ORDER BY a.created_at, a.id
-    LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
-	switch {
-	case sqlState(err) == "23505":
-		return model.BulkJob{}, false, nil // another worker started one of the same newsletter meanwhile
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return model.BulkJob{}, false, translate(err)
-	case len(rows) == 0:
-		return model.BulkJob{}, false, nil
+	var r bulkActionRow
+	claim, ok, err := claimJob(ctx, &s.store, bulkJobs, lease, &r)
+	if !ok {
+		return model.BulkJob{}, false, err
 	}
-	r := rows[0]
 	return model.BulkJob{BulkAction: r.toModel(), Claim: claim, Traceparent: r.Traceparent}, true, nil
 }
 
 // Release gives up job's claim, so that the action is taken up again at once.
 func (s *BulkActions) Release(ctx context.Context, job model.BulkJob) error {
-	_, err := s.idb.NewUpdate().Table("bulk_actions").Set("lease_until = ?", s.now()).
-		Where("id = ? AND claim = ? AND state = 'running'", job.ID, job.Claim).Exec(ctx)
-	return translate(err)
+	return bulkJobs.release(ctx, &s.store, job.ID, job.Claim)
 }
 
-// Extend renews the lease of the running actions whose claims a worker holds (its heartbeat),
-// as Imports.Extend does.
+// Extend renews the lease of the running actions whose claims a worker holds (its heartbeat;
+// jobTable.extend).
 func (s *BulkActions) Extend(ctx context.Context, claims []uuid.UUID, lease time.Duration) error {
-	if len(claims) == 0 {
-		return nil
-	}
-	_, err := s.db.eng.raw(s.idb, `UPDATE bulk_actions SET lease_until = ?0
-WHERE id IN (SELECT id FROM bulk_actions WHERE claim IN (?1) AND state = 'running' FOR UPDATE SKIP LOCKED)`,
-		s.now().Add(lease), bun.List(claims)).Exec(ctx)
-	return translate(err)
+	return bulkJobs.extend(ctx, &s.store, claims, lease)
 }
 
 // Batch runs the next step of job in one transaction with the action's progress, extending

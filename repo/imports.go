@@ -273,46 +273,28 @@ func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, e
 	return row.toModel(), nil
 }
 
-// Claim takes the oldest import that is due for a worker, for lease: the oldest queued one of
-// a newsletter with no import running (a newer one waits even while another worker is
-// claiming the older), or a running one whose worker's lease ran out (it stopped or crashed;
-// the import resumes after its last committed batch). Imports another
-// worker is claiming are skipped, not waited for. ok is false when none is due.
+// Claim takes the oldest import that is due for a worker, for lease (claimJob: one running
+// per newsletter, in created order; one whose worker stopped resumes after its last committed
+// batch). ok is false when none is due.
 func (s *Imports) Claim(ctx context.Context, lease time.Duration) (job model.ImportJob, ok bool, err error) {
-	now := s.now()
-	claim := uuid.Must(uuid.NewV7())
-	var rows []importRow
-	err = s.db.eng.raw(s.idb, `UPDATE imports SET state = 'running', claim = ?, lease_until = ?,
-    started_at = coalesce(started_at, ?), updated_at = ?
-WHERE id = (
-    SELECT i.id FROM imports AS i
-    WHERE (i.state = 'queued'
-           AND NOT EXISTS (SELECT 1 FROM imports AS r WHERE r.newsletter_id = i.newsletter_id AND r.state = 'running')
-           AND NOT EXISTS (SELECT 1 FROM imports AS o WHERE o.newsletter_id = i.newsletter_id AND o.state = 'queued'
-                               AND (o.created_at, o.id) < (i.created_at, i.id)))
-       OR (i.state = 'running' AND i.lease_until < ?)
-    ORDER BY i.created_at, i.id
-    LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING *`, claim, now.Add(lease), now, now, now).Scan(ctx, &rows)
-	switch {
-	case sqlState(err) == "23505":
-		// Another worker started an import of the same newsletter meanwhile: this one waits.
-		return model.ImportJob{}, false, nil
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return model.ImportJob{}, false, translate(err)
-	case len(rows) == 0:
-		return model.ImportJob{}, false, nil
+	var r importRow
+	claim, ok, err := claimJob(ctx, &s.store, importJobs, lease, &r)
+	if !ok {
+		return model.ImportJob{}, false, err
 	}
-	r := rows[0]
 	return model.ImportJob{Import: r.toModel(), Claim: claim, KeyPrefix: r.KeyPrefix, Traceparent: r.Traceparent}, true, nil
 }
 
 // Release gives up job's claim, so that another worker (or the next start) takes the import
 // up at once rather than after the lease.
 func (s *Imports) Release(ctx context.Context, job model.ImportJob) error {
-	_, err := s.idb.NewUpdate().Table("imports").Set("lease_until = ?", s.now()).
-		Where("id = ? AND claim = ? AND state = 'running'", job.ID, job.Claim).Exec(ctx)
-	return translate(err)
+	return importJobs.release(ctx, &s.store, job.ID, job.Claim)
+}
+
+// Extend renews the lease of the running imports whose claims a worker still holds (its
+// heartbeat; jobTable.extend).
+func (s *Imports) Extend(ctx context.Context, claims []uuid.UUID, lease time.Duration) error {
+	return importJobs.extend(ctx, &s.store, claims, lease)
 }
 
 // Batch processes the next up to size rows of job in one transaction: it creates the
