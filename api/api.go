@@ -19,7 +19,7 @@
 //   - events.go: a subscriber's history (§10.2) and the Event schema; webhooks.go: the webhook
 //     endpoints (§10.3); suppressions.go: the suppression list (§13); privacy.go: export and
 //     erasure (§14); imports.go: imports (§15), whose file importfile.go reads as it arrives;
-//     segments.go: segments, saved filters (§20.1).
+//     segments.go: segments, saved filters (§20.1); bulkactions.go: bulk actions (§20.2).
 //   - confirm.go: the confirm and decline pages (§12), without an API key.
 //   - errors.go: the error envelope and mapError, the one place errors become HTTP; codes.go:
 //     the codes each operation declares, and the error responses of the document.
@@ -95,6 +95,8 @@ type Stores struct {
 	Privacy PrivacyStore
 	// Segments stores segments, saved filters (docs/api-contract.md §20.1).
 	Segments SegmentStore
+	// BulkActions stores bulk actions (docs/api-contract.md §20.2).
+	BulkActions BulkActionStore
 }
 
 // Authenticator finds what a key hash grants; an unknown key is model.ErrKeyNotFound, a revoked
@@ -189,6 +191,8 @@ type Config struct {
 	Imports        ImportStore
 	ImportMaxRows  int64
 	ImportMaxBytes int64
+	// BulkActions stores bulk actions (docs/api-contract.md §20.2).
+	BulkActions BulkActionStore
 	// CursorKey signs list cursors (docs/api-contract.md §9.2). Every instance must have the
 	// same one (cmd/subscriberd reads it from the database); nil makes a random one, good for
 	// this process only.
@@ -247,7 +251,7 @@ func New(cfg Config) *Server {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy, Segments: cfg.Segments}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, stores: Stores{Subscribers: cfg.Store, Events: cfg.Events, Webhooks: cfg.Webhooks, Suppressions: cfg.Suppressions, Privacy: cfg.Privacy, Segments: cfg.Segments, BulkActions: cfg.BulkActions}, log: cfg.Logger, metrics: cfg.Metrics, keys: newKeyCache(ttl), usage: newKeyUsage(), mux: http.NewServeMux(),
 		limiter: cfg.Limiter, dbOutage: outage.New(cfg.Logger, DatabaseOutage, 0, nil),
 		cursors: cursor.New(cfg.CursorKey), nonces: mail.NewNonces(cfg.PageNonceKey), bulkSlots: newGate(cfg.BulkConcurrency), bulkWait: cmp.Or(cfg.BulkWait, DefaultBulkWait),
 		writeSlots: newWriteGate(cfg.WriteConcurrency), writeWait: cmp.Or(cfg.WriteWait, DefaultWriteWait)}
@@ -315,6 +319,7 @@ func humaConfig() huma.Config {
 		{Name: "Suppressions", Description: "Addresses the newsletter never emails and the API cannot subscribe: declined, bounced, complained, erased or added by hand."},
 		{Name: "Imports", Description: "Files of subscribers uploaded as CSV or NDJSON and added in the background, with their progress and row errors."},
 		{Name: "Segments", Description: "Saved filters of the newsletter's subscribers, evaluated anew each time they are used."},
+		{Name: "Bulk actions", Description: "Tags, attributes or unsubscribes applied in the background to the subscribers a filter, a segment or a list of ids selects."},
 	}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", BearerFormat: "sk_…",

@@ -294,6 +294,12 @@ func mapError(ctx context.Context, log *slog.Logger, err error) error {
 		e := newError(http.StatusConflict, MsgImportFinished)
 		e.Code = CodeImportFinished
 		return e
+	case errors.Is(err, model.ErrBulkActionNotFound):
+		return newError(http.StatusNotFound, MsgBulkActionNotFound)
+	case errors.Is(err, model.ErrBulkActionFinished):
+		e := newError(http.StatusConflict, MsgBulkActionFinished)
+		e.Code = CodeBulkActionFinished
+		return e
 	case clientGone(ctx):
 		// Whatever failed (a statement cancelled with the request, a transaction rolled back
 		// under it, a body cut short), it failed because the client went away: not a 5xx.

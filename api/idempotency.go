@@ -77,35 +77,36 @@ type UnitOfWork[T any] interface {
 
 // UnitStores is a unit of work that hands out the stores bound to it (repo.Tx): each of its
 // methods returns one of the Stores.
-type UnitStores[S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore] interface {
+type UnitStores[S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore, B BulkActionStore] interface {
 	Subscribers() S
 	Events() E
 	Webhooks() W
 	Suppressions() Q
 	Privacy() P
 	Segments() G
+	BulkActions() B
 }
 
 // IdempotencyOf is the IdempotencyStore of u, whose unit of work gives a request the Stores it
 // hands out. The type arguments are inferred: IdempotencyOf(repo.NewIdempotency(db, ttl)).
-func IdempotencyOf[T UnitStores[S, E, W, Q, P, G], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore](
+func IdempotencyOf[T UnitStores[S, E, W, Q, P, G, B], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore, B BulkActionStore](
 	u UnitOfWork[T]) IdempotencyStore {
-	return unitStore[T, S, E, W, Q, P, G]{u: u}
+	return unitStore[T, S, E, W, Q, P, G, B]{u: u}
 }
 
-type unitStore[T UnitStores[S, E, W, Q, P, G], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore] struct {
+type unitStore[T UnitStores[S, E, W, Q, P, G, B], S Store, E EventStore, W WebhookStore, Q SuppressionStore, P PrivacyStore, G SegmentStore, B BulkActionStore] struct {
 	u UnitOfWork[T]
 }
 
-func (s unitStore[T, S, E, W, Q, P, G]) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
+func (s unitStore[T, S, E, W, Q, P, G, B]) Lookup(ctx context.Context, nl uuid.UUID, key string) (model.StoredResponse, bool, error) {
 	return s.u.Lookup(ctx, nl, key)
 }
 
-func (s unitStore[T, S, E, W, Q, P, G]) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
+func (s unitStore[T, S, E, W, Q, P, G, B]) Run(ctx context.Context, nl uuid.UUID, key string, fp []byte,
 	fn func(st Stores) (*model.StoredResponse, error)) (model.IdempotencyResult, error) {
 	return s.u.Run(ctx, nl, key, fp, func(tx T) (*model.StoredResponse, error) {
 		return fn(Stores{Subscribers: tx.Subscribers(), Events: tx.Events(), Webhooks: tx.Webhooks(),
-			Suppressions: tx.Suppressions(), Privacy: tx.Privacy(), Segments: tx.Segments()})
+			Suppressions: tx.Suppressions(), Privacy: tx.Privacy(), Segments: tx.Segments(), BulkActions: tx.BulkActions()})
 	})
 }
 

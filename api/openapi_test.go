@@ -153,6 +153,10 @@ var documentedCodes = func() map[string]map[int][]string {
 		"get-segment":        with(notFound),
 		"update-segment":     with(merge(body(), notFound)),
 		"delete-segment":     with(merge(idem, notFound)),
+		"create-bulk-action": with(body()),
+		"list-bulk-actions":  with(nil),
+		"get-bulk-action":    with(notFound),
+		"cancel-bulk-action": with(merge(merge(idem, notFound), map[int][]string{409: {"idempotency_key_in_use", "bulk_action_finished"}})),
 	}
 	// A read-only key is refused every write (docs/api-contract.md §16.2).
 	for op, id := range operations {
@@ -176,7 +180,7 @@ var documented = func() map[string][]int {
 	// answers 200 whatever it created (docs/api-contract.md §13).
 	// An upload answers 202: its rows are processed in the background (§15).
 	successes := map[string][]int{"create-suppression": {200, 201}, "bulk-create-suppressions": {200},
-		"create-import": {202}, "upsert-subscriber-by-email": {200, 201}}
+		"create-import": {202}, "upsert-subscriber-by-email": {200, 201}, "create-bulk-action": {202}}
 	out := map[string][]int{}
 	for id, codes := range documentedCodes {
 		success, ok := successes[id]
@@ -225,6 +229,10 @@ var operations = map[string]string{
 	"GET /api/v1/segments/{id}":                "get-segment",
 	"PUT /api/v1/segments/{id}":                "update-segment",
 	"DELETE /api/v1/segments/{id}":             "delete-segment",
+	"POST /api/v1/bulk-actions":                "create-bulk-action",
+	"GET /api/v1/bulk-actions":                 "list-bulk-actions",
+	"GET /api/v1/bulk-actions/{id}":            "get-bulk-action",
+	"DELETE /api/v1/bulk-actions/{id}":         "cancel-bulk-action",
 }
 
 func TestOpenAPIResponses(t *testing.T) {
@@ -588,6 +596,9 @@ func TestOpenAPIIdempotency(t *testing.T) {
 		success := "200"
 		if slices.Contains(documented[id], 201) {
 			success = "201"
+		}
+		if slices.Contains(documented[id], 202) {
+			success = "202"
 		}
 		if at(t, op, "responses", success, "headers", "Idempotent-Replayed") == nil {
 			t.Errorf("%s: %s without Idempotent-Replayed", id, success)

@@ -359,6 +359,7 @@ func (s *Server) register() {
 	s.registerSuppressions(common, withBody)
 	s.registerImports(common)
 	s.registerSegments(common, withBody)
+	s.registerBulkActions(common, withBody)
 
 }
 

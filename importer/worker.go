@@ -1,13 +1,13 @@
-// Package importer holds the import workers of subscriberd (docs/api-contract.md §15): they
-// claim uploaded imports, one running per newsletter, and process their rows in batches, each
-// batch one transaction with the import's progress, so that a stop or a crash resumes after
-// the last committed batch. The loop, back-off and span links are package outbox's, shared
-// with the email and webhook workers.
+// Package importer holds the workers of subscriberd's background jobs: imports
+// (docs/api-contract.md §15, Worker) and bulk actions (§20.2, BulkWorker). Both claim a job,
+// one running per newsletter, keep it with a heartbeat lease and process it in batches, each
+// batch one transaction with the job's progress, so that a stop or a crash resumes after the
+// last committed batch: one loop for both (process.go). The loop, back-off, leases and span
+// links are package outbox's, shared with the email and webhook workers.
 package importer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -116,52 +116,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// round claims one import and processes it until it completes, is lost, fails or ctx ends;
-// it reports whether another may be due at once.
+// round claims one import and processes it until it completes, is lost, fails or ctx ends
+// (process); it reports whether another may be due at once.
 func (w *Worker) round(ctx context.Context) bool {
 	w.sweep(ctx)
-	job, ok, err := w.store.Claim(ctx, w.cfg.Lease)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.cfg.Logger.WarnContext(ctx, "claiming an import failed", "error", err)
-		}
-		return false
-	}
-	if !ok {
-		return false
-	}
-	w.cfg.Recorder.ImportsRunning(1)
-	defer w.cfg.Recorder.ImportsRunning(-1)
-	log := w.cfg.Logger.With("import_id", job.ID.String())
-	// The lease is renewed on a goroutine of its own (the heartbeat shared with the outbox
-	// workers), and stopped before the import is given back, so that no renewal follows the
-	// release.
-	hb := outbox.StartHeartbeat(ctx, w.cfg.Lease, func(ctx context.Context, claims []uuid.UUID) error {
-		return w.store.Extend(ctx, claims, w.cfg.Lease)
-	}, func(ctx context.Context, _ int, err error) {
-		log.WarnContext(ctx, "renewing an import's lease failed; the next beat tries again", "error", err)
-	}, job.Claim)
-	defer hb.Stop()
-	log.InfoContext(ctx, "import started", "rows", job.Counts.Rows, "processed", job.Counts.Processed)
-	for ctx.Err() == nil {
-		done, err := w.batch(ctx, job)
-		switch {
-		case errors.Is(err, model.ErrImportLost):
-			log.InfoContext(ctx, "import stopped: cancelled or taken over")
-			return true
-		case err != nil:
-			log.WarnContext(ctx, "an import batch failed; it is retried", "error", err)
-			hb.Stop()
-			w.release(ctx, job)
-			return false
-		case done:
-			log.InfoContext(ctx, "import completed")
-			return true
-		}
-	}
-	hb.Stop()
-	w.release(ctx, job)
-	return false
+	return process(ctx, w.cfg.Logger, w.cfg.Lease, kind[model.ImportJob]{
+		name:    "import",
+		article: "an",
+		claim:   w.store.Claim,
+		batch:   w.batch,
+		release: w.store.Release,
+		extend:  w.store.Extend,
+		running: w.cfg.Recorder.ImportsRunning,
+		lost:    model.ErrImportLost,
+		id:      func(j model.ImportJob) (uuid.UUID, uuid.UUID) { return j.ID, j.Claim },
+	})
 }
 
 // batch runs one batch in its span, linked to the upload's trace. The batch is not cut by
@@ -188,14 +157,6 @@ func (w *Worker) batch(ctx context.Context, job model.ImportJob) (bool, error) {
 	r.ImportRows(model.RowSuppressed, counts.Suppressed)
 	r.ImportRows(model.RowInvalid, counts.Invalid)
 	return done, nil
-}
-
-func (w *Worker) release(ctx context.Context, job model.ImportJob) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := w.store.Release(rctx, job); err != nil {
-		w.cfg.Logger.WarnContext(ctx, "releasing an import failed; it resumes after its lease", "import_id", job.ID.String(), "error", err)
-	}
 }
 
 // sweep drops abandoned uploads, at most once a minute per instance.

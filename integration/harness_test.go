@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(importWorkerProcessEnv) != "" {
 		os.Exit(runImportWorkerProcess()) // an import worker process (imports_test.go)
 	}
+	if os.Getenv(bulkWorkerProcessEnv) != "" {
+		os.Exit(runBulkWorkerProcess()) // a bulk action worker process (bulkactions_test.go)
+	}
 	if os.Getenv(workerProcessEnv) != "" {
 		os.Exit(runWorkerProcess()) // this binary started as a worker process (crash_test.go)
 	}
@@ -139,6 +142,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 		Imports:        repo.NewImports(db),
 		ImportMaxRows:  o.importMaxRows,
 		ImportMaxBytes: o.importMaxBytes,
+		BulkActions:    repo.NewBulkActions(db),
 		// As cmd/subscriberd sets it: 8 bulk creates at once on PostgreSQL, 4 on SQLite.
 		BulkConcurrency:  api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 		WriteConcurrency: api.WriteConcurrency(db.DB.Stats().MaxOpenConnections),

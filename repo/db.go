@@ -23,7 +23,8 @@
 //     confirm and decline links), imports.go (Imports), suppressions.go (Suppressions),
 //     privacy.go (Privacy: export and erasure), keys.go (Accounts: newsletters and API keys),
 //     idempotency.go (Idempotency: stored responses; the service's shared secrets),
-//     segments.go (Segments: saved filters); and
+//     segments.go (Segments: saved filters), bulkactions.go (BulkActions: bulk actions and
+//     their staged targets); and
 //     rekey.go, the re-key of stored addresses to the 1.3 rule (Rekey, run by Migrate).
 //
 // A store embeds store: its statements run on s.idb (the pool, or the transaction of the unit

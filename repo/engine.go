@@ -86,6 +86,20 @@ type engine interface {
 	// confirmation emails. It returns the counts, and whether it queued a webhook delivery
 	// when the engine knows.
 	importBatch(ctx context.Context, tx bun.IDB, b importBatch) (counts batchCounts, delivering bool, err error)
+	// stageBulk stores, in tx, the ids of nl's subscribers that target selects now as the
+	// targets of bulk action id (bulk_action_targets), numbered from 1 (on PostgreSQL in the
+	// order its scan meets them: no sort, and batches that walk the table in its physical
+	// order), in one INSERT … SELECT, and returns how many (docs/api-contract.md §20.2:
+	// matched).
+	stageBulk(ctx context.Context, tx bun.IDB, id, nl uuid.UUID, target model.BulkTarget) (matched int64, err error)
+	// bulkBatch applies b's change to the targets numbered After+1 to Last of b.Action, in
+	// tx, and removes those targets (BulkActions.Batch): each subscriber still in the
+	// newsletter whose change gives another result (within the limits of
+	// docs/api-contract.md §19.1) is changed as the single operation would change it, with its
+	// event and the event's webhook deliveries in the bulk lane and, for unsubscribe, its
+	// unsent confirmation emails cancelled and its links retired. It returns how many targets
+	// it handled and changed, and whether it queued a webhook delivery when the engine knows.
+	bulkBatch(ctx context.Context, tx bun.IDB, b bulkBatch) (counts bulkCounts, delivering bool, err error)
 
 	// claimEmails and claimDeliveries lease due work to one worker (Outbox.Claim,
 	// Deliveries.Claim) without waiting on another worker's claim. claimEmails takes the
@@ -202,6 +216,27 @@ type importBatch struct {
 	Traceparent        string
 	Source             model.EventSource
 	SourceJSON         string
+}
+
+// bulkBatch is one batch of a bulk action (engine.bulkBatch): its targets numbered After+1 to
+// Last, in Newsletter, changed by Change at Now, with the events' traceparent (the batch's
+// span) and source (the request's key), and that source as the JSON object model.NewEvent
+// writes.
+type bulkBatch struct {
+	Action, Newsletter uuid.UUID
+	After, Last        int64
+	Now                time.Time
+	Traceparent        string
+	Source             model.EventSource
+	SourceJSON         string
+	Change             model.BulkChange
+}
+
+// bulkCounts are what a bulk action's batch counts: the targets it handled, and of them the
+// subscribers it changed.
+type bulkCounts struct {
+	Processed int64 `bun:"processed"`
+	Changed   int64 `bun:"changed"`
 }
 
 // batchCounts are what a batch's statements count; existing is what remains of processed.

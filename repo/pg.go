@@ -817,6 +817,166 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
+// stageBulk stages the targets in one INSERT … SELECT: the filter's matches by filterPostgres,
+// the list's WHERE clause, or the given ids that the newsletter has.
+func (*pgEngine) stageBulk(ctx context.Context, tx bun.IDB, id, nl uuid.UUID, target model.BulkTarget) (int64, error) {
+	const head = `INSERT INTO bulk_action_targets (action_id, n, subscriber_id)
+SELECT ?, row_number() OVER (), id FROM subscribers WHERE `
+	var (
+		where string
+		args  []any
+	)
+	if target.Filter != nil {
+		where, args = filterPostgres(nl, model.ListQuery{Filter: *target.Filter})
+	} else {
+		ids := make([]string, len(target.IDs))
+		for i, x := range target.IDs {
+			ids[i] = x.String()
+		}
+		where, args = "newsletter_id = ? AND id = ANY (?::uuid[])", []any{nl, pgTextArray(ids)}
+	}
+	res, err := tx.NewRaw(head+where, append([]any{id}, args...)...).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// bulkBatch is one statement over the batch's targets (bulkBatchPG). Whether it queued
+// deliveries is not asked: the workers poll.
+func (*pgEngine) bulkBatch(ctx context.Context, tx bun.IDB, b bulkBatch) (bulkCounts, bool, error) {
+	var c bulkCounts
+	ch := b.Change
+	var (
+		value, remove, keys any = "{}", "{}", "{}"
+		evType                  = model.EventUpdated
+	)
+	switch ch.Action {
+	case model.ActionAddTags, model.ActionRemoveTags:
+		value = pgTextArray(ch.Tags)
+	case model.ActionSetAttributes:
+		set := model.Attributes{}
+		var removed, all []string
+		for k, v := range ch.Attributes {
+			all = append(all, k)
+			if v == nil {
+				removed = append(removed, k)
+			} else {
+				set[k] = v
+			}
+		}
+		value, remove, keys = string(set.JSON()), pgTextArray(removed), pgTextArray(all)
+	case model.ActionUnsubscribe:
+		evType = model.EventUnsubscribed
+	}
+	err := tx.NewRaw(bulkBatchPG(ch.Action), b.Action, b.Newsletter, b.After, b.Last, b.Now, model.FormatTime(b.Now),
+		string(evType), b.Traceparent, b.SourceJSON, value, remove, keys).Scan(ctx, &c)
+	return c, false, err
+}
+
+// bulkChangePG is, for each action, the new value of the changed column computed from the
+// locked row s (new_value), the column it goes to, the condition under which the row o changes
+// (another result, within the limits of docs/api-contract.md §19.1), and the JSON of the
+// event's "previous" as model.NewEventOf writes it. ?9 is the tags (text[]) or the attributes
+// set (jsonb), ?10 the attribute keys removed, ?11 every key of the patch.
+var bulkChangePG = map[string]struct{ value, column, changed, previous string }{
+	model.ActionAddTags: {
+		value:    `ARRAY(SELECT x COLLATE "C" FROM unnest(s.tags || ?9::text[]) AS x GROUP BY 1 ORDER BY 1)`,
+		column:   "tags",
+		changed:  `NOT (o.tags @> ?9::text[]) AND cardinality(o.new_value) <= ` + strconv.Itoa(model.MaxTags),
+		previous: `'{"tags":' || array_to_json(o.tags)::text || '}'`,
+	},
+	model.ActionRemoveTags: {
+		value:    `ARRAY(SELECT x FROM unnest(s.tags) WITH ORDINALITY AS a (x, i) WHERE x <> ALL (?9::text[]) ORDER BY i)`,
+		column:   "tags",
+		changed:  `o.tags && ?9::text[]`,
+		previous: `'{"tags":' || array_to_json(o.tags)::text || '}'`,
+	},
+	model.ActionSetAttributes: {
+		value:  `(s.attributes - ?10::text[]) || ?9::jsonb`,
+		column: "attributes",
+		changed: `o.new_value <> o.attributes AND (SELECT count(*) FROM jsonb_object_keys(o.new_value)) <= ` +
+			strconv.Itoa(model.MaxAttributes) + ` AND octet_length(subscriber_attributes_text(o.new_value)) <= ` +
+			strconv.Itoa(model.MaxAttributesBytes),
+		previous: `'{"attributes":{' || (SELECT string_agg(to_json(k)::text || ':' || coalesce((o.attributes -> k)::text, 'null'), ','
+            ORDER BY k COLLATE "C") FROM unnest(?11::text[]) AS k WHERE (o.attributes -> k) IS DISTINCT FROM (o.new_value -> k)) || '}}'`,
+	},
+	model.ActionUnsubscribe: {
+		value:    `'` + string(model.StatusUnsubscribed) + `'::text`,
+		column:   "status",
+		changed:  `o.status <> '` + string(model.StatusUnsubscribed) + `'`,
+		previous: `'{"status":"' || o.status || '"}'`,
+	},
+}
+
+// bulkBatchPG is the statement of a batch of action (pgEngine.bulkBatch): ?0 the action, ?1 its
+// newsletter, ?2 and ?3 the batch's targets (numbered after ?2, up to ?3), ?4 the time, ?5 the
+// same in the contract's form, ?6 the event type, ?7 the events' traceparent, ?8 their source
+// object, ?9 to ?11 the change (bulkChangePG). Its parts, in one snapshot:
+//   - t: the batch's targets, deleted as they are read;
+//   - o: those subscribers still in the newsletter (one erased or deleted meanwhile is not),
+//     read by id from the primary key (= ANY: the fresh targets have no statistics, and a
+//     join on them was planned as a scan of every subscriber, in every batch), locked in id
+//     order as the single operations lock them, with their new value;
+//   - u: the ones whose value changes, changed, with the values after and the previous JSON
+//     (o's estimate, that of an = ANY over an array not known when planning, is small: each
+//     row of o finds its subscriber by a probe of the primary key, whatever the statistics);
+//   - ev, d: their events (the JSON model.NewEventOf writes, pinned by a test, escaped as Go
+//     escapes: see jsonStringPG) and the events' deliveries in the bulk lane (outbox.Bulk);
+//   - for unsubscribe, m and k: their unsent emails cancelled and their links retired, as
+//     retireConfirmations does.
+//
+// It returns the targets handled and the subscribers changed. The counters follow by their
+// triggers.
+func bulkBatchPG(action string) string {
+	c := bulkChangePG[action]
+	q := `WITH t AS (
+    DELETE FROM bulk_action_targets WHERE action_id = ?0 AND n > ?2 AND n <= ?3 RETURNING subscriber_id),
+o AS (
+    SELECT s.id, s.tags, s.attributes, s.status, ` + c.value + ` AS new_value
+    FROM subscribers AS s
+    WHERE s.newsletter_id = ?1 AND s.id = ANY (ARRAY(SELECT subscriber_id FROM t))
+    ORDER BY s.id
+    FOR UPDATE),
+u AS (
+    UPDATE subscribers AS s SET ` + c.column + ` = o.new_value, updated_at = ?4
+    FROM o WHERE s.id = o.id AND ` + c.changed + `
+    RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags,
+        ` + c.previous + ` AS previous),
+v AS (SELECT uuid_v7() AS event_id, u.* FROM u),
+ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT event_id, newsletter_id, id, ?6::text, ` + goJSONPG(`concat('{"id":"', event_id, '","type":"', ?6::text,
+        '","timestamp":"', ?5::text, '","data":{"subscriber":{"id":"', id, '","email":', to_json(email),
+        ',"name":', to_json(CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END),
+        ',"status":"', status, '","created_at":"', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS'),
+        '+00:00","attributes":', CASE WHEN attributes = '{}' THEN '{}' ELSE subscriber_attributes_text(attributes) END,
+        ',"tags":', array_to_json(tags), '},"previous":', previous, ',"source":', ?8::text, '}}')`) + `,
+        ?7::text, ?4::timestamptz
+    FROM v
+    RETURNING id, newsletter_id, type, created_at),
+d AS (` + queueDeliveriesIn(outbox.Bulk) + eventMatchPG + `)`
+	if action == model.ActionUnsubscribe {
+		q += `,
+m AS (
+    UPDATE email_outbox SET state = 'cancelled', updated_at = ?4
+    WHERE subscriber_id IN (SELECT id FROM u) AND state = 'pending'),
+k AS (
+    UPDATE confirmation_tokens SET retired_at = ?4
+    WHERE subscriber_id IN (SELECT id FROM u) AND retired_at IS NULL)`
+	}
+	return q + `
+SELECT (SELECT count(*) FROM t) AS processed, (SELECT count(*) FROM u) AS changed`
+}
+
+// goJSONPG is the text expression x, JSON whose strings PostgreSQL escaped (to_json), escaped
+// further as Go's encoding/json escapes strings (see jsonStringPG): <, >, & and the line and
+// paragraph separators occur only inside its strings.
+func goJSONPG(x string) string {
+	return `replace(replace(replace(replace(replace(` + x + `, '<', '\u003c'), '>', '\u003e'), '&', '\u0026'), ` +
+		`U&'\2028', '\u2028'), U&'\2029', '\u2029')`
+}
+
 func (*pgEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
 	where, args := filterPostgres(nl, model.ListQuery{Filter: f})
 	var n int64

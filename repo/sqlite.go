@@ -812,6 +812,135 @@ const stagedSuppressedSQLite = `EXISTS (SELECT 1 FROM suppressions AS x WHERE x.
 const uuidV7SQLite = `?4 || substr(lower(hex(randomblob(2))), 2, 3) || '-' || substr('89ab', 1 + (random() & 3), 1) ||
     substr(lower(hex(randomblob(2))), 2, 3) || '-' || lower(hex(randomblob(6)))`
 
+// stageBulk stages the targets in one INSERT … SELECT: the filter's matches by filterSQLite,
+// the list's WHERE clause, or the given ids that the newsletter has.
+func (*sqliteEngine) stageBulk(ctx context.Context, tx bun.IDB, id, nl uuid.UUID, target model.BulkTarget) (int64, error) {
+	const head = `INSERT INTO bulk_action_targets (action_id, n, subscriber_id)
+SELECT ?, row_number() OVER (ORDER BY id), id FROM subscribers WHERE `
+	var (
+		where string
+		args  []any
+	)
+	if target.Filter != nil {
+		where, args = filterSQLite(nl, model.ListQuery{Filter: *target.Filter})
+	} else {
+		ids := make([]string, len(target.IDs))
+		for i, x := range target.IDs {
+			ids[i] = x.String()
+		}
+		list, _ := json.Marshal(ids) // strings
+		where, args = "newsletter_id = ? AND id IN (SELECT value FROM json_each(?))", []any{nl, string(list)}
+	}
+	res, err := tx.NewRaw(head+where, append([]any{id}, args...)...).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// bulkBatch reads the batch's subscribers, decides each change with the single operation's
+// own rule (model.TagsChange.Apply, model.MergeAttributes, the unsubscribe's status test),
+// writes the changed ones with events made by model.NewEventOf, and removes the targets, in
+// the caller's immediate transaction.
+func (e *sqliteEngine) bulkBatch(ctx context.Context, tx bun.IDB, b bulkBatch) (bulkCounts, bool, error) {
+	var c bulkCounts
+	if err := tx.NewRaw(`SELECT count(*) AS processed FROM bulk_action_targets WHERE action_id = ? AND n > ? AND n <= ?`,
+		b.Action, b.After, b.Last).Scan(ctx, &c); err != nil {
+		return c, false, err
+	}
+	var subs []struct {
+		ID           uuid.UUID `bun:"id"`
+		NewsletterID uuid.UUID `bun:"newsletter_id"`
+		Email        string    `bun:"email"`
+		FirstName    string    `bun:"first_name"`
+		LastName     string    `bun:"last_name"`
+		Status       string    `bun:"status"`
+		CreatedAt    time.Time `bun:"created_at"`
+		Attributes   string    `bun:"attributes"`
+		Tags         string    `bun:"tags"`
+	}
+	if err := tx.NewRaw(`SELECT s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
+FROM bulk_action_targets AS t JOIN subscribers AS s ON s.id = t.subscriber_id AND s.newsletter_id = ?
+WHERE t.action_id = ? AND t.n > ? AND t.n <= ?
+ORDER BY s.id`, b.Newsletter, b.Action, b.After, b.Last).Scan(ctx, &subs); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return c, false, err
+	}
+	var (
+		evs     []eventRow
+		retired []string
+	)
+	for _, r := range subs {
+		attrs, err := model.DecodeAttributes([]byte(r.Attributes))
+		if err != nil {
+			return c, false, fmt.Errorf("bulk batch: the attributes of %s: %w", r.ID, err)
+		}
+		tags := []string{}
+		if err := json.Unmarshal([]byte(r.Tags), &tags); err != nil {
+			return c, false, fmt.Errorf("bulk batch: the tags of %s: %w", r.ID, err)
+		}
+		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
+			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt, Attributes: attrs, Tags: tags}
+		var (
+			prev        map[string]any
+			set         string
+			value       any
+			evType      = model.EventUpdated
+			ch          = b.Change
+			changedThis bool
+		)
+		switch ch.Action {
+		case model.ActionAddTags, model.ActionRemoveTags:
+			after, changed, verr := ch.TagsChange().Apply(tags)
+			if verr == nil && changed {
+				changedThis, prev, set, value = true, map[string]any{"tags": tags}, "tags", tagsJSON(after)
+				sub.Tags = after
+			}
+		case model.ActionSetAttributes:
+			after, p, verr := model.MergeAttributes(attrs, ch.Attributes, "attributes")
+			if verr == nil && len(p) > 0 {
+				changedThis, prev, set, value = true, map[string]any{"attributes": p}, "attributes", string(after.JSON())
+				sub.Attributes = after
+			}
+		case model.ActionUnsubscribe:
+			if sub.Status != model.StatusUnsubscribed {
+				changedThis, prev, set, value = true, map[string]any{"status": string(sub.Status)}, "status", string(model.StatusUnsubscribed)
+				sub.Status, evType = model.StatusUnsubscribed, model.EventUnsubscribed
+				retired = append(retired, r.ID.String())
+			}
+		}
+		if !changedThis {
+			continue
+		}
+		if _, err := tx.NewRaw(`UPDATE subscribers SET `+set+` = ?, updated_at = ? WHERE id = ?`, value, b.Now, r.ID).Exec(ctx); err != nil {
+			return c, false, err
+		}
+		c.Changed++
+		ev := model.NewEventOf(evType, sub, prev, b.Source, b.Now)
+		evs = append(evs, eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
+			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp})
+	}
+	if len(retired) > 0 {
+		list, _ := json.Marshal(retired) // strings
+		if _, err := tx.NewRaw(`UPDATE email_outbox SET state = 'cancelled', updated_at = ?
+WHERE subscriber_id IN (SELECT value FROM json_each(?)) AND state = 'pending'`, b.Now, string(list)).Exec(ctx); err != nil {
+			return c, false, err
+		}
+		if _, err := tx.NewRaw(`UPDATE confirmation_tokens SET retired_at = ?
+WHERE subscriber_id IN (SELECT value FROM json_each(?)) AND retired_at IS NULL`, b.Now, string(list)).Exec(ctx); err != nil {
+			return c, false, err
+		}
+	}
+	if _, err := tx.NewRaw(`DELETE FROM bulk_action_targets WHERE action_id = ? AND n > ? AND n <= ?`,
+		b.Action, b.After, b.Last).Exec(ctx); err != nil {
+		return c, false, err
+	}
+	if len(evs) == 0 {
+		return c, false, nil
+	}
+	delivering, err := e.insertEvents(ctx, tx, evs, outbox.Bulk)
+	return c, delivering, err
+}
+
 func (*sqliteEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
 	where, args := filterSQLite(nl, model.ListQuery{Filter: f})
 	var n int64

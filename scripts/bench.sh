@@ -26,7 +26,7 @@
 # are only queued: those writes go to a "queue-only" instance (WEBHOOK_WORKERS=0, the rest as
 # the main one) while the tool pauses the main instance (SIGSTOP), the only one with workers.
 # The queue-only and comparison instances run no background work at all (EMAIL_WORKERS=0,
-# WEBHOOK_WORKERS=0, IMPORT_WORKERS=0): the main instance alone sends the emails, delivers the
+# WEBHOOK_WORKERS=0, IMPORT_WORKERS=0, BULK_ACTION_WORKERS=0): the main instance alone sends the emails, delivers the
 # webhooks and processes the imports, so that what the import scenarios measure is the main
 # instance's work, not three idle instances' workers draining the import's emails beside it. In every pass the queued writes
 # also alternate, in half-second slices on the queue-only instance, with the same writes to a
@@ -223,10 +223,10 @@ wait_ready "$service_pid" "$ADMIN_ADDR" "$out/service.log"
 
 # Every instance but the main one runs no workers: pausing the main one stops delivery, and
 # only the main one sends emails and processes imports.
-export WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0
+export WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0 BULK_ACTION_WORKERS=0
 echo "== start the queue-only instance (no workers) on 127.0.0.1:$queue_port" >&2
 env LISTEN_ADDR="127.0.0.1:$queue_port" ADMIN_ADDR="127.0.0.1:$queue_admin_port" "${service_env[@]}" \
-	WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0 \
+	WEBHOOK_WORKERS=0 EMAIL_WORKERS=0 IMPORT_WORKERS=0 BULK_ACTION_WORKERS=0 \
 	bin/subscriberd serve 2>"$out/service-queue-only.log" &
 queue_pid=$!
 wait_ready "$queue_pid" "127.0.0.1:$queue_admin_port" "$out/service-queue-only.log"

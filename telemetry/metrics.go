@@ -124,7 +124,10 @@ type Metrics struct {
 	consent           consentMetrics         // see consent.go
 	importRows        *prometheus.CounterVec // see imports.go
 	importsRunning    prometheus.Gauge
-	privacy           *prometheus.CounterVec // see privacy.go
+	// see bulkactions.go
+	bulkActionRows     *prometheus.CounterVec
+	bulkActionsRunning prometheus.Gauge
+	privacy            *prometheus.CounterVec // see privacy.go
 
 	requestSeries sync.Map // seriesKey → *requestSeries
 
@@ -228,6 +231,7 @@ func NewMetrics(version string) *Metrics {
 	m.registerScope()
 	m.registerConsent()
 	m.registerImports()
+	m.registerBulkActions()
 	m.registerPrivacy()
 	return m
 }

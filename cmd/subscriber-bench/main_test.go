@@ -880,10 +880,10 @@ func TestTCPPortsAndSettings(t *testing.T) {
 	if got := runningWorkers(env); !slices.Equal(got, workerSettings) {
 		t.Errorf("runningWorkers of an environment without worker settings = %v, want all of %v", got, workerSettings)
 	}
-	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=2"}); !slices.Equal(got, []string{"IMPORT_WORKERS"}) {
+	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=2", "BULK_ACTION_WORKERS=0"}); !slices.Equal(got, []string{"IMPORT_WORKERS"}) {
 		t.Errorf("runningWorkers with imports on = %v, want [IMPORT_WORKERS]", got)
 	}
-	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0"}); len(got) != 0 {
+	if got := runningWorkers([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0", "BULK_ACTION_WORKERS=0"}); len(got) != 0 {
 		t.Errorf("runningWorkers with every worker off = %v, want none", got)
 	}
 	if m := machine(); !strings.Contains(m, " CPUs, ") || !strings.HasSuffix(m, " GiB") || strings.HasSuffix(m, " 0 GiB") {
@@ -917,7 +917,7 @@ func TestTelemetryComparisonAgainstTheService(t *testing.T) {
 	main := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
 	// As scripts/bench.sh starts them: only the main instance runs background workers.
 	quiet := func(env ...string) []string {
-		return append([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0"}, env...)
+		return append([]string{"EMAIL_WORKERS=0", "WEBHOOK_WORKERS=0", "IMPORT_WORKERS=0", "BULK_ACTION_WORKERS=0"}, env...)
 	}
 	off := startService(t, bin, dsn, filepath.Join(dir, "off.log"), quiet("OTEL_SDK_DISABLED=true", "LOG_LEVEL=warn")...)
 	on := startService(t, bin, dsn, filepath.Join(dir, "on.log"), quiet("OTEL_EXPORTER_OTLP_ENDPOINT=http://"+sinkAddr,

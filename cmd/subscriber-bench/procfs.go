@@ -235,7 +235,7 @@ func processEnv(pid int) ([]string, error) {
 
 // workerSettings are the service's settings of its background workers, each a count whose
 // default is not 0.
-var workerSettings = []string{"EMAIL_WORKERS", "WEBHOOK_WORKERS", "IMPORT_WORKERS"}
+var workerSettings = []string{"EMAIL_WORKERS", "WEBHOOK_WORKERS", "IMPORT_WORKERS", "BULK_ACTION_WORKERS"}
 
 // runningWorkers names the workerSettings that env leaves on (unset, or not "0"): an instance
 // with any runs background work (emails, deliveries, imports) beside the one measured.

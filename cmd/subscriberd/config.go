@@ -56,6 +56,10 @@ type Config struct {
 	ImportMaxBytes int64
 	ImportWorkers  int // imports this instance processes at once; 0 = it processes none
 
+	// BulkActionWorkers is how many bulk actions (docs/api-contract.md §20.2) this instance
+	// processes at once; 0 = it processes none.
+	BulkActionWorkers int
+
 	// raw is each loaded setting as given (or defaulted), for the log; explicit names those
 	// given by a flag or the environment rather than defaulted.
 	raw      map[string]string
@@ -117,6 +121,7 @@ func (c *Config) settings() []setting {
 		{"IMPORT_MAX_ROWS", "1000000", "rows per import", false, to(&c.ImportMaxRows, parseImportRows)},
 		{"IMPORT_MAX_BYTES", "256MiB", "bytes per import body (KiB, MiB, GiB suffixes)", false, to(&c.ImportMaxBytes, parseByteSize)},
 		{"IMPORT_WORKERS", "1", "imports this instance processes at once; 0 = it processes none (another instance must)", false, to(&c.ImportWorkers, parseWorkers)},
+		{"BULK_ACTION_WORKERS", "1", "bulk actions this instance processes at once (of different newsletters); 0 = it processes none (another instance must)", false, to(&c.BulkActionWorkers, parseWorkers)},
 		{"DOCS_UI", defaultDocsUI, "serve the API reference page /api/v1/docs (off turns it off; the OpenAPI document stays)", false, to(&c.DocsUI, parseBool)},
 	}
 }

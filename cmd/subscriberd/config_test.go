@@ -51,7 +51,7 @@ func TestConfigDefaultsComeFromTheirPackages(t *testing.T) {
 		LogLevel:          slog.LevelInfo, LogFormat: "json",
 		IdempotencyTTL: 24 * time.Hour, WebhookTimeout: 10 * time.Second, WebhookAllowPrivate: false, DocsUI: true,
 		WebhookWorkers: webhook.DefaultWorkers, EmailWorkers: 1,
-		ImportMaxRows: 1_000_000, ImportMaxBytes: 256 << 20, ImportWorkers: 1,
+		ImportMaxRows: 1_000_000, ImportMaxBytes: 256 << 20, ImportWorkers: 1, BulkActionWorkers: 1,
 	}
 	if diff := cmp.Diff(want, *cfg, cmp.AllowUnexported(Config{}), cmp.FilterPath(func(p cmp.Path) bool {
 		f := p.Last().String()

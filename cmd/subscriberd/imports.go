@@ -123,9 +123,7 @@ func importCmd(ctx context.Context, prog string, args []string, getenv func(stri
 func followImport(ctx context.Context, store *repo.Imports, imp model.Import, w io.Writer) (model.Import, error) {
 	var bar *progressbar.ProgressBar
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar = progressbar.NewOptions64(imp.Counts.Rows, progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription("importing"), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("rows"), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionFullWidth())
+		bar = newProgressBar(w, imp.Counts.Rows, "importing", "rows")
 	}
 	var lastLine time.Time
 	for {
@@ -182,4 +180,12 @@ func withDB(ctx context.Context, prog string, loader *configLoader, stderr io.Wr
 	}
 	defer db.Close()
 	return fn(db, log)
+}
+
+// newProgressBar is the bar of the import and bulk-action commands on a terminal: desc, the
+// count of total units and the rate.
+func newProgressBar(w io.Writer, total int64, desc, units string) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(total, progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString(units), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionFullWidth())
 }

@@ -65,6 +65,10 @@ commands:
                                           import a CSV or NDJSON file of subscribers,
                                           showing progress; existing ones are left as
                                           they are
+  bulk-action --newsletter ID --action ACTION [--tags T,…] [--attributes JSON]
+              (--filter JSON | --segment ID)
+                                          add or remove tags, set attributes or
+                                          unsubscribe a selection, showing progress
 
 Run "PROG <command> -h" for its flags. Every setting is an environment variable
 (DATABASE_URL, LISTEN_ADDR, …) that a flag of the same name in kebab case overrides.
@@ -114,6 +118,8 @@ func runAs(ctx context.Context, prog string, args []string, getenv func(string) 
 		return apikeyCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "import":
 		return importCmd(ctx, prog, rest, getenv, stdout, stderr)
+	case "bulk-action":
+		return bulkActionCmd(ctx, prog, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

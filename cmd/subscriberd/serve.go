@@ -159,6 +159,7 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 		Imports:        repo.NewImports(db),
 		ImportMaxRows:  cfg.ImportMaxRows,
 		ImportMaxBytes: cfg.ImportMaxBytes,
+		BulkActions:    repo.NewBulkActions(db),
 		// Half the pool's connections (api.BulkConcurrency): 8 on PostgreSQL, 4 on SQLite.
 		BulkConcurrency: api.BulkConcurrency(db.DB.Stats().MaxOpenConnections),
 		// Three quarters of the pool's connections (api.WriteConcurrency): 12 on PostgreSQL,
@@ -173,11 +174,13 @@ func serve(ctx context.Context, prog string, args []string, getenv func(string) 
 	workerDone := startWorker(workerCtx, db, mailer, cfg.EmailWorkers, metrics, log)
 	webhooksDone := startWebhookWorker(workerCtx, db, hooks, metrics, log)
 	importsDone := startImportWorker(workerCtx, db, cfg.ImportWorkers, metrics, log)
+	bulkDone := startBulkActionWorker(workerCtx, db, cfg.BulkActionWorkers, metrics, log)
 	defer func() {
 		stopWorker()
 		<-workerDone
 		<-webhooksDone
 		<-importsDone
+		<-bulkDone
 	}()
 	// Expired Idempotency-Key records are purged in small batches, apart from the writes.
 	purgeDone := make(chan struct{})
