@@ -365,6 +365,13 @@ func bulkMarkdown(w io.Writer, rep *Report) {
 		"count statement run bare at the same concurrency (at most 1.5 × is a ratio of at least 0.67).\n\n", svc.FilteredTag)
 	tableHead(w)
 	comparisonRow(w, rep, svc.SegmentCount)
+	if rep.Tags != nil {
+		for _, ex := range rep.Tags.Explains {
+			if ex.Scenario == svc.SegmentCount {
+				explainMarkdown(w, ex)
+			}
+		}
+	}
 	if r := rep.Bulk; r != nil {
 		fmt.Fprintf(w, "\n%s: tag `%s` added by one bulk action to a segment of the imported rows (status active, created "+
 			"after the import began): %d matched, %d changed in %.1f s, peak RSS %.0f MiB (targets ≤ %d s, < %d MiB): %s.\n",

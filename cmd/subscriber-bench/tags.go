@@ -126,9 +126,15 @@ func tagsMarkdown(w io.Writer, rep *Report) {
 		return
 	}
 	for _, ex := range t.Explains {
-		fmt.Fprintf(w, "\n%s: the service's statement and `EXPLAIN (ANALYZE, BUFFERS)` of it, after its runs:\n\n```sql\n%s\n```\n\n```\n%s\n```\n",
-			ex.Scenario, ex.SQL, strings.Join(ex.Plan, "\n"))
+		if ex.Scenario != svc.SegmentCount { // in bulkMarkdown
+			explainMarkdown(w, ex)
+		}
 	}
+}
+
+func explainMarkdown(w io.Writer, ex ExplainRecord) {
+	fmt.Fprintf(w, "\n%s: the service's statement and `EXPLAIN (ANALYZE, BUFFERS)` of it, after its runs:\n\n```sql\n%s\n```\n\n```\n%s\n```\n",
+		ex.Scenario, ex.SQL, strings.Join(ex.Plan, "\n"))
 }
 
 // tableHead and comparisonRow are the table of a scenario against its target ratio.
