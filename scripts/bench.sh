@@ -38,6 +38,10 @@
 # statements need a server that loads pg_stat_statements (shared_preload_libraries): on one
 # that does not, the tool says so and shows the rest; PG_ADMIN_URL can name one that does.
 #
+# The main instance sends its emails over SMTP to a receiver the tool serves. After the
+# million-row import, segment_count and bulk_tag_1m run on its newsletter, and a single create
+# in the second newsletter is timed during bulk work, to the SMTP and webhook receivers (48, 50).
+#
 #   scripts/bench.sh [--quick] [--subscribers N] [--million] [--import-only] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
 #                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
@@ -109,7 +113,7 @@ while [ $# -gt 0 ]; do
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,67p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,71p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
