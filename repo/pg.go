@@ -1017,8 +1017,16 @@ func goJSONPG(x string) string {
 }
 
 func (*pgEngine) countMatching(ctx context.Context, db bun.IDB, nl uuid.UUID, f model.Filter) (int64, error) {
-	where, args := filterPostgres(nl, model.ListQuery{Filter: f})
+	query, args := SegmentCountPostgres(nl, f)
 	var n int64
-	err := db.NewRaw("SELECT count(*) FROM subscribers WHERE "+where, args...).Scan(ctx, &n)
+	err := db.NewRaw(query, args...).Scan(ctx, &n)
 	return n, err
+}
+
+// SegmentCountPostgres is the statement countMatching sends to count the subscribers of
+// newsletter nl that filter f selects (a segment's members), with its arguments for bun to
+// bind: exported, as FilteredListPostgres is, for subscriber-bench.
+func SegmentCountPostgres(nl uuid.UUID, f model.Filter) (string, []any) {
+	where, args := filterPostgres(nl, model.ListQuery{Filter: f})
+	return "SELECT count(*) FROM subscribers WHERE " + where, args
 }

@@ -38,6 +38,10 @@
 # statements need a server that loads pg_stat_statements (shared_preload_libraries): on one
 # that does not, the tool says so and shows the rest; PG_ADMIN_URL can name one that does.
 #
+# The main instance sends its emails over SMTP to a receiver the tool serves. After the
+# million-row import, segment_count and bulk_tag_1m run on its newsletter, and a single create
+# in the second newsletter is timed during bulk work, to the SMTP and webhook receivers (48, 50).
+#
 #   scripts/bench.sh [--quick] [--subscribers N] [--million] [--import-only] [--passes N] [--profile] [--keep-db]
 #                    [--env NAME=VALUE]... [--no-telemetry] [--telemetry-env NAME=VALUE]...
 #                    [--off-env NAME=VALUE]... [--on-env NAME=VALUE]... [--prod-env NAME=VALUE]...
@@ -47,10 +51,12 @@
 #                     1 s per scenario, checks at 32 clients, 20,000 import rows, telemetry on get
 #                     only; its figures are not for comparison
 #   --million         also seed up to 1M subscribers at the end and measure the first page again
-#   --import-only     only the million-row part: the import of 1,000,000 rows with its variants and
+#   --import-only     only the million-row part: the import of 1,000,000 rows with its variants,
 #                     the attribute and tag reads on the newsletter after it (list_tag, list_attr,
-#                     tags_list), after seeding 1,000 subscribers (--subscribers changes it); no
-#                     other scenario, no telemetry, webhooks or checks
+#                     tags_list), segment_count and bulk_tag_1m (a single create in the second
+#                     newsletter timed during it and during the pending variant), after seeding
+#                     1,000 subscribers (--subscribers changes it); no other scenario, no
+#                     telemetry, webhooks or checks
 #   --passes N        N passes of the measured run; the table shows medians (~3 min per pass)
 #   --profile         CPU profiles and goroutine dumps from the admin listener into the output
 #   --env NAME=VALUE  extra environment of the main service and of the queue-only one (e.g. LOG_LEVEL=info)
@@ -107,7 +113,7 @@ while [ $# -gt 0 ]; do
 	--markdown) markdown="$2"; shift 2 ;;
 	--compare-with) compare="$2"; shift 2 ;;
 	--) shift; extra=("$@"); break ;;
-	-h|--help) sed -n '2,65p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,71p' "$0"; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -138,6 +144,8 @@ other_port() {
 	while [[ "$taken" == *" $p "* ]]; do p=$(free_port); done
 	echo "$p"
 }
+# The tool's SMTP receiver, which the main instance sends its confirmation emails to.
+smtp_port=$(other_port); taken+="$smtp_port "
 queue_port=$(other_port); taken+="$queue_port "
 queue_admin_port=$(other_port); taken+="$queue_admin_port "
 if [ "$telemetry" = 1 ]; then
@@ -195,6 +203,9 @@ export LISTEN_ADDR="127.0.0.1:$port" ADMIN_ADDR="127.0.0.1:$admin_port"
 export RATE_LIMITS=off BULK_RATE_LIMITS=off AUTH_LOCKOUT=off WRITE_LOCKOUT=off
 # The webhook scenarios deliver to a receiver on loopback, which the service refuses by default.
 export WEBHOOK_ALLOW_PRIVATE=true
+# Emails go over SMTP to the tool's receiver, which accepts each at once (it listens from the
+# tool's start: nothing queues an email before).
+export SMTP_URL="smtp://127.0.0.1:$smtp_port"
 export LOG_LEVEL=warn
 bin/subscriberd migrate >/dev/null 2>"$out/migrate.log"
 
@@ -256,7 +267,7 @@ fi
 
 args=(-url "http://$LISTEN_ADDR" -key "$key" -database-url "$db_url" -newsletter "$newsletter"
 	-seed "$subscribers" -clients 16 -check-clients 64,256 -pid "$service_pid" -import-rows 1000000
-	-webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid" -webhook-plain-key "$plain_key"
+	-smtp-receiver "127.0.0.1:$smtp_port" -webhook-queue-url "http://127.0.0.1:$queue_port" -webhook-queue-pid "$queue_pid" -webhook-plain-key "$plain_key"
 	-passes "$passes" -json "$out/bench.json" -label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	-command "$invocation")
 if [ ${#service_env[@]} -gt 0 ]; then args+=(-label "$(git rev-parse --short HEAD 2>/dev/null || echo unknown) ${service_env[*]}"); fi

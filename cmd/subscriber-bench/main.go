@@ -90,6 +90,9 @@ type config struct {
 	webhookQueueURL string
 	webhookQueuePID int
 	webhookPlainKey string
+	// smtpReceiver is where this tool's SMTP receiver listens (the service's SMTP_URL), for
+	// the single creates during bulk work (bulk.go).
+	smtpReceiver string
 
 	// importRows, when set, runs the import scenario (imports.go) with this many rows.
 	importRows int
@@ -118,16 +121,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured warm-up per scenario")
 	fs.DurationVar(&c.checkDuration, "check-duration", 4*time.Second, "measured time per check scenario")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Second, "timeout of one request or query")
-	fs.DurationVar(&c.drain, "drain-timeout", 2*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them, so that its work does not slow the next scenario (needs -database-url)")
+	fs.DurationVar(&c.drain, "drain-timeout", 5*time.Minute, "after a scenario that queues confirmation emails, wait this long at most for the service's email worker to send them (over SMTP, 100 to 200 a second on 2 busy cores), so that its work does not slow the next scenario (needs -database-url)")
 	fs.DurationVar(&c.stall, "stall", 3*time.Second, "a scenario with no completion for this long has stalled")
 	fs.Int64Var(&c.maxRequests, "max-requests", load.DefaultMaxRequests, "cap on the measured operations of one scenario")
 	fs.BoolVar(&c.webhooks, "webhooks", true, "after the writes, measure update, create_active and bulk_100 again, without and with one webhook endpoint subscribed to every event in turn (its deliveries made meanwhile, and with -webhook-queue-url only queued), and the delivery throughput to a local receiver (the service needs WEBHOOK_ALLOW_PRIVATE=true)")
 	fs.StringVar(&c.webhookReceiver, "webhook-receiver", "127.0.0.1:0", "listen address of the local webhook receiver")
 	fs.StringVar(&c.webhookQueueURL, "webhook-queue-url", "", "base URL of an instance of the service with WEBHOOK_WORKERS=0 (same database and key): the webhook writes are also measured on it with the endpoint while the main instance, the only one delivering, is paused (needs -pid and -database-url)")
 	fs.IntVar(&c.webhookQueuePID, "webhook-queue-pid", 0, "process id of the -webhook-queue-url instance, for its CPU")
-	fs.StringVar(&c.webhookPlainKey, "webhook-plain-key", "", "API key of a second newsletter on the same database, with no webhook endpoint: with -webhook-queue-url, the writes with their deliveries only queued then also run against the same writes to it, in alternating slices on the queue-only instance, and are judged on those")
+	fs.StringVar(&c.webhookPlainKey, "webhook-plain-key", "", "API key of a second newsletter on the same database, with no webhook endpoint: the single creates during bulk work go to it (bulk.go); with -webhook-queue-url, the writes with their deliveries only queued then also run against the same writes to it, in alternating slices on the queue-only instance, and are judged on those")
+	fs.StringVar(&c.smtpReceiver, "smtp-receiver", "", "serve an SMTP receiver on this address (the service's SMTP_URL) that accepts every email at once: the single creates during bulk work time their confirmation email to it (empty = not timed)")
 	only := fs.String("only", "", "comma-separated service scenarios to run (default all): "+strings.Join(serviceNames(), ",")+
-		"; "+ImportScenario+" is the million-row part (with -import-rows): the import, its variants and the attribute and tag reads on the newsletter after it")
+		"; "+ImportScenario+" is the million-row part (with -import-rows): the import, its variants, and the attribute and tag reads, "+svc.SegmentCount+" and "+BulkTagScenario+" on the newsletter after it")
 	fs.BoolVar(&c.vacuum, "vacuum", true, "VACUUM ANALYZE the subscriber tables after seeding, as autovacuum would at some moment of the run (needs -database-url)")
 	fs.BoolVar(&c.noBaseline, "no-baseline", false, "skip the baseline even with a database URL")
 	fs.BoolVar(&c.where, "where", true, "measure where PostgreSQL's time goes in every measured run of the main instance and of the baseline: statements per request (pg_stat_statements, where the server loads it), WAL bytes and wait events per request (needs -database-url)")
@@ -315,6 +319,8 @@ type bench struct {
 	off, on, offProd, prod *instance
 	sink                   *otlpSink
 	lastOnEnd              time.Time
+	// smtp is the -smtp-receiver (nil without it).
+	smtp *smtpReceiver
 }
 
 // The Kind of the RunRecords of each instance.
@@ -371,6 +377,15 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		defer sink.Close()
 		b.sink = sink
 		fmt.Fprintf(log, "OTLP/HTTP trace sink on %s\n", sink.addr)
+	}
+	if cfg.smtpReceiver != "" {
+		r, err := startSMTP(cfg.smtpReceiver)
+		if err != nil {
+			return b.rep, err
+		}
+		defer r.srv.Close()
+		b.smtp = r
+		fmt.Fprintf(log, "SMTP receiver on %s\n", r.addr)
 	}
 	if cfg.pid > 0 {
 		if err := b.rss("before seeding", false); err != nil {

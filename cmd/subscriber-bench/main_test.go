@@ -174,22 +174,39 @@ func TestRunAgainstTheService(t *testing.T) {
 	dsn := pg.Fresh(t)
 	dir := t.TempDir()
 	bin, nl, key := setUpService(t, dir, dsn)
-	srv := startService(t, bin, dsn, filepath.Join(dir, "service.log"))
+	otherKey := cli(t, bin, dsn, "apikey", "create", "--newsletter", cli(t, bin, dsn, "newsletter", "create", "--name", "other")["id"].(string))["key"].(string)
+	smtpAddr := "127.0.0.1:" + freePort(t)
+	srv := startService(t, bin, dsn, filepath.Join(dir, "service.log"), "SMTP_URL=smtp://"+smtpAddr, "WEBHOOK_ALLOW_PRIVATE=true")
 
 	rep := runTool(t, "-url", srv.url, "-key", key, "-database-url", dsn,
 		"-seed", "300", "-seed-parallel", "2", "-clients", "3", "-check-clients", "6",
 		"-duration", "1h", "-check-duration", "1h", "-warmup", "0", "-max-requests", "12",
-		"-stall", "1m", "-pid", strconv.Itoa(srv.pid), "-import-rows", "2500")
+		"-stall", "1m", "-pid", strconv.Itoa(srv.pid), "-import-rows", "2500",
+		"-webhooks=false", "-webhook-plain-key", otherKey, "-smtp-receiver", smtpAddr)
 	// 13 measured service scenarios, 10 baselines, 5 pairs in alternating slices, 13 checks at 6
-	// clients; after the import, list_tag and list_attr with their baselines, and tags_list.
-	if len(rep.Runs) != 51 {
-		t.Errorf("%d runs, want 51", len(rep.Runs))
+	// clients; after the import, list_tag and list_attr with their baselines, tags_list, and
+	// segment_count with its baseline.
+	if len(rep.Runs) != 53 {
+		t.Errorf("%d runs, want 53", len(rep.Runs))
 	}
 	// The import's file gave 1 % of its rows the tag and the plan the reads select; the plans
-	// of both filtered lists were read.
-	if tg := rep.Tags; tg == nil || tg.Tagged != 25 || tg.Planned != 25 || tg.Tags != 100 || len(tg.Explains) != 2 ||
+	// of both filtered lists and of the segment's count were read.
+	if tg := rep.Tags; tg == nil || tg.Tagged != 25 || tg.Planned != 25 || tg.Tags != 100 || len(tg.Explains) != 3 ||
 		!strings.Contains(strings.Join(tg.Explains[0].Plan, "\n"), "Buffers") {
-		t.Errorf("tags = %+v; want 25 tagged, 25 planned, 100 tags and 2 plans with buffers", tg)
+		t.Errorf("tags = %+v; want 25 tagged, 25 planned, 100 tags and 3 plans with buffers", tg)
+	}
+	// The bulk action tagged every imported row, and the single creates' emails and
+	// deliveries, during it and the pending import, arrived.
+	if bk := rep.Bulk; bk == nil || bk.Matched != 2500 || bk.Changed != 2500 || bk.Seconds <= 0 {
+		t.Errorf("bulk = %+v; want 2500 matched and changed", bk)
+	}
+	if len(rep.Singles) != 2 || len(rep.ImportVariants) != 2 {
+		t.Errorf("singles = %+v, import variants %+v; want 2 of each", rep.Singles, rep.ImportVariants)
+	}
+	for _, s := range rep.Singles {
+		if s.EmailSeconds == nil || s.DeliverySeconds == nil || s.Problem != "" {
+			t.Errorf("single create during %s: email %v, delivery %v, %s", s.During, s.EmailSeconds, s.DeliverySeconds, s.Problem)
+		}
 	}
 	for _, r := range rep.Runs {
 		if r.OK != 12 {
@@ -236,7 +253,7 @@ func TestRunAgainstTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 51 {
+	if b, err := os.ReadFile(path); err != nil || json.Unmarshal(b, &back) != nil || len(back.Runs) != 53 {
 		t.Errorf("the JSON does not read back: %v", err)
 	}
 }
@@ -253,23 +270,26 @@ func setUpService(t *testing.T, dir, dsn string) (bin, newsletter, key string) {
 	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/subscriberd/subscriberd/cmd/subscriberd").CombinedOutput(); err != nil {
 		t.Fatalf("build subscriberd: %v\n%s", err, out)
 	}
-	cli := func(args ...string) map[string]any {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "LOG_LEVEL=warn")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("subscriberd %v: %v", args, err)
-		}
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("subscriberd %v printed %q: %v", args, out, err)
-		}
-		return v
-	}
-	cli("migrate")
-	newsletter = cli("newsletter", "create", "--name", "bench test")["id"].(string)
-	key = cli("apikey", "create", "--newsletter", newsletter)["key"].(string)
+	cli(t, bin, dsn, "migrate")
+	newsletter = cli(t, bin, dsn, "newsletter", "create", "--name", "bench test")["id"].(string)
+	key = cli(t, bin, dsn, "apikey", "create", "--newsletter", newsletter)["key"].(string)
 	return bin, newsletter, key
+}
+
+// cli runs the service's command bin with args on the database dsn and decodes its JSON.
+func cli(t *testing.T, bin, dsn string, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "LOG_LEVEL=warn")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("subscriberd %v: %v", args, err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("subscriberd %v printed %q: %v", args, out, err)
+	}
+	return v
 }
 
 // service is a subscriberd started by startService.

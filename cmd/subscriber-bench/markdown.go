@@ -170,6 +170,7 @@ func printReport(w io.Writer, rep *Report) {
 		}
 	}
 	tagsMarkdown(w, rep)
+	bulkMarkdown(w, rep)
 	if sc := rep.Scale; sc != nil {
 		fmt.Fprintf(w, "\nFirst page at %d subscribers against the measured run: p50 ×%.2f, p99 ×%.2f, req/s ×%.2f (target: p50 ≤ ×1.5).\n",
 			sc.Subscribers, sc.P50Ratio, sc.P99Ratio, sc.RateRatio)

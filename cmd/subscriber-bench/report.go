@@ -37,6 +37,9 @@ type Report struct {
 	// Tags is the newsletter the attribute and tag reads ran on after the import, and the
 	// plans of its filtered lists (tags.go).
 	Tags *TagsRecord `json:"tags,omitempty"`
+	// Bulk is bulk_tag_1m, Singles the single creates timed during bulk work (bulk.go).
+	Bulk    *BulkRecord    `json:"bulk,omitempty"`
+	Singles []SingleRecord `json:"singles,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -308,6 +311,8 @@ var targets = []target{
 	{service: svc.ListTag, baseline: baseListTag, min: 1 / 1.5},
 	{service: svc.ListAttr, baseline: baseListAttr, min: 1 / 1.5},
 	{service: svc.CreateAttrs, baseline: svc.CreateActive, vsService: true, paired: true, min: 0.85},
+	// API 1.3 (§20.1): a segment's member count, at most 1.5 × its count statement run bare.
+	{service: svc.SegmentCount, baseline: baseSegmentCount, min: 1 / 1.5},
 }
 
 // cpuTarget is a target on what a request costs: the service's own CPU per request (at most
@@ -517,6 +522,11 @@ func (rep *Report) judge(stall time.Duration) {
 		}
 		if r.Probe != "" {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: answer off the contract: %s", id, r.Probe))
+		}
+	}
+	for _, r := range rep.Singles {
+		if r.Problem != "" {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the single create during %s: %s", r.During, r.Problem))
 		}
 	}
 	rep.judgeTelemetry()

@@ -113,24 +113,10 @@ func tagsMarkdown(w io.Writer, rep *Report) {
 			"A cost of at most 1.5 × the bare statement is a ratio of at least 0.67.",
 			t.Subscribers, t.Tagged, svc.FilteredTag, t.Planned, svc.FilteredPlan, t.Tags)
 	}
-	fmt.Fprintln(w, "\n\n| scenario | req/s | p50 | p99 | against | req/s | p50 | p99 | ratio | target | verdict |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|---|--:|--:|--:|--:|---|---|")
+	fmt.Fprint(w, "\n\n")
+	tableHead(w)
 	for _, name := range []string{svc.ListTag, svc.ListAttr, svc.CreateAttrs} {
-		c := rep.comparison(name)
-		s := rep.find("service", name, "measure", rep.Meta.Clients)
-		if c == nil || s == nil {
-			continue
-		}
-		b := rep.find("baseline", c.Baseline, "measure", rep.Meta.Clients)
-		if b == nil {
-			b = rep.find("service", c.Baseline, "measure", rep.Meta.Clients)
-		}
-		against := c.Baseline
-		if c.alternated() {
-			against += " (alternating, median of passes)"
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, f1(c.Value), f2(s.P50Ms), f2(s.P99Ms),
-			against, f1(c.Base), f2(b.P50Ms), f2(b.P99Ms), f2(c.Ratio), c.Target, metWord(c.Met != nil && *c.Met))
+		comparisonRow(w, rep, name)
 	}
 	if s := rep.find("service", svc.TagsList, "measure", rep.Meta.Clients); s != nil {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | | | | | | p99 ≤ %d ms | %s |\n", svc.TagsList, f1(s.RequestsPerSec), f2(s.P50Ms), f2(s.P99Ms),
@@ -140,9 +126,39 @@ func tagsMarkdown(w io.Writer, rep *Report) {
 		return
 	}
 	for _, ex := range t.Explains {
-		fmt.Fprintf(w, "\n%s: the service's statement and `EXPLAIN (ANALYZE, BUFFERS)` of it, after its runs:\n\n```sql\n%s\n```\n\n```\n%s\n```\n",
-			ex.Scenario, ex.SQL, strings.Join(ex.Plan, "\n"))
+		if ex.Scenario != svc.SegmentCount { // in bulkMarkdown
+			explainMarkdown(w, ex)
+		}
 	}
+}
+
+func explainMarkdown(w io.Writer, ex ExplainRecord) {
+	fmt.Fprintf(w, "\n%s: the service's statement and `EXPLAIN (ANALYZE, BUFFERS)` of it, after its runs:\n\n```sql\n%s\n```\n\n```\n%s\n```\n",
+		ex.Scenario, ex.SQL, strings.Join(ex.Plan, "\n"))
+}
+
+// tableHead and comparisonRow are the table of a scenario against its target ratio.
+func tableHead(w io.Writer) {
+	fmt.Fprintln(w, "| scenario | req/s | p50 | p99 | against | req/s | p50 | p99 | ratio | target | verdict |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|---|--:|--:|--:|--:|---|---|")
+}
+
+func comparisonRow(w io.Writer, rep *Report, name string) {
+	c := rep.comparison(name)
+	s := rep.find("service", name, "measure", rep.Meta.Clients)
+	if c == nil || s == nil {
+		return
+	}
+	b := rep.find("baseline", c.Baseline, "measure", rep.Meta.Clients)
+	if b == nil {
+		b = rep.find("service", c.Baseline, "measure", rep.Meta.Clients)
+	}
+	against := c.Baseline
+	if c.alternated() {
+		against += " (alternating, median of passes)"
+	}
+	fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, f1(c.Value), f2(s.P50Ms), f2(s.P99Ms),
+		against, f1(c.Base), f2(b.P50Ms), f2(b.P99Ms), f2(c.Ratio), c.Target, metWord(c.Met != nil && *c.Met))
 }
 
 // comparison is rep's comparison of scenario with its first baseline, or nil.

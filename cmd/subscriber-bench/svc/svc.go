@@ -74,6 +74,7 @@ type Client struct {
 	replayBody []byte   // the create replay sends again
 	deepCursor string   // next_cursor after CursorDepth subscribers
 	emails     []string // known addresses lookup_email picks from
+	segment    string   // the segment segment_count reads (SetSegment)
 
 	// IDs are subscribers of the key's newsletter that get and update pick from.
 	IDs []string
@@ -273,7 +274,8 @@ func (c *Client) Scenarios() []Scenario {
 			return q
 		}},
 	}
-	scs = append(scs, c.attrScenarios()...) // API 1.3 (attrs.go)
+	scs = append(scs, c.attrScenarios()...)    // API 1.3 (attrs.go)
+	scs = append(scs, c.segmentScenarios()...) // API 1.3 (bulk.go)
 	for i := range scs {
 		req := scs[i].req
 		scs[i].Op = func(ctx context.Context, _ int, seq int64) load.Result {

@@ -141,6 +141,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, 201, map[string]any{"success": true, "data": map[string]any{"created": out}})
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/segments/seg1":
+		writeJSON(w, 200, map[string]any{"success": true, "data": map[string]any{"id": "seg1", "name": "s", "filter": map[string]any{}, "subscribers": 1}})
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/tags":
 		tags := make([]map[string]any, TagsPage)
 		for i := range tags {
@@ -257,6 +259,7 @@ func TestScenariosProbeAndRunAgainstTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.IDs = ids
+	c.SetSegment("seg1")
 	// 60 subscribers make 3 pages; the deep page is past the end, which the probe accepts.
 	for _, sc := range c.Scenarios() {
 		if err := c.Probe(context.Background(), sc); err != nil {
