@@ -259,7 +259,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if free <= 0 {
 			return false // a batch ending kicks the loop
 		}
-		batches, err := w.queue.Claim(ctx, free, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
+		batches, err := w.claim(ctx, free)
 		w.claims.Record(ctx, err)
 		// Every free worker got an endpoint: more may be due, for the next one to free.
 		crowded := len(batches) == free
@@ -281,10 +281,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// claim claims the batches of up to n endpoints; none once ctx has ended. The claim itself is
+// not cut by ctx's end: one cut after its statement committed would leave its endpoints leased,
+// with nobody to hand them back, for a whole lease; a claim that returns after a stop is handed
+// back at once by deliverBatch, which starts nothing then.
+func (w *Worker) claim(ctx context.Context, n int) ([]model.DeliveryBatch, error) {
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+	defer cancel()
+	return w.queue.Claim(cctx, n, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
+}
+
 // RunOnce claims one round of endpoints, delivers their batches in parallel and waits for them;
 // it reports how many deliveries it attempted or released.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
-	batches, err := w.queue.Claim(ctx, w.cfg.Workers, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
+	batches, err := w.claim(ctx, w.cfg.Workers)
 	if err != nil {
 		return 0, err
 	}
