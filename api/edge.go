@@ -1,10 +1,12 @@
 package api
 
 import (
+	"io"
 	"net/http"
 	"path"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Bounds of what the edge parses at all (docs/api-contract.md §4.3, §4.7). They are checked on
@@ -17,6 +19,10 @@ const (
 	// MaxQueryParams is the most query parameters ("&"-separated items, empty ones included)
 	// accepted; the API reads three.
 	MaxQueryParams = 32
+
+	// tooLargeDrain and tooLargeWait bound what bound reads of a body it refuses (413).
+	tooLargeDrain = 4 * MaxBodyBytes
+	tooLargeWait  = 250 * time.Millisecond
 )
 
 var (
@@ -27,9 +33,12 @@ var (
 
 // bound refuses, before anything parses them, a query string over MaxQueryBytes or
 // MaxQueryParams (400) and a declared Content-Length over MaxBodyBytes (413). The 413 is
-// answered without reading the body, so a client that sent "Expect: 100-continue" never gets
+// answered without parsing the body, so a client that sent "Expect: 100-continue" never gets
 // "100 Continue" and uploads nothing; the connection is closed after the answer rather than
-// left waiting for a body that will not come.
+// left waiting for a body that will not come. A client that sends its body at once has up to
+// tooLargeDrain of it read and dropped first, for at most tooLargeWait (a client that never
+// sends it waits that long): a connection closed with unread data is reset, and a client
+// still sending then sees the reset, not the 413.
 func (s *Server) bound(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if msg := queryProblem(r.URL.RawQuery); msg != "" {
@@ -46,6 +55,10 @@ func (s *Server) bound(next http.Handler) http.Handler {
 		// An import's file has its own limit (IMPORT_MAX_BYTES, docs/api-contract.md §15.1).
 		if r.ContentLength > MaxBodyBytes && (r.Method != http.MethodPost || r.URL.Path != ImportPath) {
 			w.Header().Set("Connection", "close")
+			if r.Header.Get("Expect") == "" {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(tooLargeWait))
+				_, _ = io.CopyN(io.Discard, r.Body, tooLargeDrain)
+			}
 			writeError(w, errBodyTooLarge)
 			return
 		}
