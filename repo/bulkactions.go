@@ -143,26 +143,8 @@ func (s *BulkActions) List(ctx context.Context, nl uuid.UUID, limit int, after *
 // model.ErrBulkActionFinished.
 func (s *BulkActions) Cancel(ctx context.Context, nl, id uuid.UUID) (model.BulkAction, error) {
 	var row bulkActionRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		err := s.db.eng.raw(tx, "SELECT * FROM bulk_actions WHERE id = ? AND newsletter_id = ? FOR UPDATE", id, nl).Scan(ctx, &row)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrBulkActionNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if row.State != model.BulkQueued && row.State != model.BulkRunning {
-			return fmt.Errorf("%w", model.ErrBulkActionFinished)
-		}
-		now := s.now()
-		row.State, row.FinishedAt, row.Claim, row.LeaseUntil, row.UpdatedAt = model.BulkCancelled, &now, nil, nil, now
-		if _, err := tx.NewUpdate().Model(&row).Column("state", "finished_at", "claim", "lease_until", "updated_at").WherePK().Exec(ctx); err != nil {
-			return err
-		}
-		_, err = tx.NewDelete().Table("bulk_action_targets").Where("action_id = ?", id).Exec(ctx)
-		return err
-	})
-	if err != nil {
+	if err := cancelJob(ctx, &s.store, bulkJobs, "bulk_action_targets", "action_id", "", nl, id, &row,
+		model.ErrBulkActionNotFound, model.ErrBulkActionFinished); err != nil {
 		return model.BulkAction{}, translate(err)
 	}
 	return row.toModel(), nil

@@ -248,26 +248,8 @@ func (s *Imports) Errors(ctx context.Context, nl, id uuid.UUID, limit int, after
 // the others are dropped. A finished one is model.ErrImportFinished.
 func (s *Imports) Cancel(ctx context.Context, nl, id uuid.UUID) (model.Import, error) {
 	var row importRow
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		err := s.db.eng.raw(tx, "SELECT * FROM imports WHERE id = ? AND newsletter_id = ? AND "+visible+" FOR UPDATE", id, nl).Scan(ctx, &row)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrImportNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if row.State != model.ImportQueued && row.State != model.ImportRunning {
-			return fmt.Errorf("%w", model.ErrImportFinished)
-		}
-		now := s.now()
-		row.State, row.FinishedAt, row.Claim, row.LeaseUntil, row.UpdatedAt = model.ImportCancelled, &now, nil, nil, now
-		if _, err := tx.NewUpdate().Model(&row).Column("state", "finished_at", "claim", "lease_until", "updated_at").WherePK().Exec(ctx); err != nil {
-			return err
-		}
-		_, err = tx.NewDelete().Table("import_rows").Where("import_id = ?", id).Exec(ctx)
-		return err
-	})
-	if err != nil {
+	if err := cancelJob(ctx, &s.store, importJobs, "import_rows", "import_id", visible, nl, id, &row,
+		model.ErrImportNotFound, model.ErrImportFinished); err != nil {
 		return model.Import{}, translate(err)
 	}
 	return row.toModel(), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -80,4 +81,38 @@ func (t jobTable) extend(ctx context.Context, s *store, claims []uuid.UUID, leas
 WHERE id IN (SELECT id FROM `+string(t)+` WHERE claim IN (?1) AND state = 'running' FOR UPDATE SKIP LOCKED)`,
 		s.now().Add(lease), bun.List(claims)).Exec(ctx)
 	return translate(err)
+}
+
+// cancelJob cancels the newsletter's queued or running job id of t, in one transaction: its
+// row, read into row (a row type of t) as it is after the cancel, becomes cancelled, finished
+// now and unclaimed, and its staged work (the rows of targets whose column job names it) goes;
+// what its batches did stays. where narrows the jobs a caller may see (an extra condition, or
+// ""). An unknown job is notFound, a finished one finished.
+func cancelJob[R any](ctx context.Context, s *store, t jobTable, targets, job, where string, nl, id uuid.UUID, row *R,
+	notFound, finished error) error {
+	cond := "id = ? AND newsletter_id = ?"
+	if where != "" {
+		cond += " AND " + where
+	}
+	return s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
+		var state string
+		err := s.db.eng.raw(tx, "SELECT state FROM "+string(t)+" WHERE "+cond+" FOR UPDATE", id, nl).Scan(ctx, &state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w", notFound)
+		case err != nil:
+			return err
+		case state != "queued" && state != "running":
+			return fmt.Errorf("%w", finished)
+		}
+		now := s.now()
+		var rows []R
+		if err := tx.NewRaw(`UPDATE `+string(t)+` SET state = 'cancelled', finished_at = ?, claim = NULL, lease_until = NULL,
+    updated_at = ? WHERE id = ? RETURNING *`, now, now, id).Scan(ctx, &rows); err != nil {
+			return err
+		}
+		*row = rows[0]
+		_, err = tx.NewDelete().Table(targets).Where(job+" = ?", id).Exec(ctx)
+		return err
+	})
 }
