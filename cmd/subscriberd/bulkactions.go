@@ -29,10 +29,7 @@ import (
 // back.
 func startBulkActionWorker(ctx context.Context, db *repo.DB, workers int, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if workers == 0 {
-		log.Info("BULK_ACTION_WORKERS=0: this instance processes no bulk actions; another instance on the database must")
-		done := make(chan struct{})
-		close(done)
-		return done
+		return noWorkers(log, "BULK_ACTION_WORKERS=0: this instance processes no bulk actions; another instance on the database must")
 	}
 	w := importer.NewBulkWorker(repo.NewBulkActions(db), importer.BulkConfig{Workers: workers, Recorder: metrics, Logger: log})
 	return runWorker(ctx, w.Run)

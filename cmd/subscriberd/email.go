@@ -48,10 +48,7 @@ func startWorker(ctx context.Context, db *repo.DB, m *mailer, workers int, metri
 		log.Error("outbox gauges not exported", "error", err)
 	}
 	if workers == 0 {
-		log.Info("EMAIL_WORKERS=0: this instance sends no emails; another instance on the database must")
-		done := make(chan struct{})
-		close(done)
-		return done
+		return noWorkers(log, "EMAIL_WORKERS=0: this instance sends no emails; another instance on the database must")
 	}
 	if m.smtp == "" {
 		log.Warn("SMTP_URL is not set: confirmation emails are written to the log, with their links, instead of being sent")
@@ -90,6 +87,15 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// noWorkers logs why, when a worker setting is 0, this instance runs none of those workers,
+// and returns a channel that is closed already: there is nothing to wait for at shutdown.
+func noWorkers(log *slog.Logger, why string) <-chan struct{} {
+	log.Info(why)
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 // runWorker runs a worker's Run until ctx ends; the returned channel closes when Run has

@@ -26,10 +26,7 @@ import (
 // channel closes once the batches in hand are committed and their imports given back.
 func startImportWorker(ctx context.Context, db *repo.DB, workers int, metrics *telemetry.Metrics, log *slog.Logger) <-chan struct{} {
 	if workers == 0 {
-		log.Info("IMPORT_WORKERS=0: this instance processes no imports; another instance on the database must")
-		done := make(chan struct{})
-		close(done)
-		return done
+		return noWorkers(log, "IMPORT_WORKERS=0: this instance processes no imports; another instance on the database must")
 	}
 	w := importer.NewWorker(repo.NewImports(db), importer.Config{Workers: workers, Recorder: metrics, Logger: log})
 	return runWorker(ctx, w.Run)

@@ -39,10 +39,7 @@ func startWebhookWorker(ctx context.Context, db *repo.DB, s webhookSettings, met
 		log.Error("webhook gauges not exported", "error", err)
 	}
 	if s.workers == 0 {
-		log.Info("WEBHOOK_WORKERS=0: this instance delivers no webhooks; another instance on the database must")
-		done := make(chan struct{})
-		close(done)
-		return done
+		return noWorkers(log, "WEBHOOK_WORKERS=0: this instance delivers no webhooks; another instance on the database must")
 	}
 	w := webhook.NewWorker(queue, webhook.Config{
 		Workers:  s.workers,
