@@ -158,10 +158,20 @@ func (c TagsChange) Apply(stored []string) (result []string, changed bool, verr 
 		}
 	}
 	result = SortTags(append(result, c.Add...))
-	if len(result) > MaxTags {
-		return nil, false, verr.Add(attrTags, fmt.Sprintf(msgMaxItems, attrTags, MaxTags))
+	if verr = CheckTagCount(len(result)); verr != nil {
+		return nil, false, verr
 	}
 	return result, !slices.Equal(result, stored), nil
+}
+
+// CheckTagCount refuses a subscriber's set of n tags when n is past MaxTags, keyed tags, as
+// TagsChange.Apply refuses its result (docs/api-contract.md §19.2); nil within the limit. A
+// store that applies a change in SQL reports through it the size the set would have reached.
+func CheckTagCount(n int) *ValidationError {
+	if n <= MaxTags {
+		return nil
+	}
+	return (*ValidationError)(nil).Add(attrTags, fmt.Sprintf(msgMaxItems, attrTags, MaxTags))
 }
 
 // TagCount is a tag of a newsletter with how many of its subscribers (any status) hold it

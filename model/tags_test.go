@@ -120,6 +120,23 @@ func TestParseTagsChange(t *testing.T) {
 	}
 }
 
+// TestCheckTagCount: a set is refused past model.MaxTags with the error TagsChange.Apply gives.
+func TestCheckTagCount(t *testing.T) {
+	for _, tt := range []struct {
+		n    int
+		errs map[string][]string
+	}{
+		{n: 0},
+		{n: model.MaxTags},
+		{n: model.MaxTags + 1, errs: map[string][]string{"tags": {"The tags field must not have more than 100 items."}}},
+		{n: 250, errs: map[string][]string{"tags": {"The tags field must not have more than 100 items."}}},
+	} {
+		if diff := cmp.Diff(tt.errs, fields(model.CheckTagCount(tt.n))); diff != "" {
+			t.Errorf("CheckTagCount(%d) errors (-want +got):\n%s", tt.n, diff)
+		}
+	}
+}
+
 func TestTagsChangeApply(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -70,42 +70,7 @@ func TestBulkEventsAreNewEvents(t *testing.T) {
 	db, nl := attributesDB(t)
 	ctx := context.Background()
 	subs := repo.NewSubscribers(db)
-	inputs := []string{
-		`{"email":"plain@example.com","name":"Ann Lee"}`,
-		`{"email":"o'brien&co+x@example.com","name":"<b>Tom</b> & \"Jerry\" \\ back/slash","status":"pending"}`,
-		`{"email":"uni@example.com","name":"Zoë  Ünïcödé 日本","tags":["zeta","Beta"]}`,
-		`{"email":"attrs@example.com","attributes":{"plan":"<pro> & \"co\"","seats":5,"ratio":1.5,"trial":false,"zz":"日本 ½ /"},"tags":["vip","a<b"]}`,
-		`{"email":"full@example.com","tags":["t00","t01","t02","t03","t04","t05","t06","t07","t08","t09","t10","t11","t12","t13","t14","t15","t16","t17","t18","t19","t20","t21","t22","t23","t24","t25","t26","t27","t28","t29","t30","t31","t32","t33","t34","t35","t36","t37","t38","t39","t40","t41","t42","t43","t44","t45","t46","t47","t48","t49","t50","t51","t52","t53","t54","t55","t56","t57","t58","t59","t60","t61","t62","t63","t64","t65","t66","t67","t68","t69","t70","t71","t72","t73","t74","t75","t76","t77","t78","t79","t80","t81","t82","t83","t84","t85","t86","t87","t88","t89","t90","t91","t92","t93","t94","t95","t96","t97","t98","t99"]}`,
-	}
-	// At the limits of docs/api-contract.md §19.1: 48 keys (the patch below adds 3, one too
-	// many), and 8,165 bytes (the patch's values go past 8,192).
-	many, big := map[string]any{}, map[string]any{}
-	for i := range 48 {
-		many[fmt.Sprintf("k%02d", i)] = i
-	}
-	for i := range 8 {
-		big[fmt.Sprintf("b%d", i)] = strings.Repeat("x", 1000)
-	}
-	big["b8"] = strings.Repeat("y", 100)
-	for _, attrs := range []map[string]any{many, big} {
-		js, _ := json.Marshal(map[string]any{"email": fmt.Sprintf("limit%d@example.com", len(attrs)), "attributes": attrs})
-		inputs = append(inputs, string(js))
-	}
-	for _, in := range inputs {
-		var obj map[string]any
-		dec := json.NewDecoder(strings.NewReader(in))
-		dec.UseNumber()
-		if err := dec.Decode(&obj); err != nil {
-			t.Fatal(err)
-		}
-		ns, verr := model.ParseCreate(obj)
-		if verr != nil {
-			t.Fatalf("%s: %v", in, verr.Fields)
-		}
-		if _, err := subs.Create(ctx, nl, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createEscapingSubscribers(t, subs, nl)
 	for _, tc := range []struct {
 		body      string
 		wantEvent model.EventType
@@ -208,5 +173,57 @@ func TestBulkEventsAreNewEvents(t *testing.T) {
 			t.Errorf("%s: changed = %d; want %d", tc.body, a.Counts.Changed, changed)
 		}
 		checkTagCounts(t, db, nl)
+	}
+}
+
+// createEscapingSubscribers stores, in nl, subscribers whose events' JSON puts every escape of
+// Go's encoding/json to the test: names, addresses, attributes and tags with quotes,
+// backslashes, <, > and &, non-ASCII text, attributes of each JSON type (numbers whole and
+// not), a full set of model.MaxTags tags, attributes at the limits of docs/api-contract.md
+// §19.1, and, stored as if an older version had let them in, names with the line and
+// paragraph separators (U+2028, U+2029), which Go escapes and the rules now refuse.
+func createEscapingSubscribers(t *testing.T, subs *repo.Subscribers, nl uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	inputs := []string{
+		`{"email":"plain@example.com","name":"Ann Lee"}`,
+		`{"email":"o'brien&co+x@example.com","name":"<b>Tom</b> & \"Jerry\" \\ back/slash","status":"pending"}`,
+		`{"email":"uni@example.com","name":"Zoë  Ünïcödé 日本","tags":["zeta","Beta"]}`,
+		`{"email":"attrs@example.com","attributes":{"plan":"<pro> & \"co\"","seats":5,"ratio":1.5,"trial":false,"zz":"日本 ½ /"},"tags":["vip","a<b"]}`,
+		`{"email":"full@example.com","tags":["t00","t01","t02","t03","t04","t05","t06","t07","t08","t09","t10","t11","t12","t13","t14","t15","t16","t17","t18","t19","t20","t21","t22","t23","t24","t25","t26","t27","t28","t29","t30","t31","t32","t33","t34","t35","t36","t37","t38","t39","t40","t41","t42","t43","t44","t45","t46","t47","t48","t49","t50","t51","t52","t53","t54","t55","t56","t57","t58","t59","t60","t61","t62","t63","t64","t65","t66","t67","t68","t69","t70","t71","t72","t73","t74","t75","t76","t77","t78","t79","t80","t81","t82","t83","t84","t85","t86","t87","t88","t89","t90","t91","t92","t93","t94","t95","t96","t97","t98","t99"]}`,
+	}
+	// At the limits of docs/api-contract.md §19.1: 48 keys (TestBulkEventsAreNewEvents' patch
+	// adds 3, one too many), and 8,165 bytes (its patch's values go past 8,192).
+	many, big := map[string]any{}, map[string]any{}
+	for i := range 48 {
+		many[fmt.Sprintf("k%02d", i)] = i
+	}
+	for i := range 8 {
+		big[fmt.Sprintf("b%d", i)] = strings.Repeat("x", 1000)
+	}
+	big["b8"] = strings.Repeat("y", 100)
+	for _, attrs := range []map[string]any{many, big} {
+		js, _ := json.Marshal(map[string]any{"email": fmt.Sprintf("limit%d@example.com", len(attrs)), "attributes": attrs})
+		inputs = append(inputs, string(js))
+	}
+	for _, in := range inputs {
+		var obj map[string]any
+		dec := json.NewDecoder(strings.NewReader(in))
+		dec.UseNumber()
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatal(err)
+		}
+		ns, verr := model.ParseCreate(obj)
+		if verr != nil {
+			t.Fatalf("%s: %v", in, verr.Fields)
+		}
+		if _, err := subs.Create(ctx, nl, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not through model.ParseCreate, which refuses the separators.
+	if _, err := subs.Create(ctx, nl, model.NewSubscriber{Email: "sep@example.com", FirstName: "Line\u2028Sep",
+		LastName: "Para\u2029Sep <&>", Status: model.StatusActive, Tags: []string{"x"}}); err != nil {
+		t.Fatal(err)
 	}
 }

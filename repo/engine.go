@@ -1,14 +1,15 @@
 package repo
 
 // This file is the engine seam: the engine interface, and the values, rows and SQL that
-// cross it or that both engines share (the queue names, what a create, a rename or an
-// import's staging hands the engine, the event row and the deliveries' insert, the claims'
-// rows and their endpoint query).
+// cross it or that both engines share (the queue names, what a create, a rename, a change of
+// tags or an import's staging hands the engine, the subscriber a change of tags hands back,
+// the event row and the deliveries' insert, the claims' rows and their endpoint query).
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,16 @@ type engine interface {
 	// (Subscribers.rename): renamed is false, and nothing changed, when it did not. It reports
 	// whether it queued a webhook delivery, when the engine knows.
 	rename(ctx context.Context, db bun.IDB, r renaming) (renamed, delivering bool, err error)
+	// changeTags applies t.Change to the tags of t's subscriber (Subscribers.ChangeTags,
+	// docs/api-contract.md §19.2) under the subscriber's row lock, so that concurrent changes
+	// of different tags never lose each other's, and returns the subscriber after it. When
+	// the set changes, its update time and tags are written with its updated event (previous:
+	// the tags before) and the event's deliveries in the interactive lane, all or nothing; when
+	// it stays as it is, nothing is written and the subscriber comes back as it is. A missing
+	// subscriber fails with model.ErrNotFound, a set past model.MaxTags with the
+	// *model.ValidationError of model.CheckTagCount, and nothing changes. It reports whether it
+	// queued a webhook delivery, when the engine knows.
+	changeTags(ctx context.Context, db bun.IDB, t retagging) (sub model.Subscriber, delivering bool, err error)
 	// insertEvents appends rows to the event log and queues their webhook deliveries in
 	// lane (outbox.Lane), in the caller's transaction, and reports whether it queued any
 	// delivery (when the engine knows: its workers need waking).
@@ -169,6 +180,51 @@ type renaming struct {
 	NewFirstName, NewLastName          string
 	NewUpdatedAt                       time.Time
 	Event                              eventRow
+}
+
+// retagging is a change of a subscriber's tags (engine.changeTags): the newsletter's subscriber
+// ID, the tags Change adds and removes, at Now, with its event's traceparent and source, and
+// that source as the JSON object model.NewEvent writes.
+type retagging struct {
+	NewsletterID, ID uuid.UUID
+	Change           model.TagsChange
+	Now              time.Time
+	Traceparent      string
+	Source           model.EventSource
+	SourceJSON       string
+}
+
+// subscriberValues is a subscriber's row as an engine reads it to hand it back
+// (engine.changeTags): attributes as stored (JSON text), tags as a JSON array's text.
+type subscriberValues struct {
+	ID           uuid.UUID `bun:"id"`
+	NewsletterID uuid.UUID `bun:"newsletter_id"`
+	Email        string    `bun:"email"`
+	FirstName    string    `bun:"first_name"`
+	LastName     string    `bun:"last_name"`
+	Status       string    `bun:"status"`
+	CreatedAt    time.Time `bun:"created_at"`
+	UpdatedAt    time.Time `bun:"updated_at"`
+	Attributes   string    `bun:"attributes"`
+	Tags         string    `bun:"tags"`
+}
+
+// model is the subscriber of v, as the stores' rows give it: times in UTC, tags never nil.
+func (v subscriberValues) model() (model.Subscriber, error) {
+	sub := model.Subscriber{ID: v.ID, NewsletterID: v.NewsletterID, Email: v.Email, FirstName: v.FirstName,
+		LastName: v.LastName, Status: model.Status(v.Status), CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC(),
+		Tags: []string{}}
+	if v.Attributes != "" {
+		attrs, err := model.DecodeAttributes([]byte(v.Attributes))
+		if err != nil {
+			return model.Subscriber{}, fmt.Errorf("the attributes of %s: %w", v.ID, err)
+		}
+		sub.Attributes = attrs
+	}
+	if err := json.Unmarshal([]byte(v.Tags), &sub.Tags); err != nil {
+		return model.Subscriber{}, fmt.Errorf("the tags of %s: %w", v.ID, err)
+	}
+	return sub, nil
 }
 
 // staging is an import to stage (engine.stageImport): its id; the rows next yields, validated

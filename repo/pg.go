@@ -31,9 +31,9 @@ import (
 // connections stop a statement when its context ends, package pgconn), the hot statements prepared
 // once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
 // advisory locks, an import's rows by COPY, and writes that PostgreSQL does in one statement
-// where SQLite needs a transaction (a create, a rename, an event with its deliveries). It
-// takes plain values and names nothing of the stores. The workers poll: a NOTIFY would
-// serialise the commits of the transactions that send it.
+// where SQLite needs a transaction (a create, a rename, a change of tags, an event with its
+// deliveries). It takes plain values and names nothing of the stores. The workers poll: a
+// NOTIFY would serialise the commits of the transactions that send it.
 
 func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	// pgdriver panics on a DSN it cannot parse; report it as an error instead.
@@ -547,6 +547,76 @@ ev AS (
 d AS (`+queueDeliveriesSQL+`)
 SELECT count(*) FROM s`)
 
+// changeTags locks the subscriber, changes its tags when the change gives another set within
+// model.MaxTags, and records the event with its deliveries, in one statement (changeTagsStmt):
+// one round trip instead of a transaction's five (BEGIN, the lock, the update, the event with
+// its deliveries, COMMIT). The event's id is made here, as model.NewEventOf makes ids
+// (uuid.NewV7, in order within the process), not by uuid_v7() in SQL: a subscriber's history
+// is in the order of its events' ids, and uuid_v7() leaves the ids of one millisecond in no
+// particular order. Whether it queued a delivery is not asked: the workers poll.
+func (e *pgEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) (model.Subscriber, bool, error) {
+	var out struct {
+		Size int `bun:"size"`
+		subscriberValues
+	}
+	event := uuid.Must(uuid.NewV7())
+	err := runAtomic(ctx, db, func(ctx context.Context) error {
+		return e.queryRow(ctx, db, changeTagsStmt, &out, t.NewsletterID, t.ID, pgTextArray(t.Change.Add),
+			pgTextArray(t.Change.Remove), t.Now, model.FormatTime(t.Now), event, string(model.EventUpdated),
+			t.Traceparent, t.SourceJSON)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return model.Subscriber{}, false, fmt.Errorf("%w", model.ErrNotFound)
+	case err != nil:
+		return model.Subscriber{}, false, err
+	}
+	if verr := model.CheckTagCount(out.Size); verr != nil {
+		return model.Subscriber{}, false, verr
+	}
+	sub, err := out.model()
+	return sub, false, err
+}
+
+// changeTagsStmt is pgEngine.changeTags' statement, prepared (see statement): $1 and $2 the
+// subscriber, $3 the tags to add and $4 those to remove, $5 the time and $6 the same in the
+// contract's form, $7 the event's id, $8 its type (subscriber.updated), $9 its traceparent,
+// $10 its source object. Its parts:
+//   - o: the subscriber, locked (under READ COMMITTED its newest committed row, waited for: a
+//     concurrent change of other tags is kept), with its new set: its tags without those
+//     removed, with those added, sorted by code point (COLLATE "C": Go's order of strings),
+//     each once, as model.TagsChange.Apply computes it;
+//   - u: the change, when the set is another and within model.MaxTags;
+//   - v, ev, d: its event (eventsPG, previous {"tags": the set before}) and the event's
+//     deliveries in the interactive lane.
+//
+// It returns no row when the newsletter has no such subscriber, else the new set's size (past
+// model.MaxTags: refused, nothing written) and the subscriber after, its tags as a JSON array.
+// Its span is named for its main change, "UPDATE subscribers". The tag counters follow by
+// their triggers.
+var changeTagsStmt = newStatement("UPDATE", "subscribers", `WITH o AS (
+    SELECT s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at,
+        s.attributes, s.tags,
+        ARRAY(SELECT n.tag COLLATE "C" FROM (
+            SELECT k.tag FROM unnest(s.tags) AS k (tag) WHERE k.tag <> ALL ($4::text[])
+            UNION SELECT a.tag FROM unnest($3::text[]) AS a (tag)) AS n
+            ORDER BY 1) AS new_tags
+    FROM subscribers AS s
+    WHERE s.newsletter_id = $1 AND s.id = $2
+    FOR UPDATE),
+u AS (
+    UPDATE subscribers AS s SET tags = o.new_tags, updated_at = $5
+    FROM o WHERE s.id = o.id AND o.new_tags <> o.tags AND cardinality(o.new_tags) <= `+strconv.Itoa(model.MaxTags)+`
+    RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at,
+        s.attributes, s.tags, `+tagsPreviousPG+` AS previous),
+v AS (SELECT $7::uuid AS event_id, u.* FROM u),
+`+eventsPG("$8::text", "$5::timestamptz", "$6::text", "$9::text", "$10::text")+`,
+d AS (`+queueDeliveriesSQL+`)
+SELECT cardinality(o.new_tags) AS size, o.id, o.newsletter_id, o.email, o.first_name, o.last_name, o.status,
+    o.created_at, coalesce(u.updated_at, o.updated_at) AS updated_at, o.attributes::text AS attributes,
+    array_to_json(coalesce(u.tags, o.tags))::text AS tags
+FROM o LEFT JOIN u ON u.id = o.id`)
+
 // stageImport stages an import in one transaction on a connection of its own, the rows by COPY
 // (Imports.Stage).
 func (*pgEngine) stageImport(ctx context.Context, db *bun.DB, st staging) (err error) {
@@ -923,13 +993,13 @@ var bulkChangePG = map[string]struct{ value, column, changed, previous string }{
 		value:    `ARRAY(SELECT x COLLATE "C" FROM unnest(s.tags || ?9::text[]) AS x GROUP BY 1 ORDER BY 1)`,
 		column:   "tags",
 		changed:  `NOT (o.tags @> ?9::text[]) AND cardinality(o.new_value) <= ` + strconv.Itoa(model.MaxTags),
-		previous: `'{"tags":' || array_to_json(o.tags)::text || '}'`,
+		previous: tagsPreviousPG,
 	},
 	model.ActionRemoveTags: {
 		value:    `ARRAY(SELECT x FROM unnest(s.tags) WITH ORDINALITY AS a (x, i) WHERE x <> ALL (?9::text[]) ORDER BY i)`,
 		column:   "tags",
 		changed:  `o.tags && ?9::text[]`,
-		previous: `'{"tags":' || array_to_json(o.tags)::text || '}'`,
+		previous: tagsPreviousPG,
 	},
 	model.ActionSetAttributes: {
 		value:  `(s.attributes - ?10::text[]) || ?9::jsonb`,
@@ -960,8 +1030,8 @@ var bulkChangePG = map[string]struct{ value, column, changed, previous string }{
 //   - u: the ones whose value changes, changed, with the values after and the previous JSON
 //     (o's estimate, that of an = ANY over an array not known when planning, is small: each
 //     row of o finds its subscriber by a probe of the primary key, whatever the statistics);
-//   - ev, d: their events (the JSON model.NewEventOf writes, pinned by a test, escaped as Go
-//     escapes: see jsonStringPG) and the events' deliveries in the bulk lane (outbox.Bulk);
+//   - v, ev, d: their events (eventsPG: the JSON model.NewEventOf writes) and the events'
+//     deliveries in the bulk lane (outbox.Bulk);
 //   - for unsubscribe, m and k: their unsent emails cancelled and their links retired, as
 //     retireConfirmations does.
 //
@@ -983,17 +1053,7 @@ u AS (
     RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags,
         ` + c.previous + ` AS previous),
 v AS (SELECT uuid_v7() AS event_id, u.* FROM u),
-ev AS (
-    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
-    SELECT event_id, newsletter_id, id, ?6::text, ` + goJSONPG(`concat('{"id":"', event_id, '","type":"', ?6::text,
-        '","timestamp":"', ?5::text, '","data":{"subscriber":{"id":"', id, '","email":', to_json(email),
-        ',"name":', to_json(CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END),
-        ',"status":"', status, '","created_at":"', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS'),
-        '+00:00","attributes":', CASE WHEN attributes = '{}' THEN '{}' ELSE subscriber_attributes_text(attributes) END,
-        ',"tags":', array_to_json(tags), '},"previous":', previous, ',"source":', ?8::text, '}}')`) + `,
-        ?7::text, ?4::timestamptz
-    FROM v
-    RETURNING id, newsletter_id, type, created_at),
+` + eventsPG("?6::text", "?4::timestamptz", "?5::text", "?7::text", "?8::text") + `,
 d AS (` + queueDeliveriesIn(outbox.Bulk) + eventMatchPG + `)`
 	if action == model.ActionUnsubscribe {
 		q += `,
@@ -1007,6 +1067,34 @@ k AS (
 	return q + `
 SELECT (SELECT count(*) FROM t) AS processed, (SELECT count(*) FROM u) AS changed`
 }
+
+// eventsPG is the CTE ev of a statement that records the events of the subscribers it
+// changed: for each row of v (event_id, the event's id; the subscriber after the change: id,
+// newsletter_id, email, first_name, last_name, status, created_at, attributes and tags; and
+// previous, the JSON object of the values the change replaced), the event of type typ at at
+// (a timestamptz) and ts (the same in the contract's form, model.FormatTime), with traceparent
+// and source (the JSON object model.NewEvent writes). Its payload is the JSON model.NewEventOf
+// writes (pinned by tests), escaped as Go escapes (goJSONPG). It returns the rows the
+// deliveries' insert reads (queueDeliveriesFrom). The arguments are SQL expressions: the
+// statement's parameters, cast.
+func eventsPG(typ, at, ts, traceparent, source string) string {
+	return `ev AS (
+    INSERT INTO subscriber_events (id, newsletter_id, subscriber_id, type, payload, traceparent, created_at)
+    SELECT event_id, newsletter_id, id, ` + typ + `, ` + goJSONPG(`concat('{"id":"', event_id, '","type":"', `+typ+`,
+        '","timestamp":"', `+ts+`, '","data":{"subscriber":{"id":"', id, '","email":', to_json(email),
+        ',"name":', to_json(CASE WHEN last_name = '' THEN first_name ELSE first_name || ' ' || last_name END),
+        ',"status":"', status, '","created_at":"', to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS'),
+        '+00:00","attributes":', CASE WHEN attributes = '{}' THEN '{}' ELSE subscriber_attributes_text(attributes) END,
+        ',"tags":', array_to_json(tags), '},"previous":', previous, ',"source":', `+source+`, '}}')`) + `,
+        ` + traceparent + `, ` + at + `
+    FROM v
+    RETURNING id, newsletter_id, type, created_at)`
+}
+
+// tagsPreviousPG is the JSON of a change of tags' "previous" as model.NewEventOf writes it,
+// of the row o's tags before: {"tags":[…]} (its strings escaped further by goJSONPG, with the
+// rest of the payload).
+const tagsPreviousPG = `'{"tags":' || array_to_json(o.tags)::text || '}'`
 
 // goJSONPG is the text expression x, JSON whose strings PostgreSQL escaped (to_json), escaped
 // further as Go's encoding/json escapes strings (see jsonStringPG): <, >, & and the line and

@@ -54,7 +54,9 @@ func (l *statementSpans) take() []string {
 // suppression check of docs/api-contract.md §13, the subscriber, its event with its deliveries
 // and, when pending, its confirmation email, in one statement: see createStmt); an idempotent
 // create five after the key's lookup (BEGIN, the key's lock, the create, its stored response,
-// COMMIT); a status change seven (the row lock, and the confirmations it retires).
+// COMMIT); a change of tags one, changed or not (the row lock, the change, its event with its
+// deliveries: see changeTagsStmt); a status change seven (the row lock, and the
+// confirmations it retires).
 func TestStatementsPerRequest(t *testing.T) {
 	if testdb.Store() != testdb.Postgres {
 		t.Skip("PostgreSQL only: on SQLite every write runs in a transaction, in process")
@@ -125,6 +127,14 @@ func TestStatementsPerRequest(t *testing.T) {
 		}, 2},
 		{"update, same name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
+			return err
+		}, 1},
+		{"change tags", func() error {
+			_, err := subs.ChangeTags(ctx, nl.ID, created.ID, model.TagsChange{Add: []string{"new"}, Remove: []string{"old"}})
+			return err
+		}, 1},
+		{"change tags, to the same set", func() error {
+			_, err := subs.ChangeTags(ctx, nl.ID, created.ID, model.TagsChange{Add: []string{"new"}})
 			return err
 		}, 1},
 		{"update, status", func() error {

@@ -34,7 +34,8 @@ import (
 // does differently from PostgreSQL. The stores keep one code path; where the SQL must differ
 // they call the engine, with plain values, and it names nothing of the stores. It runs the
 // stores' statements without their row-lock clauses (raw), and writes in one transaction of
-// several statements what PostgreSQL writes in one (a create, a rename, the claims).
+// several statements what PostgreSQL writes in one (a create, a rename, a change of tags, the
+// claims).
 //
 // SQLite serialises writers. Every transaction begins IMMEDIATE (it takes the write lock at
 // BEGIN, waiting up to the busy timeout), so no transaction ever has to upgrade a read lock and
@@ -354,6 +355,64 @@ func (e *sqliteEngine) rename(ctx context.Context, db bun.IDB, r renaming) (bool
 var renameSQLite = newStatement("UPDATE", "subscribers", `UPDATE subscribers SET first_name = $8, last_name = $9, updated_at = $10
 WHERE newsletter_id = $1 AND id = $2 AND email = $3 AND first_name = $4 AND last_name = $5
     AND status = $6 AND updated_at = $7`)
+
+// changeTags reads the subscriber, applies the change with model.TagsChange.Apply, and writes
+// the new set with its event (model.NewEventOf) and the event's deliveries, in one immediate
+// transaction: it holds the write lock from the read on, so no other change of the tags comes
+// in between (SQLite has no data-modifying CTE to do it in one statement).
+func (e *sqliteEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) (model.Subscriber, bool, error) {
+	var (
+		sub        model.Subscriber
+		delivering bool
+	)
+	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
+		sub, delivering = model.Subscriber{}, false
+		var row subscriberValues
+		err := e.queryRow(ctx, tx, subscriberTagsSQLite, &row, t.NewsletterID, t.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w", model.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		before, err := row.model()
+		if err != nil {
+			return err
+		}
+		tags, changed, verr := t.Change.Apply(before.Tags)
+		switch {
+		case verr != nil:
+			return verr
+		case !changed:
+			sub = before
+			return nil
+		}
+		after := before
+		after.Tags, after.UpdatedAt = tags, t.Now
+		if _, err := e.exec(ctx, tx, setTagsSQLite, t.ID, tagsJSON(tags), t.Now); err != nil {
+			return err
+		}
+		ev := model.NewEventOf(model.EventUpdated, after, map[string]any{"tags": before.Tags}, t.Source, t.Now)
+		delivering, err = e.insertEvents(ctx, tx, []eventRow{{ID: ev.ID, NewsletterID: ev.NewsletterID,
+			SubscriberID: ev.SubscriberID, Type: string(ev.Type), Payload: string(ev.Payload), Traceparent: t.Traceparent,
+			CreatedAt: ev.Timestamp}}, outbox.Interactive)
+		if err != nil {
+			return err
+		}
+		sub = after
+		return nil
+	})
+	return sub, delivering, err
+}
+
+// The statements of changeTags: the read of the newsletter's ($1) subscriber ($2), and the
+// write of the subscriber's ($1) new tags ($2, a JSON array) and update time ($3).
+var (
+	subscriberTagsSQLite = newStatement("SELECT", "subscribers",
+		`SELECT id, newsletter_id, email, first_name, last_name, status, created_at, updated_at, attributes, tags
+FROM subscribers WHERE newsletter_id = $1 AND id = $2`)
+	setTagsSQLite = newStatement("UPDATE", "subscribers", `UPDATE subscribers SET tags = $2, updated_at = $3 WHERE id = $1`)
+)
 
 // insertEvents inserts the events, then their deliveries from them, and reports whether it
 // queued any, for the caller to wake the workers after its commit.

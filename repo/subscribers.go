@@ -732,44 +732,21 @@ ORDER BY created_at DESC LIMIT ?`, subscriber, model.EmailKindConfirmation, now.
 }
 
 // ChangeTags adds and removes tags (POST /subscribers/{id}/tags, docs/api-contract.md §19.2)
-// under the subscriber's row lock, read and written in one transaction, so that concurrent
-// changes of different tags never lose each other's. Over model.MaxTags in the result is a
-// *model.ValidationError and changes nothing; a change that leaves the set as it is records
-// no event.
+// under the subscriber's row lock, read and written as one unit (engine.changeTags: one
+// statement on PostgreSQL, one transaction on SQLite), so that concurrent changes of different
+// tags never lose each other's. Over model.MaxTags in the result is a *model.ValidationError
+// (model.CheckTagCount) and changes nothing; a change that leaves the set as it is writes
+// nothing and records no event. Bound to a unit of work (Tx), it runs in that unit's
+// transaction.
 func (s *Subscribers) ChangeTags(ctx context.Context, nl, id uuid.UUID, c model.TagsChange) (model.Subscriber, error) {
-	var row subscriberRow
-	var delivering bool
 	src := model.SourceFrom(ctx)
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.IDB) error {
-		delivering = false
-		err := s.db.eng.raw(tx, lockSubscriber, nl, id).Scan(ctx, &row)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w", model.ErrNotFound)
-		}
-		if err != nil {
-			return translate(err)
-		}
-		before := row.toModel()
-		tags, changed, verr := c.Apply(before.Tags)
-		switch {
-		case verr != nil:
-			return verr
-		case !changed:
-			return nil
-		}
-		row.Tags, row.UpdatedAt = tagsOf(tags), s.now()
-		if _, err := tx.NewUpdate().Model(&row).WherePK().Column("tags", "updated_at").Exec(ctx); err != nil {
-			return translate(err)
-		}
-		delivering, err = s.recordEvents(ctx, tx, []model.Event{model.NewEventOf(model.EventUpdated, row.toModel(),
-			map[string]any{"tags": before.Tags}, src, row.UpdatedAt)}, outbox.Interactive)
-		return err
-	})
+	sub, delivering, err := s.db.eng.changeTags(ctx, s.idb, retagging{NewsletterID: nl, ID: id, Change: c,
+		Now: s.now(), Traceparent: traceparent(ctx), Source: src, SourceJSON: eventSourceJSON(src)})
 	if err != nil {
 		return model.Subscriber{}, translate(err)
 	}
 	s.deliveriesQueued(delivering)
-	return row.toModel(), nil
+	return sub, nil
 }
 
 // tagCountRow is a row of ListTags.
