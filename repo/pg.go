@@ -550,19 +550,17 @@ SELECT count(*) FROM s`)
 // changeTags locks the subscriber, changes its tags when the change gives another set within
 // model.MaxTags, and records the event with its deliveries, in one statement (changeTagsStmt):
 // one round trip instead of a transaction's five (BEGIN, the lock, the update, the event with
-// its deliveries, COMMIT). The event's id is made here, as model.NewEventOf makes ids
-// (uuid.NewV7, in order within the process), not by uuid_v7() in SQL: a subscriber's history
-// is in the order of its events' ids, and uuid_v7() leaves the ids of one millisecond in no
-// particular order. Whether it queued a delivery is not asked: the workers poll.
+// its deliveries, COMMIT). The event's id is made in the statement, after the lock
+// (eventIDsPG): one made before would sort before the event of a writer that held the lock
+// first. Whether it queued a delivery is not asked: the workers poll.
 func (e *pgEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) (model.Subscriber, bool, error) {
 	var out struct {
 		Size int `bun:"size"`
 		subscriberValues
 	}
-	event := uuid.Must(uuid.NewV7())
 	err := runAtomic(ctx, db, func(ctx context.Context) error {
 		return e.queryRow(ctx, db, changeTagsStmt, &out, t.NewsletterID, t.ID, pgTextArray(t.Change.Add),
-			pgTextArray(t.Change.Remove), t.Now, model.FormatTime(t.Now), event, string(model.EventUpdated),
+			pgTextArray(t.Change.Remove), t.Now, model.FormatTime(t.Now), string(model.EventUpdated),
 			t.Traceparent, t.SourceJSON)
 	})
 	switch {
@@ -580,8 +578,8 @@ func (e *pgEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) (mod
 
 // changeTagsStmt is pgEngine.changeTags' statement, prepared (see statement): $1 and $2 the
 // subscriber, $3 the tags to add and $4 those to remove, $5 the time and $6 the same in the
-// contract's form, $7 the event's id, $8 its type (subscriber.updated), $9 its traceparent,
-// $10 its source object. Its parts:
+// contract's form, $7 the event's type (subscriber.updated), $8 its traceparent, $9 its source
+// object. Its parts:
 //   - o: the subscriber, locked (under READ COMMITTED its newest committed row, waited for: a
 //     concurrent change of other tags is kept), with its new set: its tags without those
 //     removed, with those added, sorted by code point (COLLATE "C": Go's order of strings),
@@ -609,8 +607,8 @@ u AS (
     FROM o WHERE s.id = o.id AND o.new_tags <> o.tags AND cardinality(o.new_tags) <= `+strconv.Itoa(model.MaxTags)+`
     RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.updated_at,
         s.attributes, s.tags, `+tagsPreviousPG+` AS previous),
-v AS (SELECT $7::uuid AS event_id, u.* FROM u),
-`+eventsPG("$8::text", "$5::timestamptz", "$6::text", "$9::text", "$10::text")+`,
+`+eventIDsPG+`,
+`+eventsPG("$7::text", "$5::timestamptz", "$6::text", "$8::text", "$9::text")+`,
 d AS (`+queueDeliveriesSQL+`)
 SELECT cardinality(o.new_tags) AS size, o.id, o.newsletter_id, o.email, o.first_name, o.last_name, o.status,
     o.created_at, coalesce(u.updated_at, o.updated_at) AS updated_at, o.attributes::text AS attributes,
@@ -1052,7 +1050,7 @@ u AS (
     FROM o WHERE s.id = o.id AND ` + c.changed + `
     RETURNING s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags,
         ` + c.previous + ` AS previous),
-v AS (SELECT uuid_v7() AS event_id, u.* FROM u),
+` + eventIDsPG + `,
 ` + eventsPG("?6::text", "?4::timestamptz", "?5::text", "?7::text", "?8::text") + `,
 d AS (` + queueDeliveriesIn(outbox.Bulk) + eventMatchPG + `)`
 	if action == model.ActionUnsubscribe {
@@ -1067,6 +1065,22 @@ k AS (
 	return q + `
 SELECT (SELECT count(*) FROM t) AS processed, (SELECT count(*) FROM u) AS changed`
 }
+
+// eventIDsPG is the CTE v of a statement that records the events of the subscribers it
+// changed: the rows of u, each with event_id, the id of its event. A subscriber's history is
+// in the order of its events' ids, so each is made after its row's lock, when u returns the row
+// (the subquery names u's row, so it runs for each, after it), and from a clock reading
+// of its own, as model.NewEventOf makes ids (uuid.NewV7): the Unix time in milliseconds, then
+// the nanoseconds within the millisecond divided by 256 (12 bits), then 62 random bits. The
+// next writer of the row waits for this one's commit, so its event sorts after, whether its
+// id comes from Go or from here. (uuid_v7(), which the imports' rows use, has random bits
+// where the sub-millisecond is: two events of one millisecond would sort by chance.)
+const eventIDsPG = `v AS (
+    SELECT encode(int8send((floor(c.ns / 1000000)::bigint << 16) | 28672 | ((c.ns::bigint % 1000000) >> 8))
+            || int8send(floor(random() * 4611686018427387904)::bigint | (-9223372036854775808)::bigint), 'hex')::uuid
+            AS event_id, u.*
+    FROM u CROSS JOIN LATERAL (
+        SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000000) AS ns WHERE u.id IS NOT NULL) AS c)`
 
 // eventsPG is the CTE ev of a statement that records the events of the subscribers it
 // changed: for each row of v (event_id, the event's id; the subscriber after the change: id,
