@@ -712,7 +712,7 @@ FROM generate_series(1, 5000) AS i`, e.nl); err != nil {
 	}{
 		{map[string]any{"tags": []any{"beta"}}, "subscribers_tags_idx"},
 		{map[string]any{"attributes": map[string]any{"plan": "pro"}}, "subscribers_attributes_idx"},
-		{map[string]any{"has_attributes": []any{"plan"}}, "subscribers_attribute_keys_idx"},
+		{map[string]any{"has_attributes": []any{"plan"}}, "subscribers_attribute_names_idx"},
 	} {
 		id := e.segment(t, c.index, c.filter)
 		h.mu.Lock()

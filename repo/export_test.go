@@ -39,3 +39,6 @@ func LockEmails(ctx context.Context, tx Tx, nl uuid.UUID, emails []string) error
 	s := tx.store()
 	return s.lockEmails(ctx, tx.tx, nl, emails)
 }
+
+// AttributeNamesPG is the expression of has_attr's index on PostgreSQL.
+const AttributeNamesPG = attributeNamesPG

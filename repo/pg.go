@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -885,6 +886,11 @@ UNION ALL (
 	return query, append(args, pageArgs...)
 }
 
+// attributeNamesPG is the attributes' keys as a JSON array, the expression has_attr's index is
+// built on (subscribers_attribute_names_idx, see its migration): has_attr=a,b is its
+// containment of ["a","b"].
+const attributeNamesPG = `jsonb_path_query_array(attributes, '$.keyvalue().key')`
+
 // filterPostgres is the WHERE clause of a filtered list and its arguments.
 func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 	conds := []string{"newsletter_id = ?"}
@@ -912,8 +918,9 @@ func filterPostgres(nl uuid.UUID, q model.ListQuery) (string, []any) {
 		conds = append(conds, "attributes <> '{}' AND ("+strings.Join(alts, " OR ")+")")
 	}
 	if len(f.HasAttributes) > 0 {
-		conds = append(conds, "attributes <> '{}' AND subscriber_attribute_keys(attributes) @> ?::text[]")
-		args = append(args, pgTextArray(f.HasAttributes))
+		conds = append(conds, "attributes <> '{}' AND "+attributeNamesPG+" @> ?::jsonb")
+		keys, _ := json.Marshal(f.HasAttributes) // strings always encode
+		args = append(args, string(keys))
 	}
 	if f.CreatedAfter != nil {
 		conds, args = append(conds, "created_at > ?"), append(args, f.CreatedAfter.UTC())
