@@ -195,7 +195,8 @@ type retagging struct {
 }
 
 // subscriberValues is a subscriber's row as an engine reads it to hand it back
-// (engine.changeTags): attributes as stored (JSON text), tags as a JSON array's text.
+// (engine.changeTags) or to write its event (SQLite's import batch): attributes as stored
+// (JSON text), tags as a JSON array's text.
 type subscriberValues struct {
 	ID           uuid.UUID `bun:"id"`
 	NewsletterID uuid.UUID `bun:"newsletter_id"`

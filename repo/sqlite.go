@@ -815,17 +815,7 @@ WHERE import_id = ?0 AND row_no > ?1 AND row_no <= ?2 AND errors IS NOT NULL`, b
 		return c, false, err
 	}
 	ms := b.Now.UnixMilli()
-	var created []struct {
-		ID           uuid.UUID `bun:"id"`
-		NewsletterID uuid.UUID `bun:"newsletter_id"`
-		Email        string    `bun:"email"`
-		FirstName    string    `bun:"first_name"`
-		LastName     string    `bun:"last_name"`
-		Status       string    `bun:"status"`
-		CreatedAt    time.Time `bun:"created_at"`
-		Attributes   string    `bun:"attributes"` // JSON object, as the batch stored it
-		Tags         string    `bun:"tags"`       // JSON array
-	}
+	var created []subscriberValues // no updated_at: the events do not show it
 	if err := tx.NewRaw(`INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name, status, created_at, updated_at,
     attributes, tags)
 SELECT `+uuidV7SQLite+`, ?1, email, email_key, first_name, last_name, status, ?5, ?5,
@@ -842,17 +832,10 @@ RETURNING id, newsletter_id, email, first_name, last_name, status, created_at, a
 	c.Created = int64(len(created))
 	evs := make([]eventRow, len(created))
 	for i, r := range created {
-		attrs, err := model.DecodeAttributes([]byte(r.Attributes))
+		sub, err := r.model()
 		if err != nil {
-			return c, false, fmt.Errorf("import batch: the attributes of %s: %w", r.ID, err)
+			return c, false, fmt.Errorf("import batch: %w", err)
 		}
-		tags := []string{}
-		if err := json.Unmarshal([]byte(r.Tags), &tags); err != nil {
-			return c, false, fmt.Errorf("import batch: the tags of %s: %w", r.ID, err)
-		}
-		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
-			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt,
-			Attributes: attrs, Tags: tags}
 		ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
 		evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
 			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
