@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,37 +194,26 @@ type retagging struct {
 }
 
 // subscriberValues is a subscriber's row as an engine reads it to hand it back
-// (engine.changeTags) or to write its event (SQLite's import batch): attributes as stored
-// (JSON text), tags as a JSON array's text.
+// (engine.changeTags) or to write its event (SQLite's import batch), its attributes and tags
+// in the stores' column types, which read either engine's forms.
 type subscriberValues struct {
-	ID           uuid.UUID `bun:"id"`
-	NewsletterID uuid.UUID `bun:"newsletter_id"`
-	Email        string    `bun:"email"`
-	FirstName    string    `bun:"first_name"`
-	LastName     string    `bun:"last_name"`
-	Status       string    `bun:"status"`
-	CreatedAt    time.Time `bun:"created_at"`
-	UpdatedAt    time.Time `bun:"updated_at"`
-	Attributes   string    `bun:"attributes"`
-	Tags         string    `bun:"tags"`
+	ID           uuid.UUID        `bun:"id"`
+	NewsletterID uuid.UUID        `bun:"newsletter_id"`
+	Email        string           `bun:"email"`
+	FirstName    string           `bun:"first_name"`
+	LastName     string           `bun:"last_name"`
+	Status       string           `bun:"status"`
+	CreatedAt    time.Time        `bun:"created_at"`
+	UpdatedAt    time.Time        `bun:"updated_at"`
+	Attributes   attributesColumn `bun:"attributes"`
+	Tags         tagsColumn       `bun:"tags"`
 }
 
-// model is the subscriber of v, as the stores' rows give it: times in UTC, tags never nil.
-func (v subscriberValues) model() (model.Subscriber, error) {
-	sub := model.Subscriber{ID: v.ID, NewsletterID: v.NewsletterID, Email: v.Email, FirstName: v.FirstName,
+// model is the subscriber of v, as the stores' rows give it (subscriberRow.toModel).
+func (v subscriberValues) model() model.Subscriber {
+	return model.Subscriber{ID: v.ID, NewsletterID: v.NewsletterID, Email: v.Email, FirstName: v.FirstName,
 		LastName: v.LastName, Status: model.Status(v.Status), CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC(),
-		Tags: []string{}}
-	if v.Attributes != "" {
-		attrs, err := model.DecodeAttributes([]byte(v.Attributes))
-		if err != nil {
-			return model.Subscriber{}, fmt.Errorf("the attributes of %s: %w", v.ID, err)
-		}
-		sub.Attributes = attrs
-	}
-	if err := json.Unmarshal([]byte(v.Tags), &sub.Tags); err != nil {
-		return model.Subscriber{}, fmt.Errorf("the tags of %s: %w", v.ID, err)
-	}
-	return sub, nil
+		Attributes: v.Attributes.model(), Tags: v.Tags.model()}
 }
 
 // staging is an import to stage (engine.stageImport): its id; the rows next yields, validated

@@ -573,8 +573,7 @@ func (e *pgEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) (mod
 	if verr := model.CheckTagCount(out.Size); verr != nil {
 		return model.Subscriber{}, false, verr
 	}
-	sub, err := out.model()
-	return sub, false, err
+	return out.model(), false, nil
 }
 
 // changeTagsStmt is pgEngine.changeTags' statement, prepared (see statement): $1 and $2 the

@@ -375,10 +375,7 @@ func (e *sqliteEngine) changeTags(ctx context.Context, db bun.IDB, t retagging) 
 		if err != nil {
 			return err
 		}
-		before, err := row.model()
-		if err != nil {
-			return err
-		}
+		before := row.model()
 		tags, changed, verr := t.Change.Apply(before.Tags)
 		switch {
 		case verr != nil:
@@ -832,10 +829,7 @@ RETURNING id, newsletter_id, email, first_name, last_name, status, created_at, a
 	c.Created = int64(len(created))
 	evs := make([]eventRow, len(created))
 	for i, r := range created {
-		sub, err := r.model()
-		if err != nil {
-			return c, false, fmt.Errorf("import batch: %w", err)
-		}
+		sub := r.model()
 		ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
 		evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
 			Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
