@@ -33,7 +33,13 @@ type kind[J any] struct {
 // and stopped before the job is given back, so that no renewal follows the release. It
 // reports whether another job may be due at once.
 func process[J any](ctx context.Context, logger *slog.Logger, lease time.Duration, k kind[J]) bool {
-	job, ok, err := k.claim(ctx, lease)
+	// A job claimed after a stop is given back at once, below (outbox.ClaimContext).
+	cctx, cancel, ok := outbox.ClaimContext(ctx, lease)
+	if !ok {
+		return false
+	}
+	job, ok, err := k.claim(cctx, lease)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.WarnContext(ctx, "claiming "+k.article+" "+k.name+" failed", "error", err)

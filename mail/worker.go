@@ -183,13 +183,11 @@ func (w *Worker) Run(ctx context.Context) error {
 // RunOnce claims one batch of due emails and delivers it, and reports how many it claimed.
 // When ctx ends it stops after the email in hand and releases the others.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
-	if ctx.Err() != nil {
+	// Emails claimed after a stop are given back at once below (outbox.ClaimContext).
+	cctx, cancel, ok := outbox.ClaimContext(ctx, w.cfg.Lease)
+	if !ok {
 		return 0, nil
 	}
-	// The claim is not cut by ctx's end: one cut after its statement committed would leave its
-	// emails leased, with nobody to give them back, for a whole lease (as webhook.Worker's
-	// claim); emails claimed after a stop are given back at once below.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	jobs, err := w.outbox.Claim(cctx, w.cfg.BatchSize, w.cfg.Lease)
 	cancel()
 	if err != nil {

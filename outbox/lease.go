@@ -95,3 +95,16 @@ func (h *Heartbeat[K]) Stop() {
 	h.cancel()
 	<-h.done
 }
+
+// ClaimContext is the context a worker claims work under, and false once ctx has ended: claim
+// nothing then. ctx's end does not cut it: a claim cut after its statement committed would
+// leave its work leased, with nobody to give it back, for a whole lease; the lease bounds it
+// instead. Work claimed after a stop is the worker's to give back at once. Call cancel when
+// the claim has returned.
+func ClaimContext(ctx context.Context, lease time.Duration) (cctx context.Context, cancel context.CancelFunc, ok bool) {
+	if ctx.Err() != nil {
+		return ctx, func() {}, false
+	}
+	cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), lease)
+	return cctx, cancel, true
+}

@@ -154,3 +154,24 @@ func TestLanes(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimContext: no claim once the worker's context has ended; a claim under way is not
+// cut by its end, only by the lease.
+func TestClaimContext(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	cctx, cancel, ok := ClaimContext(ctx, time.Hour)
+	defer cancel()
+	if !ok {
+		t.Fatal("ClaimContext of a live context: ok = false")
+	}
+	stop()
+	if err := cctx.Err(); err != nil {
+		t.Fatalf("the claim's context ended with the worker's: %v", err)
+	}
+	if d, has := cctx.Deadline(); !has || time.Until(d) > time.Hour {
+		t.Errorf("the claim's deadline = %v, %v; want within the lease", d, has)
+	}
+	if _, _, ok := ClaimContext(ctx, time.Hour); ok {
+		t.Error("ClaimContext of an ended context: ok = true")
+	}
+}

@@ -281,16 +281,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// claim claims the batches of up to n endpoints; none once ctx has ended. The claim itself is
-// not cut by ctx's end: one cut after its statement committed would leave its endpoints leased,
-// with nobody to hand them back, for a whole lease; a claim that returns after a stop is handed
-// back at once by deliverBatch, which starts nothing then.
+// claim claims the batches of up to n endpoints, under outbox.ClaimContext; none once ctx has
+// ended. A claim that returns after a stop is handed back at once by deliverBatch, which
+// starts nothing then.
 func (w *Worker) claim(ctx context.Context, n int) ([]model.DeliveryBatch, error) {
-	if ctx.Err() != nil {
+	cctx, cancel, ok := outbox.ClaimContext(ctx, w.cfg.Lease)
+	defer cancel()
+	if !ok {
 		return nil, nil
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
-	defer cancel()
 	return w.queue.Claim(cctx, n, w.cfg.PerEndpoint, w.cfg.PerNewsletter, w.cfg.Lease)
 }
 
