@@ -899,17 +899,7 @@ func (e *sqliteEngine) bulkBatch(ctx context.Context, tx bun.IDB, b bulkBatch) (
 		b.Action, b.After, b.Last).Scan(ctx, &c); err != nil {
 		return c, false, err
 	}
-	var subs []struct {
-		ID           uuid.UUID `bun:"id"`
-		NewsletterID uuid.UUID `bun:"newsletter_id"`
-		Email        string    `bun:"email"`
-		FirstName    string    `bun:"first_name"`
-		LastName     string    `bun:"last_name"`
-		Status       string    `bun:"status"`
-		CreatedAt    time.Time `bun:"created_at"`
-		Attributes   string    `bun:"attributes"`
-		Tags         string    `bun:"tags"`
-	}
+	var subs []subscriberValues // no updated_at: the events do not show it
 	if err := tx.NewRaw(`SELECT s.id, s.newsletter_id, s.email, s.first_name, s.last_name, s.status, s.created_at, s.attributes, s.tags
 FROM bulk_action_targets AS t JOIN subscribers AS s ON s.id = t.subscriber_id AND s.newsletter_id = ?
 WHERE t.action_id = ? AND t.n > ? AND t.n <= ?
@@ -921,16 +911,8 @@ ORDER BY s.id`, b.Newsletter, b.Action, b.After, b.Last).Scan(ctx, &subs); err !
 		retired []string
 	)
 	for _, r := range subs {
-		attrs, err := model.DecodeAttributes([]byte(r.Attributes))
-		if err != nil {
-			return c, false, fmt.Errorf("bulk batch: the attributes of %s: %w", r.ID, err)
-		}
-		tags := []string{}
-		if err := json.Unmarshal([]byte(r.Tags), &tags); err != nil {
-			return c, false, fmt.Errorf("bulk batch: the tags of %s: %w", r.ID, err)
-		}
-		sub := model.Subscriber{ID: r.ID, NewsletterID: r.NewsletterID, Email: r.Email, FirstName: r.FirstName,
-			LastName: r.LastName, Status: model.Status(r.Status), CreatedAt: r.CreatedAt, Attributes: attrs, Tags: tags}
+		sub := r.model()
+		attrs, tags := sub.Attributes, sub.Tags
 		var (
 			prev        map[string]any
 			set         string
