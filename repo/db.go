@@ -6,23 +6,25 @@
 //
 // The files, by job:
 //
-//   - db.go: the database (Open, EnsureDatabase, DB), units of work (DB.InTx, Tx), the store
-//     every store embeds, migrations, and the translation of driver errors.
-//   - engine.go: the seam: the engine interface, and what crosses it or both engines share.
-//   - pg.go, sqlite.go: the engines, one each: opening the pool, and the statements and
-//     locks that differ. They name nothing of the stores (TestSeamRunsOneWay).
-//   - prepared.go: statement, a statement written once for both engines, and the prepared
-//     statements PostgreSQL runs it as. Package pgconn holds the PostgreSQL connections that
-//     stop a statement when its context ends.
-//   - tx.go: running a unit of work in a transaction, or one statement atomically, again
-//     after a deadlock or a busy database.
+//   - db.go: the database (Open, EnsureDatabase, DB), the store every store embeds,
+//     migrations, the secrets every instance shares (Secret), and the translation of driver
+//     errors.
+//   - tx.go: units of work: DB.InTx and the Tx it hands the stores out through; Idempotency,
+//     the unit of work of a write under an Idempotency-Key and the response it stores with its
+//     change; and running a unit of work, or one statement atomically, again after a deadlock
+//     or a busy database.
+//   - engine.go: the seam: the engine interface, and what crosses it or both engines share,
+//     among them statement, a statement written once for both engines.
+//   - pg.go, sqlite.go: the engines, one each: opening the pool, running statements (prepared
+//     once per connection on PostgreSQL), and the statements and locks that differ. They name
+//     nothing of the stores (TestSeamRunsOneWay). Package pgconn holds the PostgreSQL
+//     connections that stop a statement when its context ends.
 //   - tracing.go: a span per statement.
 //   - The stores, one file each: subscribers.go (Subscribers), events.go (the event log:
 //     recording events, Events), outbox.go (Outbox: the confirmation emails' outbox),
 //     webhooks.go (Webhooks: endpoints; Deliveries: their outbox), tokens.go (Confirmations:
 //     confirm and decline links), imports.go (Imports), suppressions.go (Suppressions),
 //     privacy.go (Privacy: export and erasure), keys.go (Accounts: newsletters and API keys),
-//     idempotency.go (Idempotency: stored responses; the service's shared secrets),
 //     segments.go (Segments: saved filters), bulkactions.go (BulkActions: bulk actions and
 //     their staged targets), with jobs.go, the claim and lease that imports and bulk actions
 //     share; and
@@ -33,19 +35,19 @@
 // runs in s.inTx (its unit's transaction, or a new one with retries), queued work wakes its
 // workers through s.queued, and whatever differs between the engines is a call of s.db.eng,
 // with plain values. A store writes a statement once for both engines: a locking one through
-// s.db.eng.raw, a hot one as a statement (prepared.go) through s.db.eng.queryRow. A new store
+// s.db.eng.raw, a hot one as a statement (engine.go) through s.db.eng.queryRow. A new store
 // gets a constructor New…(db *DB) and, when units of work use it, a Tx method.
 package repo
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -98,71 +100,6 @@ func Open(dsn string, opts Options) (*DB, error) {
 		return openSQLite(dsn, opts)
 	}
 	return openPostgres(dsn, opts)
-}
-
-// InTx runs fn in one transaction, a unit of work: every store fn takes from tx runs its
-// statements on that transaction's connection, reads included, and commits with the rest or
-// not at all. When the transaction meets a deadlock, a serialization failure or a busy SQLite
-// database, the whole of fn runs again (see retry), so fn must start from its own inputs and
-// answer nothing to a client from inside. Workers waiting on a queue fn wrote to are woken
-// after the commit.
-func (db *DB) InTx(ctx context.Context, fn func(tx Tx) error) error {
-	return retry(ctx, func(ctx context.Context) error {
-		u := &unit{}
-		err := db.RunInTx(ctx, nil, func(ctx context.Context, btx bun.Tx) error {
-			return fn(Tx{db: db, tx: btx, unit: u})
-		})
-		if err == nil {
-			u.wake(db)
-		}
-		return err
-	})
-}
-
-// Tx is one unit of work (DB.InTx): it hands out the stores bound to its transaction.
-type Tx struct {
-	db   *DB
-	tx   bun.Tx
-	unit *unit
-}
-
-func (t Tx) store() store { return store{db: t.db, idb: t.tx, unit: t.unit, now: utcNow} }
-
-// Subscribers returns the subscriber store bound to the transaction.
-func (t Tx) Subscribers() *Subscribers { return &Subscribers{store: t.store()} }
-
-// Events returns the event log bound to the transaction.
-func (t Tx) Events() *Events { return &Events{store: t.store()} }
-
-// Webhooks returns the webhook endpoint store bound to the transaction.
-func (t Tx) Webhooks() *Webhooks { return &Webhooks{store: t.store()} }
-
-// Confirmations returns the confirmation token store bound to the transaction.
-func (t Tx) Confirmations() *Confirmations { return &Confirmations{store: t.store()} }
-
-// Accounts returns the newsletter and key store bound to the transaction.
-func (t Tx) Accounts() *Accounts { return &Accounts{store: t.store()} }
-
-// Suppressions returns the suppression list store bound to the transaction.
-func (t Tx) Suppressions() *Suppressions { return &Suppressions{store: t.store()} }
-
-// IDB is the transaction itself, for statements of the caller's own.
-func (t Tx) IDB() bun.IDB { return t.tx }
-
-// unit is what a unit of work does after its commit: wake the workers of the queues it wrote
-// to.
-type unit struct{ queues []string }
-
-func (u *unit) queued(queue string) {
-	if !slices.Contains(u.queues, queue) {
-		u.queues = append(u.queues, queue)
-	}
-}
-
-func (u *unit) wake(db *DB) {
-	for _, q := range u.queues {
-		db.eng.wake(q)
-	}
 }
 
 // EnsureDatabase creates the database named in dsn when it does not exist yet, connecting to
@@ -414,4 +351,21 @@ func (s *store) deliveriesQueued(queued bool) {
 	if queued {
 		s.queued(webhookQueue)
 	}
+}
+
+// Secret returns the secret called name that every instance on this database shares, making
+// it (32 random bytes) when it does not exist yet. The first instance to ask makes it; the
+// others, and later starts, read the same value.
+func Secret(ctx context.Context, db *DB, name string) ([]byte, error) {
+	value := make([]byte, 32)
+	rand.Read(value) //nolint:errcheck // never fails
+	if _, err := db.NewRaw("INSERT INTO service_secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+		name, value, time.Now().UTC()).Exec(ctx); err != nil {
+		return nil, translate(err)
+	}
+	var stored []byte
+	if err := db.NewRaw("SELECT value FROM service_secrets WHERE name = ?", name).Scan(ctx, &stored); err != nil {
+		return nil, translate(err)
+	}
+	return stored, nil
 }

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -476,3 +477,43 @@ func filteredPage(where string, args []any, q model.ListQuery) (page, limit stri
 	}
 	return page, limit, pageArgs
 }
+
+// statement is one of the hot PostgreSQL statements that PostgreSQL parses and plans once per
+// connection rather than on every call. bun's query builder has pgdriver send each statement
+// over the simple protocol with its values inlined, so the server parses and plans every one,
+// and for a get or a first list page planning is most of what the server does. A prepared
+// statement sends only its values (Bind, Execute, Sync).
+//
+// The text is written with $1… placeholders and names its columns (never *), so a column added
+// by a later migration changes neither its result nor its cached plan's shape. Every $n must
+// appear in the text: PostgreSQL infers each parameter's type from where it is used. The text
+// holds no value; its span's db.query.text is the text with its constant literals replaced by
+// "?", as bun's statements' are.
+//
+// PostgreSQL runs a prepared statement's generic plan, made without the values, from its first
+// call (plan_cache_mode is force_generic_plan, see openPostgres): check a new statement's with
+// EXPLAIN (ANALYZE) EXECUTE on realistic volumes, and leave a statement whose generic plan is
+// bad on bun's path (as the deep list page is, see listDeepPostgres).
+//
+// A statement whose text SQLite understands too runs there through bun (which has no prepared
+// statements of its own; see sqliteEngine.queryRow), so one text serves both stores, and its
+// span has the same name on both.
+type statement struct {
+	op, table string // the span's name and attributes, as bun's query hook names the same statement
+	text      string
+	bunText   string // text with bun's placeholders, ?0…, for SQLite
+	spanText  string // db.query.text
+}
+
+// newStatement returns the statement text whose span is named "{op} {table}" (op alone when
+// table is "").
+func newStatement(op, table, text string) *statement {
+	bunText := placeholder.ReplaceAllStringFunc(text, func(p string) string {
+		n, _ := strconv.Atoi(p[1:])
+		return "?" + strconv.Itoa(n-1)
+	})
+	return &statement{op: op, table: table, text: text, bunText: bunText, spanText: redactSQL(text)}
+}
+
+// placeholder matches PostgreSQL's $1… in a statement's text.
+var placeholder = regexp.MustCompile(`\$[0-9]+`)

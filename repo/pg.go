@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 	"github.com/uptrace/bun/migrate"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/subscriberd/subscriberd/migrations"
 	"github.com/subscriberd/subscriberd/model"
@@ -30,7 +32,7 @@ import (
 
 // This file is the PostgreSQL side of the engine seam (see engine): the pool (whose
 // connections stop a statement when its context ends, package pgconn), the hot statements prepared
-// once per connection (prepared.go), row locks with SKIP LOCKED for the workers' claims,
+// once per connection (see statement), row locks with SKIP LOCKED for the workers' claims,
 // advisory locks, an import's rows by COPY, and writes that PostgreSQL does in one statement
 // where SQLite needs a transaction (a create, a rename, a change of tags, an event with its
 // deliveries). It takes plain values and names nothing of the stores. The workers poll: a
@@ -75,7 +77,7 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	sqldb := sql.OpenDB(pgconn.Wrap(pgdriver.NewConnector(pgdriver.WithDSN(dsn),
 		pgdriver.WithDialTimeout(5*time.Second), pgdriver.WithWriteTimeout(5*time.Second),
 		pgdriver.WithReadTimeout(stmt+5*time.Second),
-		// The prepared statements (prepared.go) run their generic plan from the first call:
+		// The prepared statements (see statement) run their generic plan from the first call:
 		// the list statements' generic plans are as good as their custom ones, but under
 		// the default "auto" PostgreSQL never picks them (with the LIMIT unknown their
 		// estimate never beats a custom plan's) and plans those statements on every call.
@@ -98,26 +100,103 @@ func openPostgres(dsn string, opts Options) (db *DB, err error) {
 	sqldb.SetConnMaxIdleTime(5 * time.Minute)
 	hook := newQueryHook(dsn, "postgresql")
 	bdb := bun.NewDB(sqldb, pgdialect.New()).WithQueryHook(hook)
-	return &DB{DB: bdb, eng: &pgEngine{prep: &preparedStatements{db: bdb, hook: hook}}, hook: hook}, nil
+	return &DB{DB: bdb, eng: &pgEngine{db: bdb, hook: hook}, hook: hook}, nil
 }
 
-// pgEngine is the engine of a PostgreSQL pool; it holds the pool's prepared statements.
+// pgEngine is the engine of a PostgreSQL pool. It holds the pool, its query hook (so that
+// prepared statements make the spans bun's statements make) and the statements prepared on it
+// so far (see statement). database/sql's Stmt prepares a statement on one connection and, by
+// itself, again on each other connection that runs it.
 type pgEngine struct {
-	prep *preparedStatements
+	db    *bun.DB
+	hook  *queryHook
+	stmts sync.Map // *statement → *sql.Stmt
+}
+
+// prepared returns st prepared on the pool, preparing it on first use. A failed prepare (the
+// database down, say) is not kept: the next call prepares again.
+func (e *pgEngine) prepared(ctx context.Context, st *statement) (*sql.Stmt, error) {
+	if s, ok := e.stmts.Load(st); ok {
+		return s.(*sql.Stmt), nil
+	}
+	s, err := e.db.DB.PrepareContext(ctx, st.text)
+	if err != nil {
+		return nil, err
+	}
+	if kept, raced := e.stmts.LoadOrStore(st, s); raced {
+		s.Close() //nolint:errcheck // another call prepared it first; this one was never used
+		return kept.(*sql.Stmt), nil
+	}
+	return s, nil
+}
+
+// queryRow runs st with args on db (the pool, or one of its transactions) and scans its one
+// row with bun into dest, a pointer to a struct with bun tags or to one value; no row gives
+// sql.ErrNoRows. Errors are the driver's, for the caller to translate.
+func (e *pgEngine) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return e.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return sql.ErrNoRows
+		}
+		if err := e.db.ScanRow(ctx, rows, dest); err != nil {
+			return err
+		}
+		return rows.Close()
+	})
+}
+
+// queryRows is queryRow for every row st returns, scanned with bun into dest, a pointer to a
+// slice; no row leaves it empty.
+func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
+	return e.runPrepared(ctx, db, st, args, func(ctx context.Context, rows *sql.Rows) error {
+		return e.db.ScanRows(ctx, rows, dest)
+	})
+}
+
+// runPrepared runs st with args on db and scan on its rows, in the span bun's query hook would
+// make for it, and under ctx like every other statement: when ctx ends, the statement stops and
+// its connection is dropped (package pgconn).
+func (e *pgEngine) runPrepared(ctx context.Context, db bun.IDB, st *statement, args []any,
+	scan func(context.Context, *sql.Rows) error) (err error) {
+	if e.hook != nil && traced(ctx) {
+		var span trace.Span
+		ctx, span = e.hook.startSpan(ctx, st.op, st.table, st.spanText)
+		defer func() { endSpan(span, err) }()
+	}
+	var stmt *sql.Stmt
+	if tx, ok := db.(bun.Tx); !ok {
+		if stmt, err = e.prepared(ctx, st); err != nil {
+			return err
+		}
+	} else if s, ok := e.stmts.Load(st); ok {
+		// The transaction's connection's own copy (prepared there if it is not yet), closed
+		// with the transaction.
+		stmt = tx.Tx.StmtContext(ctx, s.(*sql.Stmt))
+	} else {
+		// Never prepared on the pool yet: preparing it there would take a second connection
+		// while the transaction holds one, and a pool whose every connection is such a
+		// transaction would wait on itself. Prepared on the transaction's connection for this
+		// call only.
+		if stmt, err = tx.Tx.PrepareContext(ctx, st.text); err != nil {
+			return err
+		}
+		defer stmt.Close()
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return scan(ctx, rows)
 }
 
 func (*pgEngine) migrations() (*migrate.Migrations, error) { return migrations.Postgres() }
 
 func (*pgEngine) migrationsTableExists() string {
 	return "SELECT to_regclass('bun_migrations') IS NOT NULL"
-}
-
-func (e *pgEngine) queryRow(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
-	return e.prep.queryRow(ctx, db, st, dest, args...)
-}
-
-func (e *pgEngine) queryRows(ctx context.Context, db bun.IDB, st *statement, dest any, args ...any) error {
-	return e.prep.queryRows(ctx, db, st, dest, args...)
 }
 
 func (e *pgEngine) listPage(ctx context.Context, db bun.IDB, dest any, nl uuid.UUID, q model.ListQuery) error {

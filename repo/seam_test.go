@@ -32,7 +32,7 @@ func TestWithoutRowLocks(t *testing.T) {
 // other file of the package is a store's.
 var (
 	engineFiles = []string{"pg.go", "sqlite.go"}
-	sharedFiles = []string{"db.go", "engine.go", "prepared.go", "tx.go", "tracing.go"}
+	sharedFiles = []string{"db.go", "engine.go", "tx.go", "tracing.go"}
 )
 
 // TestSeamRunsOneWay: the engine files name nothing the stores' files declare and define
