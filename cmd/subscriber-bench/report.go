@@ -131,7 +131,7 @@ type RunRecord struct {
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func (r *RunRecord) fill(out load.Outcome, _ time.Duration) {
+func (r *RunRecord) fill(out load.Outcome) {
 	s := out.Summary
 	r.Requests, r.OK, r.ErrorCount, r.Errors = s.Requests, s.OK, s.ErrorCount(), s.Errors
 	if len(out.Details) > 0 {
