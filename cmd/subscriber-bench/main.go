@@ -10,13 +10,8 @@
 //	    -database-url 'postgres://postgres@127.0.0.1:5432/db?sslmode=disable' \
 //	    -seed 100000 -clients 16 -check-clients 64,256 -pid $SERVICE_PID -json bench.json
 //
-// With -telemetry-off-url and -telemetry-on-url (two more instances of the service on the same
-// database, telemetry off and fully on), and -telemetry-prod-url (one at the production
-// setting, 10 % of traces sampled), it also measures the -telemetry-scenarios on each setting
-// against off in every pass and reports the throughput telemetry costs against issue 20's
-// targets; -otlp-sink serves the OTLP/HTTP receiver the exporting instances send to with the
-// official exporter (telemetry.go, otlpsink.go).
-//
+// It also prices telemetry (telemetry.go), webhooks (webhooks.go), the import (imports.go) and
+// what follows it (tags.go, bulk.go), where the instances and receivers they need are given.
 // scripts/bench.sh (make bench) builds and starts a service on a fresh database and runs it.
 package main
 
@@ -558,10 +553,9 @@ func (b *bench) runOn(ctx context.Context, in *instance, name, as string, client
 	return b.record(ctx, rec, out, sc.Write, serviceApplicationName, in.pid)
 }
 
-// measure runs op with opts (capped at -max-requests) and records in rec the CPU of process
-// pid, PostgreSQL and this tool over the measured window and, with app, where PostgreSQL's time
-// went for the connections of app; onMeasure, when set, is called as the window starts. The
-// service's runs and the baseline's are measured alike.
+// measure runs op with opts and records in rec the CPU of process pid, PostgreSQL and this tool
+// over the measured window and, with app, where PostgreSQL's time went for app's connections;
+// onMeasure, when set, is called as the window starts.
 func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, op load.Op, pid int, app string, onMeasure func()) load.Outcome {
 	var cpu cpuMeter
 	whereStart, whereStop := func() {}, func(*RunRecord) {}
@@ -587,11 +581,9 @@ func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, 
 const phasePaired = "paired"
 
 // runServicePair runs scenario name and the service scenario it is judged against on the main
-// instance in alternating slices of -telemetry-slice (load.RunAlternating), each for the
-// measured run's duration after its warm-up, and records both in phase "paired". Run a few
+// instance in alternating slices, each for -duration, and records both in phase "paired". A few
 // minutes apart, a replay and a get, which do about the same work, read 0.78 or 1.19 of each
-// other as the machine's speed drifted; in alternating slices, a slow spell falls on both.
-// Their CPU is not split between them: the measured runs give each scenario's.
+// other as the machine drifted. Their CPU is not split: the measured runs give each one's.
 func (b *bench) runServicePair(ctx context.Context, name, against string, pass int) {
 	h := [2]half{b.half(ctx, b.main, name, phasePaired, pass), b.half(ctx, b.main, against, phasePaired, pass)}
 	h[0].rec.Against, h[1].rec.Against = against, name
@@ -613,11 +605,9 @@ func (b *bench) half(ctx context.Context, in *instance, name, phase string, pass
 	return half{in: in, sc: sc, rec: rec, op: op}
 }
 
-// alternate runs the two halves in alternating slices of -telemetry-slice
-// (load.RunAlternating), each for dur after the measured run's warm-up, and records and
-// returns a run of each. With splitCPU, each instance's CPU is measured over the whole pair
-// and given per second of its own slices, as if it were idle in the other's; without it (two
-// halves on one process cannot be told apart) the runs carry none.
+// alternate runs the two halves in alternating slices of -telemetry-slice, each for dur, and
+// records a run of each. With splitCPU, each instance's CPU is measured over the whole pair and
+// given per second of its own slices, as if it were idle in the other's.
 func (b *bench) alternate(ctx context.Context, h [2]half, dur time.Duration, splitCPU bool) [2]RunRecord {
 	var cpus [2]cpuMeter
 	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
@@ -776,16 +766,11 @@ func (b *bench) vacuumTables(ctx context.Context) error {
 	return nil
 }
 
-// counterSlots counts the open connections of the application app to the database, and the
-// distinct subscriber_counts slots they write (the migration's trigger picks the slot as
-// pg_backend_pid() % 16). Writers whose connections share a slot queue on that counter row
-// until commit, so few distinct slots would cap write concurrency; recording them rules that
-// out (or in) when write figures differ between runs. Backend pids are handed out in order,
-// so a pool opened at once usually covers 11-15 slots of 16.
-//
-// With pid, only the connections of that process count (matched by their local ports), so
-// the instances of the telemetry comparison, which share the database and the application
-// name, do not add theirs to the main service's.
+// counterSlots counts app's connections to the database, and the distinct subscriber_counts
+// slots they write first (pg_backend_pid() % 16): few distinct slots would cap write
+// concurrency, which recording them rules out (or in) when write figures differ between runs.
+// With pid, only that process's connections count (matched by their local ports), not those
+// of other instances with the same application name.
 func (b *bench) counterSlots(ctx context.Context, app string, pid int) (conns, slots int) {
 	if b.db == nil {
 		return 0, 0
@@ -806,9 +791,8 @@ func (b *bench) counterSlots(ctx context.Context, app string, pid int) (conns, s
 }
 
 // drainOutbox waits, up to -drain-timeout, until the email outbox has no pending email left,
-// and records how many there were and how long the worker took. Confirmation emails queued by
-// one scenario are sent by the service's worker afterwards; measuring the next scenario while
-// the worker works through thousands of them would charge its cost to that scenario.
+// and records how many there were and how long the worker took, so that the next scenario is
+// not charged with sending them.
 func (b *bench) drainOutbox(ctx context.Context, rec *RunRecord) {
 	if b.db == nil || b.cfg.drain <= 0 {
 		return

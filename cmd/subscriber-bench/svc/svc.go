@@ -559,6 +559,20 @@ func (c *Client) Total(ctx context.Context) (int64, error) {
 	return env.Pagination.Total, nil
 }
 
+// Import is an import's state and counts (docs/api-contract.md §15).
+type Import struct {
+	State  string `json:"state"`
+	Counts struct {
+		Created int64 `json:"created"`
+	} `json:"counts"`
+}
+
+// GetImport reads import id.
+func (c *Client) GetImport(ctx context.Context, id string) (Import, error) {
+	imp, _, err := get[Import](ctx, c, "/api/v1/imports/"+id)
+	return imp, err
+}
+
 // CreateWebhook makes a webhook endpoint for url subscribed to every event type and returns
 // its id.
 func (c *Client) CreateWebhook(ctx context.Context, url string) (string, error) {
