@@ -558,14 +558,11 @@ func (b *bench) runOn(ctx context.Context, in *instance, name, as string, client
 // onMeasure, when set, is called as the window starts.
 func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, op load.Op, pid int, app string, onMeasure func()) load.Outcome {
 	var cpu cpuMeter
-	whereStart, whereStop := func() {}, func(*RunRecord) {}
-	if app != "" {
-		whereStart, whereStop = b.whereWindow(ctx, app)
-	}
+	var where *pgstat.Window
 	opts.MaxRequests = b.cfg.maxRequests
 	opts.OnMeasure = func() {
 		cpu.start(pid)
-		whereStart()
+		where = b.whereStart(ctx, app)
 		if onMeasure != nil {
 			onMeasure()
 		}
@@ -573,7 +570,7 @@ func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, 
 	out := load.Run(ctx, opts, op)
 	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
 	rec.Requests = out.Summary.Requests
-	whereStop(rec)
+	rec.Where = b.whereStop(ctx, where, rec.Requests)
 	return out
 }
 

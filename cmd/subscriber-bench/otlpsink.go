@@ -11,12 +11,11 @@ import (
 	"time"
 )
 
-// otlpSink is the OTLP/HTTP trace receiver of -otlp-sink: the exporting instances of the
-// telemetry comparison send their spans to it with the official otlptracehttp exporter. It reads each export and throws it away, answering what a collector
-// answers to a fully accepted export: 200, application/x-protobuf and an empty body (the
-// protobuf encoding of an empty ExportTraceServiceResponse). It decodes nothing, because it
-// shares the machine's two cores with the service it measures; it only counts the exports and
-// their bytes, so the report can show that the export really ran.
+// otlpSink is the OTLP/HTTP trace receiver of -otlp-sink, which the exporting instances of the
+// telemetry comparison send their spans to. It answers each export as a collector answers a
+// fully accepted one (200, application/x-protobuf, an empty body) and decodes nothing, since it
+// shares the machine's two cores with the service: it counts the exports and their bytes, so
+// the report can show that the export ran.
 type otlpSink struct {
 	srv   *http.Server
 	addr  string
@@ -66,25 +65,19 @@ func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// Posts and Bytes are the exports received so far and their bytes (as sent: compressed when
-// the exporter compresses).
+// Posts and Bytes are the exports received so far and their bytes (as sent).
 func (s *otlpSink) Posts() int64 { return s.posts.Load() }
 func (s *otlpSink) Bytes() int64 { return s.bytes.Load() }
 
-// waitExportAfter waits, at most limit, until an export arrives that was received after t.
-// The exporter batches spans and sends what is left of a batch on a timer (5 s by default), so
-// the spans of the last requests of an "on" run reach the sink a few seconds after the run.
+// waitExportAfter waits, at most limit, until an export arrives that was received after t: the
+// exporter sends what is left of a batch on a timer (5 s by default).
 func (s *otlpSink) waitExportAfter(ctx context.Context, t time.Time, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		if s.last.Load() > t.UnixNano() {
-			return true
-		}
+	for deadline := time.Now().Add(limit); s.last.Load() <= t.UnixNano(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return true
 }
 
 // Close stops the sink, waiting a little for an export in flight.

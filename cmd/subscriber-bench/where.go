@@ -31,33 +31,29 @@ func (b *bench) openWhere(ctx context.Context) {
 	}
 }
 
-// whereWindow starts measuring where PostgreSQL's time goes for a measured run of the main
-// instance or of the baseline (app is their connections' application_name); it returns the
-// function that ends the window and records the result in rec. Without the probe both do
-// nothing.
-func (b *bench) whereWindow(ctx context.Context, app string) (start func(), stop func(rec *RunRecord)) {
-	if b.where == nil {
-		return func() {}, func(*RunRecord) {}
+// whereStart starts measuring where PostgreSQL's time goes for a measured run of the main
+// instance or of the baseline, whose connections are named app; nil without the probe or app.
+func (b *bench) whereStart(ctx context.Context, app string) *pgstat.Window {
+	if b.where == nil || app == "" {
+		return nil
 	}
-	var w *pgstat.Window
-	start = func() {
-		var err error
-		if w, err = b.where.Start(ctx, app); err != nil {
-			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
-		}
+	w, err := b.where.Start(ctx, app)
+	if err != nil {
+		fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
 	}
-	stop = func(rec *RunRecord) {
-		if w == nil {
-			return
-		}
-		wh, err := w.Stop(ctx, rec.Requests)
-		if err != nil {
-			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
-			return
-		}
-		rec.Where = wh
+	return w
+}
+
+// whereStop ends the window w of a run of requests (nil: not measured).
+func (b *bench) whereStop(ctx context.Context, w *pgstat.Window, requests int64) *pgstat.Where {
+	if w == nil {
+		return nil
 	}
-	return start, stop
+	wh, err := w.Stop(ctx, requests)
+	if err != nil {
+		fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
+	}
+	return wh
 }
 
 // whereStatementsShown is how many statements each scenario lists, most execution time first.

@@ -82,10 +82,9 @@ type Client struct {
 	IDs []string
 }
 
-// NewClient returns a client of the service at base (such as "http://127.0.0.1:8080") using
-// key. conns is the most connections kept alive to the service: at least the largest number of
-// concurrent workers, or connections would be closed and reopened under load. timeout bounds
-// every request. Emails it creates are unique to runID.
+// NewClient returns a client of the service at base using key, keeping up to conns connections
+// alive (at least the most concurrent workers, or they would be reopened under load); timeout
+// bounds every request. Emails it creates are unique to runID.
 func NewClient(base, key, runID string, conns int, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 20 * time.Second
@@ -296,8 +295,7 @@ func (c *Client) Probe(ctx context.Context, sc Scenario) error {
 	return sc.Check(r.status, r.body)
 }
 
-// findEmails collects known addresses for lookup_email, from the middle of the seeded table
-// (the newest when it is small).
+// findEmails collects known addresses for lookup_email, from the middle of the seeded table.
 func (c *Client) findEmails(ctx context.Context) error {
 	var subs []Subscriber
 	for _, page := range []int{CursorDepth / 100 / 2, 1} {
@@ -321,8 +319,8 @@ func (c *Client) findEmails(ctx context.Context) error {
 	return nil
 }
 
-// findCursor finds the cursor after CursorDepth subscribers (after the first page on a
-// smaller table) for list_cursor_deep.
+// findCursor finds the cursor after CursorDepth subscribers (or the first page) for
+// list_cursor_deep.
 func (c *Client) findCursor(ctx context.Context) error {
 	for _, page := range []int{CursorDepth / PageSize, 1} {
 		_, env, err := c.page(ctx, page, PageSize)
@@ -531,8 +529,7 @@ func (c *Client) Seed(ctx context.Context, n, parallel int, progress func(done i
 	return ids, err
 }
 
-// ListIDs returns up to n subscriber ids of the newsletter, newest first, read with the list
-// operation (for runs on a newsletter seeded earlier).
+// ListIDs returns up to n subscriber ids of the newsletter, newest first.
 func (c *Client) ListIDs(ctx context.Context, n int) ([]string, error) {
 	var ids []string
 	for page := 1; len(ids) < n; page++ {
@@ -547,7 +544,7 @@ func (c *Client) ListIDs(ctx context.Context, n int) ([]string, error) {
 	return ids[:n], nil
 }
 
-// Total returns the newsletter's subscriber total as the list operation reports it.
+// Total returns the newsletter's subscriber total.
 func (c *Client) Total(ctx context.Context) (int64, error) {
 	_, env, err := get[json.RawMessage](ctx, c, subscribersPath+"?page=1&limit=1")
 	if err != nil {
