@@ -117,7 +117,7 @@ func (b *bench) runImports(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer rc.srv.Close()
+	defer rc.Close()
 	if remove, err := b.addEndpoint(ctx, rc); err != nil {
 		fmt.Fprintf(b.log, "note: %s with a webhook endpoint not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", ImportScenario, err)
 	} else {

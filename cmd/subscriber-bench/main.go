@@ -289,7 +289,7 @@ type bench struct {
 	// also without -telemetry-prod-url), offProd off in prod's pairs; sink is the -otlp-sink
 	// receiver, lastOnEnd when the latest run on an exporting instance ended.
 	off, on, offProd, prod *instance
-	sink                   *otlpSink
+	sink                   *receiver
 	lastOnEnd              time.Time
 	// smtp is the -smtp-receiver (nil without it).
 	smtp *smtpReceiver

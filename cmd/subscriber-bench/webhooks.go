@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,29 +50,6 @@ func (m hookMode) suffix() string {
 	return [...]string{webhookOffSuffix, webhookQueuedSuffix, webhookSuffix}[m]
 }
 
-// receiver is the local webhook receiver: it answers 204 at once and counts deliveries.
-type receiver struct {
-	srv  *http.Server
-	url  string
-	n    atomic.Int64
-	last atomic.Int64 // Unix nanoseconds
-}
-
-func startReceiver(addr string) (*receiver, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("-webhook-receiver: %w", err)
-	}
-	rc := &receiver{url: "http://" + ln.Addr().String() + "/hook"}
-	rc.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc.n.Add(1)
-		rc.last.Store(time.Now().UnixNano())
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go rc.srv.Serve(ln) //nolint:errcheck // ends with Close
-	return rc, nil
-}
-
 // runWebhooks measures the write scenarios with one endpoint subscribed to every event against
 // the same writes without one, and the delivery throughput. Each pass runs each scenario back
 // to back: without the endpoint, with its deliveries only queued (see queueInstance), and with
@@ -87,7 +61,7 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer rc.srv.Close()
+	defer rc.Close()
 	// One endpoint created and deleted at once tells whether the service accepts the receiver.
 	id, err := b.client.CreateWebhook(ctx, rc.url)
 	if err == nil {
