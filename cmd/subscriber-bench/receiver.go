@@ -12,11 +12,9 @@ import (
 	"time"
 )
 
-// receiver is a server on loopback that reads what it is sent, throws it away and counts it,
-// decoding nothing, since it shares the machine's two cores with the service it measures: the
-// webhook receiver (any request, answered 204 at once) and the OTLP/HTTP trace sink of
-// -otlp-sink, which the exporting instances of the telemetry comparison send their spans to
-// with the official otlptracehttp exporter (see startSink).
+// receiver reads what it is sent, throws it away and counts it, decoding nothing (it shares the
+// machine's cores with the service): the webhook receiver, and the OTLP/HTTP trace sink of
+// -otlp-sink that the exporting instances of the telemetry comparison send their spans to.
 type receiver struct {
 	srv   *http.Server
 	addr  string
@@ -43,8 +41,8 @@ func startReceiver(addr string) (*receiver, error) {
 }
 
 // startSink serves the OTLP sink on addr until Close: it answers a POST to /v1/traces as a
-// collector answers a fully accepted export (200, application/x-protobuf and an empty body, the
-// encoding of an empty ExportTraceServiceResponse), and refuses anything else uncounted.
+// collector answers a fully accepted export (200, application/x-protobuf, an empty body) and
+// refuses anything else uncounted.
 func startSink(addr string) (*receiver, error) {
 	return serve(addr, func(w http.ResponseWriter, r *http.Request) bool {
 		switch {
@@ -62,8 +60,7 @@ func startSink(addr string) (*receiver, error) {
 	})
 }
 
-// serve listens on addr and answers each request with answer, counting those it accepts once
-// their body has been read whole.
+// serve listens on addr and answers each request with answer, counting those it accepts.
 func serve(addr string, answer func(http.ResponseWriter, *http.Request) bool) (*receiver, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -96,9 +93,8 @@ func serve(addr string, answer func(http.ResponseWriter, *http.Request) bool) (*
 func (rc *receiver) Posts() int64 { return rc.n.Load() }
 func (rc *receiver) Bytes() int64 { return rc.bytes.Load() }
 
-// waitExportAfter waits, at most limit, until a request arrives that was received after t.
-// The exporter batches spans and sends what is left of a batch on a timer (5 s by default), so
-// the spans of the last requests of an "on" run reach the sink a few seconds after the run.
+// waitExportAfter waits, at most limit, until a request arrives that was received after t: the
+// exporter sends what is left of a batch on a timer (5 s by default).
 func (rc *receiver) waitExportAfter(ctx context.Context, t time.Time, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for rc.last.Load() <= t.UnixNano() {

@@ -93,15 +93,11 @@ func Run(ctx context.Context, opts Options, op Op) Outcome {
 }
 
 // RunAlternating runs two operations in turns, for a comparison that the machine's drift must
-// not decide. After a warm-up of each, the measured window, opts.Duration for each operation,
-// is cut into slices of about slice, which go to ops[0] and ops[1] in the order 0 1 1 0,
-// 0 1 1 0, …: a change of the machine's speed that is steady over four slices costs both the
-// same, and a slow spell falls on both. The same workers run both: each takes the operation of
-// the slice in which it starts a call.
-//
-// Each outcome is over its own slices put end to end, so the rate, latencies and longest gap
-// mean what Run's do. opts.MaxRequests caps each operation: one that reached it sits out its
-// slices until the other has too.
+// not decide: after a warm-up of each, the measured window, opts.Duration for each, is cut
+// into slices of about slice that go to ops[0] and ops[1] in the order 0 1 1 0, 0 1 1 0, …, so
+// that a steady change of speed costs both the same and a slow spell falls on both. A worker
+// runs the operation of the slice in which it starts a call. Each outcome is over its own
+// slices put end to end; opts.MaxRequests caps each operation.
 func RunAlternating(ctx context.Context, opts Options, slice time.Duration, ops [2]Op) [2]Outcome {
 	out := run(ctx, opts, slice, ops[:])
 	return [2]Outcome{out[0], out[1]}
