@@ -159,7 +159,7 @@ func (b *bench) startSingles(ctx context.Context) (*singles, error) {
 	}
 	id, err := s.client.CreateWebhook(ctx, rc.url)
 	if err != nil {
-		rc.srv.Close()
+		rc.Close()
 		fmt.Fprintf(b.log, "note: a single create's webhook delivery not measured: %v\n", err)
 		return s, nil
 	}
@@ -168,7 +168,7 @@ func (b *bench) startSingles(ctx context.Context) (*singles, error) {
 		if err := s.client.DeleteWebhook(context.WithoutCancel(ctx), id); err != nil {
 			fmt.Fprintf(b.log, "note: deleting the single creates' webhook endpoint: %v\n", err)
 		}
-		rc.srv.Close()
+		rc.Close()
 	}
 	return s, nil
 }

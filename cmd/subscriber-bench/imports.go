@@ -117,7 +117,7 @@ func (b *bench) runImports(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer rc.srv.Close()
+	defer rc.Close()
 	if remove, err := b.addEndpoint(ctx, rc); err != nil {
 		fmt.Fprintf(b.log, "note: %s with a webhook endpoint not measured (does the service run with WEBHOOK_ALLOW_PRIVATE=true?): %v\n", ImportScenario, err)
 	} else {
@@ -192,10 +192,10 @@ func (b *bench) runImport(ctx context.Context, variant string) (ImportRecord, er
 	rec := ImportRecord{Variant: variant, Rows: int64(rows), UploadSeconds: time.Since(start).Seconds(), started: start}
 	for {
 		time.Sleep(200 * time.Millisecond)
-		imp, err := b.getImport(ctx, created.Data.ID)
+		imp, err := b.client.GetImport(ctx, created.Data.ID)
 		if err != nil {
 			stopRSS()
-			return ImportRecord{}, err
+			return ImportRecord{}, fmt.Errorf("%s: %w", ImportScenario, err)
 		}
 		if imp.State == "completed" || imp.State == "cancelled" {
 			rec.Created = imp.Counts.Created
@@ -216,33 +216,6 @@ func variantSuffix(variant string) string {
 		return ""
 	}
 	return " (" + variant + ")"
-}
-
-type importState struct {
-	State  string `json:"state"`
-	Counts struct {
-		Created int64 `json:"created"`
-	} `json:"counts"`
-}
-
-func (b *bench) getImport(ctx context.Context, id string) (importState, error) {
-	var out struct {
-		Data importState `json:"data"`
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(b.cfg.url, "/")+"/api/v1/imports/"+id, nil)
-	if err != nil {
-		return out.Data, err
-	}
-	req.Header.Set("Authorization", "Bearer "+b.cfg.key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return out.Data, err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return out.Data, fmt.Errorf("%s: GET import answered %d", ImportScenario, res.StatusCode)
-	}
-	return out.Data, json.NewDecoder(res.Body).Decode(&out)
 }
 
 // copyBaseline COPYs the same file into a bare table, then makes its rows subscribers of the
@@ -297,24 +270,18 @@ ON CONFLICT (newsletter_id, email_key) DO NOTHING`, b.rep.Meta.Newsletter)
 // sampleRSS samples the service's resident set size (VmRSS) every 100 ms until the returned
 // function is called, which returns the peak in MiB (0 without -pid).
 func (b *bench) sampleRSS() func() float64 {
-	if b.cfg.pid <= 0 {
-		return func() float64 { return 0 }
-	}
-	done := make(chan struct{})
-	peak := make(chan int64, 1)
+	done, peak := make(chan struct{}), make(chan int64)
 	go func() {
-		var max int64
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
+		var kb int64
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
 		for {
-			if kb := vmRSS(b.cfg.pid); kb > max {
-				max = kb
-			}
+			kb = max(kb, vmRSS(b.cfg.pid)) // 0 without -pid
 			select {
 			case <-done:
-				peak <- max
+				peak <- kb
 				return
-			case <-t.C:
+			case <-tick.C:
 			}
 		}
 	}()

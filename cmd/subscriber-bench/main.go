@@ -10,13 +10,8 @@
 //	    -database-url 'postgres://postgres@127.0.0.1:5432/db?sslmode=disable' \
 //	    -seed 100000 -clients 16 -check-clients 64,256 -pid $SERVICE_PID -json bench.json
 //
-// With -telemetry-off-url and -telemetry-on-url (two more instances of the service on the same
-// database, telemetry off and fully on), and -telemetry-prod-url (one at the production
-// setting, 10 % of traces sampled), it also measures the -telemetry-scenarios on each setting
-// against off in every pass and reports the throughput telemetry costs against issue 20's
-// targets; -otlp-sink serves the OTLP/HTTP receiver the exporting instances send to with the
-// official exporter (telemetry.go, otlpsink.go).
-//
+// It also prices telemetry (telemetry.go), webhooks (webhooks.go), the import (imports.go) and
+// what follows it (tags.go, bulk.go), where the instances and receivers they need are given.
 // scripts/bench.sh (make bench) builds and starts a service on a fresh database and runs it.
 package main
 
@@ -47,7 +42,7 @@ import (
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
-// config is the command line.
+// config is the command line; parseFlags says what each setting is.
 type config struct {
 	url, key, databaseURL, newsletter string
 	seed, seedParallel, scaleTo       int
@@ -65,37 +60,20 @@ type config struct {
 	reportFrom                        string
 	pprofURL, profileDir              string
 	idSample                          int
+	importRows                        int
 
-	// The telemetry comparison: two more instances of the service on the same database, one
-	// with telemetry off and one with it fully on, measured on telemetryScenarios in every
-	// pass; otlpSink is where this tool receives the "on" instance's spans.
-	telemetryOffURL, telemetryOnURL string
-	telemetryOffPID, telemetryOnPID int
-	// The production setting's instance (optional), priced against off like on.
-	telemetryProdURL   string
-	telemetryProdPID   int
-	telemetryScenarios []string
-	telemetrySlice     time.Duration
-	telemetryDuration  time.Duration
-	otlpSink           string
+	// The telemetry comparison (telemetry.go).
+	telemetryOffURL, telemetryOnURL, telemetryProdURL string
+	telemetryOffPID, telemetryOnPID, telemetryProdPID int
+	telemetryScenarios                                []string
+	telemetrySlice, telemetryDuration                 time.Duration
+	otlpSink                                          string
 
-	// webhooks measures the write scenarios again with one webhook endpoint delivering to a
-	// receiver on webhookReceiver, and the delivery throughput (webhooks.go); with
-	// webhookQueueURL, an instance that delivers nothing, also with the endpoint's deliveries
-	// only queued while the main instance (pid) is paused; with webhookPlainKey, a second
-	// newsletter's, those writes also alternate with the same writes to that newsletter,
-	// which has no endpoint.
-	webhooks        bool
-	webhookReceiver string
-	webhookQueueURL string
-	webhookQueuePID int
-	webhookPlainKey string
-	// smtpReceiver is where this tool's SMTP receiver listens (the service's SMTP_URL), for
-	// the single creates during bulk work (bulk.go).
-	smtpReceiver string
-
-	// importRows, when set, runs the import scenario (imports.go) with this many rows.
-	importRows int
+	// The webhook writes (webhooks.go) and the single creates during bulk work (bulk.go).
+	webhooks                         bool
+	webhookReceiver, webhookQueueURL string
+	webhookQueuePID                  int
+	webhookPlainKey, smtpReceiver    string
 }
 
 // defaultTelemetryScenarios are the scenarios of the telemetry comparison: the cheapest reads
@@ -279,16 +257,10 @@ func main() {
 	if rep != nil {
 		printReport(os.Stdout, rep)
 		if cfg.jsonPath != "" {
-			if werr := writeJSON(cfg.jsonPath, rep); werr != nil {
-				fmt.Fprintln(os.Stderr, "subscriber-bench:", werr)
-				os.Exit(1)
-			}
+			err = errors.Join(err, writeJSON(cfg.jsonPath, rep))
 		}
 		if cfg.markdown != "" {
-			if werr := writeMarkdown(cfg.markdown, rep); werr != nil {
-				fmt.Fprintln(os.Stderr, "subscriber-bench:", werr)
-				os.Exit(1)
-			}
+			err = errors.Join(err, writeMarkdown(cfg.markdown, rep))
 		}
 	}
 	if err != nil {
@@ -317,7 +289,7 @@ type bench struct {
 	// also without -telemetry-prod-url), offProd off in prod's pairs; sink is the -otlp-sink
 	// receiver, lastOnEnd when the latest run on an exporting instance ended.
 	off, on, offProd, prod *instance
-	sink                   *otlpSink
+	sink                   *receiver
 	lastOnEnd              time.Time
 	// smtp is the -smtp-receiver (nil without it).
 	smtp *smtpReceiver
@@ -434,19 +406,19 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 	// scenarios add; then writes. Each group: the measured run (each service scenario followed
 	// by its baselines), then the checks at more clients.
 	for _, writes := range []bool{false, true} {
-		group := "reads"
-		if writes {
-			group = "writes"
+		group := map[bool]string{false: "reads", true: "writes"}[writes]
+		var scenarios []pair
+		for _, p := range plan {
+			if p.write == writes && (cfg.only == nil || cfg.only[p.service]) {
+				scenarios = append(scenarios, p)
+			}
 		}
 		// Passes go over every scenario in turn, so that a slow spell of a shared machine
 		// touches one pass of several scenarios rather than every pass of one.
 		for pass := 1; pass <= cfg.passes; pass++ {
-			for _, p := range plan {
+			for _, p := range scenarios {
 				if ctx.Err() != nil {
 					return b.rep, ctx.Err()
-				}
-				if p.write != writes || (cfg.only != nil && !cfg.only[p.service]) {
-					continue
 				}
 				b.runService(ctx, p.service, cfg.clients, cfg.warmup, cfg.duration, "measure", pass)
 				if b.base != nil {
@@ -466,12 +438,9 @@ func run(ctx context.Context, cfg config, log io.Writer) (*Report, error) {
 		}
 		b.rss(fmt.Sprintf("%s, %d clients", group, cfg.clients), true)
 		for _, n := range cfg.checkClients {
-			for _, p := range plan {
+			for _, p := range scenarios {
 				if ctx.Err() != nil {
 					return b.rep, ctx.Err()
-				}
-				if p.write != writes || (cfg.only != nil && !cfg.only[p.service]) {
-					continue
 				}
 				b.runService(ctx, p.service, n, cfg.warmup/2, cfg.checkDuration, "check", 0)
 			}
@@ -557,15 +526,6 @@ func (b *bench) openBaseline(ctx context.Context) error {
 	return nil
 }
 
-func scenarioOf(c *svc.Client, name string) svc.Scenario {
-	for _, sc := range c.Scenarios() {
-		if sc.Name == name {
-			return sc
-		}
-	}
-	panic("unknown scenario " + name)
-}
-
 // runService runs one scenario on the main service and records it; pass numbers the passes
 // of a multi-pass measured run (0 otherwise).
 func (b *bench) runService(ctx context.Context, name string, clients int, warmup, dur time.Duration, phase string, pass int) RunRecord {
@@ -590,23 +550,19 @@ func (b *bench) runOn(ctx context.Context, in *instance, name, as string, client
 	if wait != nil {
 		wait()
 	}
-	return b.record(ctx, in, sc, rec, out, dur)
+	return b.record(ctx, rec, out, sc.Write, serviceApplicationName, in.pid)
 }
 
-// measure runs op with opts (capped at -max-requests) and records in rec the CPU of process
-// pid, PostgreSQL and this tool over the measured window and, with app, where PostgreSQL's time
-// went for the connections of app; onMeasure, when set, is called as the window starts. The
-// service's runs and the baseline's are measured alike.
+// measure runs op with opts and records in rec the CPU of process pid, PostgreSQL and this tool
+// over the measured window and, with app, where PostgreSQL's time went for app's connections;
+// onMeasure, when set, is called as the window starts.
 func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, op load.Op, pid int, app string, onMeasure func()) load.Outcome {
 	var cpu cpuMeter
-	whereStart, whereStop := func() {}, func(*RunRecord) {}
-	if app != "" {
-		whereStart, whereStop = b.whereWindow(ctx, app)
-	}
+	var where *pgstat.Window
 	opts.MaxRequests = b.cfg.maxRequests
 	opts.OnMeasure = func() {
 		cpu.start(pid)
-		whereStart()
+		where = b.whereStart(ctx, app)
 		if onMeasure != nil {
 			onMeasure()
 		}
@@ -614,7 +570,7 @@ func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, 
 	out := load.Run(ctx, opts, op)
 	rec.ServiceCPU, rec.DBCPU, rec.ToolCPU = cpu.stop()
 	rec.Requests = out.Summary.Requests
-	whereStop(rec)
+	rec.Where = b.whereStop(ctx, where, rec.Requests)
 	return out
 }
 
@@ -622,11 +578,9 @@ func (b *bench) measure(ctx context.Context, rec *RunRecord, opts load.Options, 
 const phasePaired = "paired"
 
 // runServicePair runs scenario name and the service scenario it is judged against on the main
-// instance in alternating slices of -telemetry-slice (load.RunAlternating), each for the
-// measured run's duration after its warm-up, and records both in phase "paired". Run a few
+// instance in alternating slices, each for -duration, and records both in phase "paired". A few
 // minutes apart, a replay and a get, which do about the same work, read 0.78 or 1.19 of each
-// other as the machine's speed drifted; in alternating slices, a slow spell falls on both.
-// Their CPU is not split between them: the measured runs give each scenario's.
+// other as the machine drifted. Their CPU is not split: the measured runs give each one's.
 func (b *bench) runServicePair(ctx context.Context, name, against string, pass int) {
 	h := [2]half{b.half(ctx, b.main, name, phasePaired, pass), b.half(ctx, b.main, against, phasePaired, pass)}
 	h[0].rec.Against, h[1].rec.Against = against, name
@@ -648,11 +602,9 @@ func (b *bench) half(ctx context.Context, in *instance, name, phase string, pass
 	return half{in: in, sc: sc, rec: rec, op: op}
 }
 
-// alternate runs the two halves in alternating slices of -telemetry-slice
-// (load.RunAlternating), each for dur after the measured run's warm-up, and records and
-// returns a run of each. With splitCPU, each instance's CPU is measured over the whole pair
-// and given per second of its own slices, as if it were idle in the other's; without it (two
-// halves on one process cannot be told apart) the runs carry none.
+// alternate runs the two halves in alternating slices of -telemetry-slice, each for dur, and
+// records a run of each. With splitCPU, each instance's CPU is measured over the whole pair and
+// given per second of its own slices, as if it were idle in the other's.
 func (b *bench) alternate(ctx context.Context, h [2]half, dur time.Duration, splitCPU bool) [2]RunRecord {
 	var cpus [2]cpuMeter
 	opts := load.Options{Clients: b.cfg.clients, Warmup: b.cfg.warmup, Duration: dur, MaxRequests: b.cfg.maxRequests}
@@ -670,7 +622,7 @@ func (b *bench) alternate(ctx context.Context, h [2]half, dur time.Duration, spl
 			service, _, tool := cpus[i].stop()
 			h[i].rec.ServiceCPU, h[i].rec.ToolCPU = 2*service, tool
 		}
-		recs[i] = b.record(ctx, h[i].in, h[i].sc, h[i].rec, outs[i], dur)
+		recs[i] = b.record(ctx, h[i].rec, outs[i], h[i].sc.Write, serviceApplicationName, h[i].in.pid)
 	}
 	return recs
 }
@@ -678,7 +630,8 @@ func (b *bench) alternate(ctx context.Context, h [2]half, dur time.Duration, spl
 // prepare checks one answer of scenario name on the instance in against the contract and
 // returns the scenario, its run's record so far and the operation to load it with.
 func (b *bench) prepare(ctx context.Context, in *instance, name string, clients int, phase string, pass int) (svc.Scenario, RunRecord, load.Op) {
-	sc := scenarioOf(in.client, name)
+	scs := in.client.Scenarios()
+	sc := scs[slices.IndexFunc(scs, func(sc svc.Scenario) bool { return sc.Name == name })]
 	rec := RunRecord{Scenario: name, Kind: in.kind, Phase: phase, Clients: clients, Desc: sc.Desc}
 	if b.cfg.passes > 1 {
 		rec.Pass = pass
@@ -704,13 +657,14 @@ func (b *bench) prepare(ctx context.Context, in *instance, name string, clients 
 	return sc, rec, op
 }
 
-// record completes rec with the outcome of its run on in and keeps it.
-func (b *bench) record(ctx context.Context, in *instance, sc svc.Scenario, rec RunRecord, out load.Outcome, dur time.Duration) RunRecord {
-	rec.fill(out, dur)
-	if sc.Write {
-		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, "subscriberd", in.pid)
+// record completes rec with out and keeps it: for a write, the writer's (app's, of process pid
+// if known) connections and their counter slots; after a pending create, the outbox's drain.
+func (b *bench) record(ctx context.Context, rec RunRecord, out load.Outcome, write bool, app string, pid int) RunRecord {
+	rec.fill(out)
+	if write {
+		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, app, pid)
 	}
-	if rec.Scenario == svc.CreatePending {
+	if rec.Scenario == svc.CreatePending || rec.Scenario == baseline.InsertPending {
 		b.drainOutbox(ctx, &rec)
 	}
 	b.rep.Runs = append(b.rep.Runs, rec)
@@ -719,35 +673,20 @@ func (b *bench) record(ctx context.Context, in *instance, sc svc.Scenario, rec R
 }
 
 func (b *bench) runBaseline(ctx context.Context, name string, clients int, pass int) RunRecord {
-	var sc baseline.Scenario
-	for _, s := range b.base.Scenarios() {
-		if s.Name == name {
-			sc = s
-		}
-	}
-	return b.runBaselineScenario(ctx, sc, clients, pass)
+	scs := b.base.Scenarios()
+	return b.runBaselineScenario(ctx, scs[slices.IndexFunc(scs, func(sc baseline.Scenario) bool { return sc.Name == name })], clients, pass)
 }
 
 // runBaselineScenario runs the baseline sc and records it.
 func (b *bench) runBaselineScenario(ctx context.Context, sc baseline.Scenario, clients int, pass int) RunRecord {
-	name := sc.Name
-	rec := RunRecord{Scenario: name, Kind: "baseline", Phase: "measure", Clients: clients, Desc: sc.Desc}
+	rec := RunRecord{Scenario: sc.Name, Kind: "baseline", Phase: "measure", Clients: clients, Desc: sc.Desc}
 	if b.cfg.passes > 1 {
 		rec.Pass = pass
 	}
 	out := b.measure(ctx, &rec, load.Options{Clients: clients, Warmup: b.cfg.warmup, Duration: b.cfg.duration}, sc.Op,
 		b.cfg.pid, baseline.ApplicationName, nil)
-	rec.fill(out, b.cfg.duration)
-	switch name {
-	case baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID:
-		rec.Conns, rec.CounterSlots = b.counterSlots(ctx, baseline.ApplicationName, 0)
-	}
-	if name == baseline.InsertPending {
-		b.drainOutbox(ctx, &rec)
-	}
-	b.rep.Runs = append(b.rep.Runs, rec)
-	b.progress(rec)
-	return rec
+	write := slices.Contains([]string{baseline.InsertOne, baseline.InsertPending, baseline.Insert100, baseline.UpdateByID}, sc.Name)
+	return b.record(ctx, rec, out, write, baseline.ApplicationName, 0)
 }
 
 func (b *bench) progress(r RunRecord) {
@@ -824,16 +763,11 @@ func (b *bench) vacuumTables(ctx context.Context) error {
 	return nil
 }
 
-// counterSlots counts the open connections of the application app to the database, and the
-// distinct subscriber_counts slots they write (the migration's trigger picks the slot as
-// pg_backend_pid() % 16). Writers whose connections share a slot queue on that counter row
-// until commit, so few distinct slots would cap write concurrency; recording them rules that
-// out (or in) when write figures differ between runs. Backend pids are handed out in order,
-// so a pool opened at once usually covers 11-15 slots of 16.
-//
-// With pid, only the connections of that process count (matched by their local ports), so
-// the instances of the telemetry comparison, which share the database and the application
-// name, do not add theirs to the main service's.
+// counterSlots counts app's connections to the database, and the distinct subscriber_counts
+// slots they write first (pg_backend_pid() % 16): few distinct slots would cap write
+// concurrency, which recording them rules out (or in) when write figures differ between runs.
+// With pid, only that process's connections count (matched by their local ports), not those
+// of other instances with the same application name.
 func (b *bench) counterSlots(ctx context.Context, app string, pid int) (conns, slots int) {
 	if b.db == nil {
 		return 0, 0
@@ -854,9 +788,8 @@ func (b *bench) counterSlots(ctx context.Context, app string, pid int) (conns, s
 }
 
 // drainOutbox waits, up to -drain-timeout, until the email outbox has no pending email left,
-// and records how many there were and how long the worker took. Confirmation emails queued by
-// one scenario are sent by the service's worker afterwards; measuring the next scenario while
-// the worker works through thousands of them would charge its cost to that scenario.
+// and records how many there were and how long the worker took, so that the next scenario is
+// not charged with sending them.
 func (b *bench) drainOutbox(ctx context.Context, rec *RunRecord) {
 	if b.db == nil || b.cfg.drain <= 0 {
 		return

@@ -378,7 +378,7 @@ func TestAlternatingPairsDecideTheTargetsAgainstTheService(t *testing.T) {
 	}
 	replay, lookup := got[svc.Replay], got[svc.LookupEmail]
 	if math.Abs(replay.Ratio-1.01) > 1e-9 || replay.Met == nil || !*replay.Met || replay.Value != 1010 || replay.Base != 1000 ||
-		ratioList(replay.PassRatios) != "1.01, 0.97, 1.05" {
+		list(replay.PassRatios, f2) != "1.01, 0.97, 1.05" {
 		t.Errorf("replay = %+v; want the median pass ratio 1.01 (met) of 1010 against 1000 req/s", replay)
 	}
 	if lookup.PassRatios != nil || math.Abs(lookup.Ratio-0.9) > 1e-9 || lookup.Met == nil || !*lookup.Met {
@@ -590,16 +590,17 @@ func TestCPUSplitPerRequest(t *testing.T) {
 	s.ServiceCPU, s.DBCPU, s.ToolCPU = 0.1, 0.2, 0.05
 	b := rec("baseline", baseline.SelectByID, 4000, 4000)
 	b.ServiceCPU, b.DBCPU, b.ToolCPU = 0.01, 0.4, 0.2
-	rows := cpuSplit(&Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
+	names, runs := measured(&Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})
+	if len(runs) != 2 || names[1] != "baseline "+baseline.SelectByID {
+		t.Fatalf("%d rows, want 2: %v", len(runs), names)
 	}
-	if r := rows[0]; math.Abs(r.svc-100) > 1e-9 || math.Abs(r.db-200) > 1e-9 || math.Abs(r.tool-50) > 1e-9 || math.Abs(r.total()-350) > 1e-9 {
-		t.Errorf("service row %+v, want 100/200/50 µs", r)
+	if sv, db, tool, total := cpuSplit(runs[0]); math.Abs(sv-100) > 1e-9 || math.Abs(db-200) > 1e-9 || math.Abs(tool-50) > 1e-9 ||
+		math.Abs(total-350) > 1e-9 {
+		t.Errorf("service row %v/%v/%v/%v, want 100/200/50/350 µs", sv, db, tool, total)
 	}
 	// A baseline has no service part, whatever the idle service used meanwhile.
-	if r := rows[1]; !math.IsNaN(r.svc) || math.Abs(r.db-100) > 1e-9 || math.Abs(r.tool-50) > 1e-9 {
-		t.Errorf("baseline row %+v, want -/100/50 µs", r)
+	if sv, db, tool, total := cpuSplit(runs[1]); !math.IsNaN(sv) || math.Abs(db-100) > 1e-9 || math.Abs(tool-50) > 1e-9 || total != 150 {
+		t.Errorf("baseline row %v/%v/%v/%v, want -/100/50/150 µs", sv, db, tool, total)
 	}
 	var out bytes.Buffer
 	printReport(&out, &Report{Meta: Meta{Clients: 16}, Runs: []RunRecord{s, b}})

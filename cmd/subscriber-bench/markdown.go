@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"io"
@@ -101,20 +102,22 @@ func printReport(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "\nAgainst the service's own scenarios: in every pass, each pair also ran in alternating slices "+
 			"(a b b a …), each for the scenario's time, so that a slow spell of the machine falls on both; "+
 			"the ratio is the median of the passes' ratios.")
-		fmt.Fprintf(w, "\n| %s |\n", strings.Join(pairedHeader, " | "))
+		fmt.Fprintln(w, "\n| scenario | req/s | against | req/s | ratio | per pass | target | verdict |")
 		fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|---|---|")
 		for _, c := range paired {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(pairedRow(c), " | "))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio),
+				list(c.PassRatios, f2), c.Target, metWord(c.Met != nil && *c.Met))
 		}
 	}
 
-	if rows := cpuSplit(rep); len(rows) > 0 {
+	if names, runs := measured(rep); len(runs) > 0 {
 		fmt.Fprintln(w, "\nCPU per request in µs: the service's process, PostgreSQL's server processes and the load generator, "+
 			"over each measured window (median pass); a baseline has no service part, the tool sends its SQL itself.")
 		fmt.Fprintln(w, "\n| scenario | service | PostgreSQL | load generator | total |")
 		fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
-		for _, r := range rows {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.name), f1(r.svc), f1(r.db), f1(r.tool), f1(r.total()))
+		for i, r := range runs {
+			service, db, tool, total := cpuSplit(r)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", names[i], f1(service), f1(db), f1(tool), f1(total))
 		}
 	}
 
@@ -129,9 +132,9 @@ func printReport(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "\n| scenario | setting | off req/s | on req/s | overhead | per pass | svc µs/req off → on | target | verdict |")
 		fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|---|---|")
 		for _, s := range t.Scenarios {
-			verdict := metWord(s.Met)
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, settingOf(s), f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
-				pcts(s.PassOverheads), cpuChange(s), s.Target, verdict)
+			setting := cmp.Or(s.Setting, settingFull) // rows of older reports are at 100 %
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, setting, f1(s.OffRPS), f1(s.OnRPS), pct(s.Overhead),
+				list(s.PassOverheads, pct), cpuChange(s), s.Target, metWord(s.Met))
 		}
 		fmt.Fprintf(w, "\n%s.\n", t.describe())
 	}

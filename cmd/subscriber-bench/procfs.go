@@ -28,9 +28,8 @@ func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / cloc
 const dbProcessName = "postgres"
 
 // databaseCPU returns the CPU time used so far by the PostgreSQL server processes this tool
-// can see: every process named postgres, with the exited children its postmaster reaped, so
-// that a backend ending within a window still counts. Other PostgreSQL servers on the machine
-// count too; on the bench machine they are idle. ok is false when none is visible.
+// can see (any server's), with the exited children their postmaster reaped, so that a backend
+// ending within a window still counts. ok is false when none is visible.
 func databaseCPU() (d time.Duration, ok bool) {
 	procs, err := procfs.AllProcs()
 	if err != nil {
@@ -100,8 +99,7 @@ func (m *cpuMeter) stop() (service, db, tool float64) {
 }
 
 // rss records the service's peak RSS since the last reset under the label during (when
-// record), then resets the peak so the next part of the run is measured on its own. Linux
-// resets VmHWM to the current RSS when "5" is written to /proc/PID/clear_refs.
+// record), then resets the peak ("5" to /proc/PID/clear_refs) for the next part of the run.
 func (b *bench) rss(during string, record bool) error {
 	if b.cfg.pid <= 0 {
 		return nil
@@ -123,9 +121,8 @@ func (b *bench) rss(during string, record bool) error {
 	return nil
 }
 
-// profile starts fetching profiles of the service for a scenario measured for dur: a CPU
-// profile of the measured run for the main phase, a goroutine dump halfway through a check.
-// The returned function waits for them.
+// profile starts fetching a CPU profile of a measured run, or a goroutine dump halfway through
+// a check, of the service; the returned function waits for it.
 func (b *bench) profile(ctx context.Context, scenario string, clients int, phase string, dur time.Duration) func() {
 	done := make(chan struct{})
 	base := strings.TrimRight(b.cfg.pprofURL, "/") + "/debug/pprof/"
@@ -180,10 +177,9 @@ func fetch(ctx context.Context, url, path string) error {
 	return f.Close()
 }
 
-// tcpPorts returns the local ports of the TCP sockets process pid holds open: the inodes of
-// its /proc/PID/fd links "socket:[N]" looked up in /proc/PID/net/tcp and tcp6. A database
-// connection's local port is its client_port in pg_stat_activity, which tells the connections
-// of one service process from those of another process with the same application_name.
+// tcpPorts returns the local ports of the TCP sockets process pid holds open (its fd links
+// "socket:[N]" looked up in its net/tcp and tcp6): a database connection's local port is its
+// client_port in pg_stat_activity.
 func tcpPorts(pid int) ([]int, error) {
 	if pid <= 0 {
 		return nil, errors.New("no process id")
@@ -237,8 +233,7 @@ func processEnv(pid int) ([]string, error) {
 // default is not 0.
 var workerSettings = []string{"EMAIL_WORKERS", "WEBHOOK_WORKERS", "IMPORT_WORKERS", "BULK_ACTION_WORKERS"}
 
-// runningWorkers names the workerSettings that env leaves on (unset, or not "0"): an instance
-// with any runs background work (emails, deliveries, imports) beside the one measured.
+// runningWorkers names the workerSettings that env leaves on (unset, or not "0").
 func runningWorkers(env []string) []string {
 	set := map[string]string{}
 	for _, kv := range env {
@@ -255,9 +250,8 @@ func runningWorkers(env []string) []string {
 	return out
 }
 
-// telemetrySettings keeps the variables of env that decide what telemetry costs a service:
-// the OpenTelemetry SDK's (but not OTEL_EXPORTER_OTLP_*HEADERS, which may carry credentials),
-// its log level and format, and the Go runtime's GC and CPU settings. Sorted.
+// telemetrySettings keeps, sorted, the variables of env that decide what telemetry costs: the
+// OpenTelemetry SDK's (not *HEADERS, which may carry credentials), logging's and the runtime's.
 func telemetrySettings(env []string) []string {
 	var out []string
 	for _, kv := range env {

@@ -25,21 +25,17 @@ type Report struct {
 	Comparisons []Comparison `json:"comparisons"`
 	RSS         []RSSRecord  `json:"rss,omitempty"`
 	Scale       *ScaleRecord `json:"scale,omitempty"`
-	// Telemetry is the comparison of telemetry off and fully on (-telemetry-off-url and
-	// -telemetry-on-url).
+	// Telemetry is the telemetry comparison (telemetry.go).
 	Telemetry *TelemetryReport `json:"telemetry,omitempty"`
 	// Reference sets the measured service scenarios against an earlier report (-compare-with).
 	Reference *Reference `json:"reference,omitempty"`
-	// Import is the import scenario (-import-rows).
-	Import *ImportRecord `json:"import,omitempty"`
-	// ImportVariants are the import scenario with a webhook endpoint and with pending rows.
+	// Import and ImportVariants are the import scenario and its variants (imports.go); Tags,
+	// Bulk and Singles what ran after it (tags.go, bulk.go).
+	Import         *ImportRecord  `json:"import,omitempty"`
 	ImportVariants []ImportRecord `json:"import_variants,omitempty"`
-	// Tags is the newsletter the attribute and tag reads ran on after the import, and the
-	// plans of its filtered lists (tags.go).
-	Tags *TagsRecord `json:"tags,omitempty"`
-	// Bulk is bulk_tag_1m, Singles the single creates timed during bulk work (bulk.go).
-	Bulk    *BulkRecord    `json:"bulk,omitempty"`
-	Singles []SingleRecord `json:"singles,omitempty"`
+	Tags           *TagsRecord    `json:"tags,omitempty"`
+	Bulk           *BulkRecord    `json:"bulk,omitempty"`
+	Singles        []SingleRecord `json:"singles,omitempty"`
 	// Problems lists what makes the run a failure: errors, stalls, answers off the contract.
 	Problems []string `json:"problems"`
 }
@@ -65,8 +61,7 @@ type Meta struct {
 	Newsletter         string `json:"newsletter,omitempty"`
 	SubscribersAtStart int64  `json:"subscribers_at_start"`
 	ServicePID         int    `json:"service_pid,omitempty"`
-	// Vacuumed tells whether the tables were vacuumed and analyzed after seeding.
-	Vacuumed bool `json:"vacuumed"`
+	Vacuumed           bool   `json:"vacuumed"` // VACUUM ANALYZE after seeding
 	// WhereNote says what the where-the-time-goes section could not measure on this server.
 	WhereNote string `json:"where_note,omitempty"`
 }
@@ -81,13 +76,12 @@ type SeedRecord struct {
 // RunRecord is one scenario run.
 type RunRecord struct {
 	Scenario string `json:"scenario"`
-	Kind     string `json:"kind"`  // service, baseline, telemetry-off or telemetry-on
+	Kind     string `json:"kind"`  // service, baseline, or an instance of the telemetry comparison
 	Phase    string `json:"phase"` // measure, paired, check or scale
 	Pass     int    `json:"pass,omitempty"`
-	// Against is, in phase paired, the scenario this one ran with in alternating slices.
-	Against string `json:"against,omitempty"`
-	Clients int    `json:"clients"`
-	Desc    string `json:"description"`
+	Against  string `json:"against,omitempty"` // in phase paired, the scenario it alternated with
+	Clients  int    `json:"clients"`
+	Desc     string `json:"description"`
 
 	Requests       int64             `json:"requests"`
 	OK             int64             `json:"ok"`
@@ -103,35 +97,29 @@ type RunRecord struct {
 	P99Ms          float64           `json:"p99_ms"`
 	MaxMs          float64           `json:"max_ms"`
 	LongestGapMs   float64           `json:"longest_gap_ms"`
-	// ServiceCPU and ToolCPU are the CPU time the service process (with -pid) and this tool
-	// used during the measured window, in cores (1.0 = one core busy); they share the machine
-	// with PostgreSQL.
+	// The CPU the service process (with -pid), PostgreSQL's processes (see databaseCPU) and
+	// this tool used during the measured window, in cores (1.0 = one core busy).
 	ServiceCPU float64 `json:"service_cpu_cores,omitempty"`
-	// DBCPU is the CPU time the PostgreSQL server's processes used in the same window, in
-	// cores (see databaseCPU).
-	DBCPU   float64 `json:"db_cpu_cores,omitempty"`
-	ToolCPU float64 `json:"tool_cpu_cores"`
-	// Conns and CounterSlots, for write scenarios: the writer's open database connections
-	// and how many distinct backend pid % 16 they have: the subscriber_counts slot each tries
-	// first (it takes the next free one when another transaction holds that).
+	DBCPU      float64 `json:"db_cpu_cores,omitempty"`
+	ToolCPU    float64 `json:"tool_cpu_cores"`
+	// For writes: the writer's database connections and how many distinct backend pid % 16
+	// they have, the subscriber_counts slot each tries first (see counterSlots).
 	Conns        int `json:"db_conns,omitempty"`
 	CounterSlots int `json:"counter_slots,omitempty"`
-	// For scenarios that queue confirmation emails: how many were still pending when the run
-	// ended, whether the service's worker sent them all before the next scenario, how many
-	// were left otherwise, and how long the wait took.
-	OutboxQueued  int     `json:"outbox_pending_after_run,omitempty"`
-	OutboxDrained bool    `json:"outbox_drained,omitempty"`
-	OutboxLeft    int     `json:"outbox_left,omitempty"`
-	DrainSeconds  float64 `json:"outbox_drain_seconds,omitempty"`
-	// Probe is set when one full response of the scenario did not match the contract.
-	Probe string `json:"probe_error,omitempty"`
-	// Where is where PostgreSQL's time went during a measured run (-where).
-	Where *pgstat.Where `json:"where,omitempty"`
+	// For scenarios that queue confirmation emails: how many were pending after the run,
+	// whether the worker sent them all before the next scenario, how many were left, and how
+	// long the wait took.
+	OutboxQueued  int           `json:"outbox_pending_after_run,omitempty"`
+	OutboxDrained bool          `json:"outbox_drained,omitempty"`
+	OutboxLeft    int           `json:"outbox_left,omitempty"`
+	DrainSeconds  float64       `json:"outbox_drain_seconds,omitempty"`
+	Probe         string        `json:"probe_error,omitempty"` // the probed answer was off the contract
+	Where         *pgstat.Where `json:"where,omitempty"`       // where PostgreSQL's time went (-where)
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func (r *RunRecord) fill(out load.Outcome, _ time.Duration) {
+func (r *RunRecord) fill(out load.Outcome) {
 	s := out.Summary
 	r.Requests, r.OK, r.ErrorCount, r.Errors = s.Requests, s.OK, s.ErrorCount(), s.Errors
 	if len(out.Details) > 0 {
@@ -151,12 +139,10 @@ type Comparison struct {
 	Value    float64 `json:"service_value"`
 	Base     float64 `json:"baseline_value"`
 	Ratio    float64 `json:"ratio"`
-	// Target is the issue's minimum ratio ("" when the pair is shown for information).
-	Target string `json:"target,omitempty"`
-	Met    *bool  `json:"met,omitempty"`
-	// PassRatios are set when the two service scenarios ran in alternating slices in every
-	// pass (phase paired): each pass's ratio; Ratio is then their median, and Value and Base
-	// the medians of the two scenarios' paired runs.
+	Target   string  `json:"target,omitempty"` // the issue's minimum ratio ("": for information)
+	Met      *bool   `json:"met,omitempty"`
+	// PassRatios are each pass's ratio when the two service scenarios ran in alternating
+	// slices (phase paired); Ratio, Value and Base are then the medians.
 	PassRatios []float64 `json:"pass_ratios,omitempty"`
 }
 
@@ -185,8 +171,7 @@ type Reference struct {
 	StartedAt string           `json:"started_at,omitempty"`
 	Command   string           `json:"command,omitempty"`
 	Ratios    []ReferenceRatio `json:"ratios"`
-	// RSS is the reference's peak RSS, beside this run's Report.RSS.
-	RSS []RSSRecord `json:"rss,omitempty"`
+	RSS       []RSSRecord      `json:"rss,omitempty"` // the reference's
 }
 
 // ReferenceRatio is one scenario now against the reference: ratios of throughput (rows/s for
@@ -485,22 +470,11 @@ func (rep *Report) pairedComparisons() []Comparison {
 	return out
 }
 
-// pairedHeader and pairedRow are the columns and the cells of the table of alternating pairs.
-var pairedHeader = []string{"scenario", "req/s", "against", "req/s", "ratio", "per pass", "target", "verdict"}
-
-func pairedRow(c Comparison) []string {
-	verdict := ""
-	if c.Met != nil {
-		verdict = metWord(*c.Met)
-	}
-	return []string{c.Service, f1(c.Value), c.Baseline, f1(c.Base), f2(c.Ratio), ratioList(c.PassRatios), c.Target, verdict}
-}
-
-// ratioList shows ratios with two decimals, comma-separated.
-func ratioList(vs []float64) string {
+// list shows vs, each as show shows it, comma-separated.
+func list(vs []float64, show func(float64) string) string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
-		out[i] = f2(v)
+		out[i] = show(v)
 	}
 	return strings.Join(out, ", ")
 }
@@ -581,40 +555,37 @@ func rowsCol(r *RunRecord) string {
 	return f1(r.RowsPerSec)
 }
 
-// splitRow is one line of the CPU split: a run's CPU per request, in µs, of the service
-// (NaN for a baseline, which the tool drives alone), of PostgreSQL and of the load generator.
-type splitRow struct {
-	name          string
-	svc, db, tool float64
-}
-
-func (r splitRow) total() float64 {
-	t := 0.0
-	for _, v := range []float64{r.svc, r.db, r.tool} {
-		if !math.IsNaN(v) {
-			t += v
-		}
-	}
-	return t
-}
-
-// cpuSplit lists, for each measured service scenario (its median pass) and then each of its
-// baselines, the CPU per request of the service, PostgreSQL and this tool.
-func cpuSplit(rep *Report) []splitRow {
-	var out []splitRow
+// measured lists each measured service scenario (its median pass) and then each of its
+// baselines, named "baseline NAME".
+func measured(rep *Report) (names []string, runs []*RunRecord) {
 	for _, p := range plan {
 		s := rep.find("service", p.service, "measure", rep.Meta.Clients)
 		if s == nil {
 			continue
 		}
-		out = append(out, splitRow{s.Scenario, usPerReq(s.ServiceCPU, s), usPerReq(s.DBCPU, s), usPerReq(s.ToolCPU, s)})
+		names, runs = append(names, s.Scenario), append(runs, s)
 		for _, name := range p.baselines {
 			if b := rep.find("baseline", name, "measure", rep.Meta.Clients); b != nil {
-				out = append(out, splitRow{"  baseline " + name, math.NaN(), usPerReq(b.DBCPU, b), usPerReq(b.ToolCPU, b)})
+				names, runs = append(names, "baseline "+name), append(runs, b)
 			}
 		}
 	}
-	return out
+	return names, runs
+}
+
+// cpuSplit is r's CPU per request in µs of the service (NaN for a baseline, which the tool
+// drives alone), PostgreSQL and the tool, and their total.
+func cpuSplit(r *RunRecord) (service, db, tool, total float64) {
+	service, db, tool = usPerReq(r.ServiceCPU, r), usPerReq(r.DBCPU, r), usPerReq(r.ToolCPU, r)
+	if r.Kind == "baseline" {
+		service = math.NaN()
+	}
+	for _, v := range []float64{service, db, tool} {
+		if !math.IsNaN(v) {
+			total += v
+		}
+	}
+	return service, db, tool, total
 }
 
 // usPerReq converts cores used during r's window into µs of CPU per request; NaN when

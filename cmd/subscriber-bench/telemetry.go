@@ -11,17 +11,11 @@ import (
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
-// The telemetry comparison prices telemetry on the official OpenTelemetry components at two
-// settings (issue 20): fully on, every trace sampled, and the production setting of
-// docs/operating.md (OTEL_TRACES_SAMPLER=parentbased_traceidratio, _ARG=0.1). More instances of
-// the service run on the same database with the same key: "off" (OTEL_SDK_DISABLED=true,
-// LOG_LEVEL=warn), "on" (every trace sampled) and "production" (-telemetry-prod-url; one in
-// ten), both exporting over OTLP to -otlp-sink with the JSON access log at info. In every
-// pass of the measured run, after the main scenarios of a group, each telemetry scenario of
-// that group runs on off and on, then on off and production, each pair in alternating slices
-// of -telemetry-slice (off on on off …, on off off on … in even passes), so that a slow spell
-// of the shared machine falls on both alike, each for -telemetry-duration. Each setting's
-// overhead is against off's runs of its own pairs.
+// The telemetry comparison (issue 20) prices telemetry fully on (every trace sampled) and at
+// the production setting of docs/operating.md, each against an instance with it off, on the
+// same database and key (scripts/bench.sh starts them). In every pass, after a group's main
+// scenarios, each telemetry scenario runs on off and on, then on off and production, each pair
+// in alternating slices (off on on off …, on off off on … in even passes).
 
 // The settings priced, the names of their rows.
 const (
@@ -30,8 +24,8 @@ const (
 )
 
 // telemetryTarget is the issue's bound on the throughput telemetry may cost at setting on
-// scenario: at the production setting 5 % on every scenario; at 100 % sampling 20 % on get,
-// whose request is so cheap that a span's fixed cost weighs most, and 10 % on the others.
+// scenario: 20 % on get at 100 % sampling, whose request is so cheap that a span's fixed cost
+// weighs most.
 func telemetryTarget(setting, scenario string) float64 {
 	switch {
 	case setting == settingProduction:
@@ -42,7 +36,6 @@ func telemetryTarget(setting, scenario string) float64 {
 	return 0.10
 }
 
-// telemetryTargets describes the targets, for the report.
 const telemetryTargets = "≤ 5 % at the production setting; at 100 % sampling ≤ 20 % on get, ≤ 10 % on the others"
 
 // telemetrySettingKinds are the Kinds of the runs of each setting's pairs: off's, then on's.
@@ -65,18 +58,15 @@ type TelemetryReport struct {
 	OnSettings   []string `json:"on_settings,omitempty"`
 	ProdSettings []string `json:"production_settings,omitempty"`
 	Target       string   `json:"target"`
-	// Slice is the length of the alternating slices in which both instances ran each
-	// scenario of a pass (load.RunAlternating), and Duration each instance's measured time
+	// Slice is the length of the alternating slices, Duration each instance's measured time
 	// in a scenario of a pass.
-	Slice    string `json:"slice,omitempty"`
-	Duration string `json:"duration,omitempty"`
-	// Scenarios are in the order of the plan, each with a row per setting measured.
-	Scenarios []TelemetryScenario `json:"scenarios"`
-	// OnRequests counts every request sent to the exporting instances ("on" and
-	// "production"), warm-ups and probes included.
-	OnRequests int64 `json:"on_requests_sent"`
-	// Sink is what -otlp-sink received during the whole run (nil without it).
-	Sink *SinkReport `json:"sink,omitempty"`
+	Slice     string              `json:"slice,omitempty"`
+	Duration  string              `json:"duration,omitempty"`
+	Scenarios []TelemetryScenario `json:"scenarios"` // in the plan's order, a row per setting
+	// OnRequests counts every request sent to the exporting instances, warm-ups and probes
+	// included.
+	OnRequests int64       `json:"on_requests_sent"`
+	Sink       *SinkReport `json:"sink,omitempty"` // what -otlp-sink received in the whole run
 }
 
 // TelemetryScenario is one scenario measured with telemetry off and on at one setting.
@@ -84,19 +74,16 @@ type TelemetryScenario struct {
 	Scenario string `json:"scenario"`
 	// Setting is settingFull or settingProduction ("" in reports of older tools: 100 %).
 	Setting string `json:"setting,omitempty"`
-	// OffRPS and OnRPS are the median passes' throughputs of off and of the setting's
-	// instance in the setting's pairs.
+	// OffRPS and OnRPS are the median passes' throughputs in the setting's pairs.
 	OffRPS float64 `json:"off_requests_per_sec"`
 	OnRPS  float64 `json:"on_requests_per_sec"`
-	// Overhead is the median of PassOverheads, a fraction (0.05 = on serves 5 % fewer
-	// requests a second): a pass's off and on ran in the same slices, so each pass's ratio is
-	// a paired measurement, while the median passes' throughputs (OffRPS, OnRPS) can come from
-	// different passes of a machine whose speed drifts. 1 − OnRPS/OffRPS when no pass ran both.
-	Overhead float64 `json:"overhead"`
-	// PassOverheads is 1 − on/off of each pass's own pair, in pass order.
-	PassOverheads []float64 `json:"pass_overheads"`
-	// OffCPUus and OnCPUus are the service's CPU per request in µs in the median passes
-	// (service_cpu_cores / requests_per_sec × 1e6); 0 when the pid was not given.
+	// Overhead is the median of PassOverheads (0.05 = on serves 5 % fewer requests a second):
+	// each pass's off and on ran in the same slices, while the median passes' throughputs can
+	// come from different passes. 1 − OnRPS/OffRPS when no pass ran both.
+	Overhead      float64   `json:"overhead"`
+	PassOverheads []float64 `json:"pass_overheads"` // 1 − on/off of each pass, in pass order
+	// OffCPUus and OnCPUus are the service's CPU per request in µs in the median passes; 0
+	// when the pid was not given.
 	OffCPUus float64 `json:"off_service_cpu_us_per_request,omitempty"`
 	OnCPUus  float64 `json:"on_service_cpu_us_per_request,omitempty"`
 	Target   string  `json:"target"`
@@ -105,11 +92,10 @@ type TelemetryScenario struct {
 
 // SinkReport is what the OTLP sink received.
 type SinkReport struct {
-	Addr  string `json:"addr"`
-	Posts int64  `json:"posts"`
-	Bytes int64  `json:"bytes"`
-	// BytesPerOnRequest is Bytes over every request sent to the exporting instances.
-	BytesPerOnRequest float64 `json:"bytes_per_on_request"`
+	Addr              string  `json:"addr"`
+	Posts             int64   `json:"posts"`
+	Bytes             int64   `json:"bytes"`
+	BytesPerOnRequest float64 `json:"bytes_per_on_request"` // over every request sent to the exporting instances
 }
 
 // setupTelemetry makes the clients of the comparison's instances, once the main client knows
@@ -193,12 +179,10 @@ func (b *bench) runTelemetry(ctx context.Context, writes bool, pass int) error {
 	return nil
 }
 
-// runPair runs scenario name on both instances in alternating slices of -telemetry-slice
-// (load.RunAlternating), each for -telemetry-duration after the measured run's warm-up, and
-// records a run of each. Back to back, a slow spell of the shared machine a few seconds long
-// fell on one instance only: single passes of the same code swung by ±20 points. Each
-// instance's CPU is split as alternate says (its background work, such as the span export,
-// is counted with its own).
+// runPair runs scenario name on both instances in alternating slices, each for
+// -telemetry-duration, and records a run of each. Back to back, a slow spell of the machine fell
+// on one instance only: single passes of the same code swung by ±20 points. Each instance's
+// CPU is split as alternate says.
 func (b *bench) runPair(ctx context.Context, ins []*instance, name string, pass int) {
 	b.alternate(ctx, [2]half{b.half(ctx, ins[0], name, "measure", pass), b.half(ctx, ins[1], name, "measure", pass)},
 		b.cfg.telemetryDuration, true)
@@ -273,8 +257,8 @@ func (rep *Report) telemetryResults() {
 	}
 }
 
-// telemetryMet tells whether an overhead meets target, the bound included. The tolerance
-// keeps an overhead that is the bound but for floating point on the right side.
+// telemetryMet tells whether an overhead meets target, the bound included (but for floating
+// point).
 func telemetryMet(overhead, target float64) bool { return overhead <= target+1e-9 }
 
 // passOverheads is 1 − on/off of each pass in which scenario ran on both instances, off's
@@ -300,10 +284,9 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// judgeTelemetry is the comparison's problem: a sink that received nothing while the "on"
-// instance served requests means its export was not working, so "on" measured telemetry
-// without its export and the overhead means nothing. A missed target is a verdict, not a
-// problem.
+// judgeTelemetry is the comparison's problem: a sink that received nothing while the exporting
+// instances served requests means their export did not work and the overhead means nothing.
+// A missed target is a verdict, not a problem.
 func (rep *Report) judgeTelemetry() {
 	t := rep.Telemetry
 	if t == nil || t.Sink == nil || t.Sink.Bytes > 0 {
@@ -335,28 +318,12 @@ func byteSize(n int64) string {
 // pct shows a fraction as a percentage.
 func pct(v float64) string { return fmt.Sprintf("%.1f %%", v*100) }
 
-func pcts(vs []float64) string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = pct(v)
-	}
-	return strings.Join(out, ", ")
-}
-
 // cpuChange shows the service's CPU per request off → on.
 func cpuChange(s TelemetryScenario) string {
 	if s.OffCPUus == 0 || s.OnCPUus == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f → %.0f", s.OffCPUus, s.OnCPUus)
-}
-
-// settingOf is the setting of a row; rows of older reports are at 100 %.
-func settingOf(s TelemetryScenario) string {
-	if s.Setting == "" {
-		return settingFull
-	}
-	return s.Setting
 }
 
 // describe is the line under the telemetry table: what off and on were, and what the sink

@@ -3,20 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/svc"
 )
 
-// webhookScenarios are the write scenarios measured again with one enabled webhook endpoint
-// subscribed to every event (docs/api-contract.md §10.4); the issue wants each within 15 % of
-// its figure without endpoints.
+// webhookScenarios are the writes measured again with one webhook endpoint subscribed to every
+// event (docs/api-contract.md §10.4).
 var webhookScenarios = []string{svc.Update, svc.CreateActive, svc.Bulk100}
 
 // WebhookDelivery is the scenario of the delivery throughput: events the service's workers
@@ -30,9 +26,7 @@ const (
 	deliveryTarget     = 1000
 )
 
-// A webhook write runs in one of three ways in each pass: without an endpoint, with one whose
-// deliveries are only queued (on the queue-only instance, the main one paused), and with one
-// whose deliveries the main instance makes meanwhile.
+// hookMode is one of the three ways a webhook write runs in each pass.
 type hookMode int
 
 const (
@@ -41,9 +35,7 @@ const (
 	hookDelivered
 )
 
-// The suffix of each way's scenario name; webhookSuffix is the delivered one. The runs of
-// runQueuedPair are named with webhookQueuedSuffix and webhookPlainSuffix (the newsletter
-// without an endpoint) in phase "paired".
+// The suffix of each way's scenario name, and of the plain runs of runQueuedPair.
 const (
 	webhookOffSuffix    = "_webhook_off"
 	webhookQueuedSuffix = "_webhook_queued"
@@ -51,53 +43,25 @@ const (
 	webhookPlainSuffix  = "_webhook_plain"
 )
 
-// plainSeed is how many subscribers the newsletter without an endpoint is seeded with, for
-// its updates to pick from.
+// plainSeed is how many subscribers the newsletter without an endpoint is seeded with.
 const plainSeed = 10000
 
 func (m hookMode) suffix() string {
 	return [...]string{webhookOffSuffix, webhookQueuedSuffix, webhookSuffix}[m]
 }
 
-// receiver is the local webhook receiver: it answers 204 at once and counts deliveries, with
-// the time of the last.
-type receiver struct {
-	srv  *http.Server
-	url  string
-	n    atomic.Int64
-	last atomic.Int64 // Unix nanoseconds
-}
-
-func startReceiver(addr string) (*receiver, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("-webhook-receiver: %w", err)
-	}
-	rc := &receiver{url: "http://" + ln.Addr().String() + "/hook"}
-	rc.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc.n.Add(1)
-		rc.last.Store(time.Now().UnixNano())
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go rc.srv.Serve(ln) //nolint:errcheck // ends with Close
-	return rc, nil
-}
-
 // runWebhooks measures the write scenarios with one endpoint subscribed to every event against
-// the same writes without one, and the delivery throughput of the backlog the bulk writes
-// leave. Each pass runs each scenario back to back on the same tables: without the endpoint,
-// with it and its deliveries only queued (when there is a queue-only instance, see
-// queueInstance), and with it delivered meanwhile; even passes run them the other way round,
-// so that none always runs on the larger tables. Each run starts with nothing left to
-// deliver: the endpoint is created for its run and deleted after its backlog drained. The
-// service must allow a loopback URL (WEBHOOK_ALLOW_PRIVATE=true); otherwise it says so and
-// measures nothing.
+// the same writes without one, and the delivery throughput. Each pass runs each scenario back
+// to back: without the endpoint, with its deliveries only queued (see queueInstance), and with
+// them delivered meanwhile; even passes the other way round, so that none always runs on the
+// larger tables. Each run starts with nothing left to deliver. The service must allow a
+// loopback URL (WEBHOOK_ALLOW_PRIVATE=true); otherwise nothing is measured.
 func (b *bench) runWebhooks(ctx context.Context) error {
 	rc, err := startReceiver(b.cfg.webhookReceiver)
 	if err != nil {
 		return err
 	}
-	defer rc.srv.Close()
+	defer rc.Close()
 	// One endpoint created and deleted at once tells whether the service accepts the receiver.
 	id, err := b.client.CreateWebhook(ctx, rc.url)
 	if err == nil {
@@ -162,8 +126,8 @@ func (b *bench) runWebhooks(ctx context.Context) error {
 	return nil
 }
 
-// queueInstance is the -webhook-queue-url instance, or nil when there is none or the main
-// instance cannot be paused (no -pid) or its backlog not watched (no -database-url).
+// queueInstance is the -webhook-queue-url instance (WEBHOOK_WORKERS=0), or nil when there is
+// none or it cannot be used.
 func (b *bench) queueInstance() *instance {
 	c := b.cfg
 	switch {
@@ -178,9 +142,8 @@ func (b *bench) queueInstance() *instance {
 	return &instance{kind: kindService, client: cl, pid: c.webhookQueuePID}
 }
 
-// plainInstance is the queue-only instance reached with -webhook-plain-key, the key of a
-// newsletter with no webhook endpoint, seeded with plainSeed subscribers; nil when there is no
-// queue-only instance or no such key.
+// plainInstance is the queue-only instance reached with -webhook-plain-key, seeded; nil
+// without either.
 func (b *bench) plainInstance(ctx context.Context, queue *instance) (*instance, error) {
 	c := b.cfg
 	if queue == nil || c.webhookPlainKey == "" {
@@ -196,13 +159,10 @@ func (b *bench) plainInstance(ctx context.Context, queue *instance) (*instance, 
 }
 
 // runQueuedPair runs write scenario name on the queue-only instance with one endpoint, its
-// deliveries only queued, against the same writes to the newsletter of plain, which has none,
-// in alternating slices of -telemetry-slice (load.RunAlternating) while the main instance, the
-// only one that delivers, is paused. Back to back, as runWebhookWrite runs them, a pass's
-// queued and plain runs read from 0.77 to 1.09 of each other as the machine drifted; in
-// alternating slices a slow spell falls on both, as in runServicePair. Both runs go to the
-// same tables at the same time; only the endpoint's deliveries differ. It returns the queued
-// run and the plain one (phase "paired"), after the backlog has been delivered.
+// deliveries only queued while the main instance is paused, against the same writes to plain's
+// newsletter, which has none, in alternating slices: back to back, a pass's two runs read from
+// 0.77 to 1.09 of each other as the machine drifted. It returns both runs (phase "paired")
+// once the backlog has been delivered.
 func (b *bench) runQueuedPair(ctx context.Context, rc *receiver, queue, plain *instance, name string, pass int) (RunRecord, RunRecord, error) {
 	remove, err := b.addEndpoint(ctx, rc)
 	if err != nil {
@@ -241,7 +201,7 @@ func (b *bench) addEndpoint(ctx context.Context, rc *receiver) (func(), error) {
 }
 
 // pauseMain stops the main instance (SIGSTOP), the only one with webhook workers, and returns
-// the function that resumes it, which does so once however often it is called.
+// the function that resumes it once.
 func (b *bench) pauseMain() (func(), error) {
 	if err := syscall.Kill(b.cfg.pid, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("pausing the main instance (pid %d): %w", b.cfg.pid, err)
@@ -256,8 +216,7 @@ func (b *bench) pauseMain() (func(), error) {
 	}, nil
 }
 
-// waitDelivered waits, after the run called name whose deliveries were only queued, until the
-// resumed main instance has delivered them.
+// waitDelivered waits until the resumed main instance has delivered the queued deliveries.
 func (b *bench) waitDelivered(ctx context.Context, name string, rc *receiver) {
 	switch _, left, err := b.waitDrained(ctx, "webhook_deliveries"); {
 	case err != nil:
@@ -269,13 +228,10 @@ func (b *bench) waitDelivered(ctx context.Context, name string, rc *receiver) {
 }
 
 // runWebhookWrite runs the write scenario name in the way mode, its record named with the
-// mode's suffix. With an endpoint, the endpoint is created for the run; afterwards the tool
-// waits for what the run left to be delivered and deletes the endpoint. With deliveries only
-// queued, the writes go to the queue-only instance while the main one, the only one with
-// webhook workers, is stopped (SIGSTOP) until the run ends. The last pass's bulk run with
-// deliveries also gives the delivery throughput: every delivery since the run began over the
-// time until the last one. While the workers lag, that is their throughput; when they kept
-// up, it is the write rate, a floor.
+// mode's suffix; the endpoint, if any, is created for the run and deleted once the run's
+// backlog is delivered. The last pass's bulk run with deliveries also gives the delivery
+// throughput: every delivery since the run began over the time until the last one (while the
+// workers lag, their throughput; when they kept up, the write rate, a floor).
 func (b *bench) runWebhookWrite(ctx context.Context, rc *receiver, queue *instance, name string, mode hookMode, pass int) (RunRecord, error) {
 	desc := map[hookMode]string{
 		hookNone:      "; no webhook endpoint, paired with " + name + webhookSuffix,

@@ -31,58 +31,29 @@ func (b *bench) openWhere(ctx context.Context) {
 	}
 }
 
-// whereWindow starts measuring where PostgreSQL's time goes for a measured run of the main
-// instance or of the baseline (app is their connections' application_name); it returns the
-// function that ends the window and records the result in rec. Without the probe both do
-// nothing.
-func (b *bench) whereWindow(ctx context.Context, app string) (start func(), stop func(rec *RunRecord)) {
-	if b.where == nil {
-		return func() {}, func(*RunRecord) {}
+// whereStart starts measuring where PostgreSQL's time goes for a measured run of the main
+// instance or of the baseline, whose connections are named app; nil without the probe or app.
+func (b *bench) whereStart(ctx context.Context, app string) *pgstat.Window {
+	if b.where == nil || app == "" {
+		return nil
 	}
-	var w *pgstat.Window
-	start = func() {
-		var err error
-		if w, err = b.where.Start(ctx, app); err != nil {
-			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
-		}
+	w, err := b.where.Start(ctx, app)
+	if err != nil {
+		fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
 	}
-	stop = func(rec *RunRecord) {
-		if w == nil {
-			return
-		}
-		wh, err := w.Stop(ctx, rec.Requests)
-		if err != nil {
-			fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
-			return
-		}
-		rec.Where = wh
-	}
-	return start, stop
+	return w
 }
 
-// whereRow is one line of the where-the-time-goes table.
-type whereRow struct {
-	name string
-	w    *pgstat.Where
-}
-
-// whereRows lists, for each measured service scenario (its median pass) and its baselines,
-// where PostgreSQL's time went.
-func whereRows(rep *Report) []whereRow {
-	var out []whereRow
-	for _, p := range plan {
-		s := rep.find("service", p.service, "measure", rep.Meta.Clients)
-		if s == nil || s.Where == nil {
-			continue
-		}
-		out = append(out, whereRow{s.Scenario, s.Where})
-		for _, name := range p.baselines {
-			if b := rep.find("baseline", name, "measure", rep.Meta.Clients); b != nil && b.Where != nil {
-				out = append(out, whereRow{"  baseline " + name, b.Where})
-			}
-		}
+// whereStop ends the window w of a run of requests (nil: not measured).
+func (b *bench) whereStop(ctx context.Context, w *pgstat.Window, requests int64) *pgstat.Where {
+	if w == nil {
+		return nil
 	}
-	return out
+	wh, err := w.Stop(ctx, requests)
+	if err != nil {
+		fmt.Fprintf(b.log, "warning: where the time goes: %v\n", err)
+	}
+	return wh
 }
 
 // whereStatementsShown is how many statements each scenario lists, most execution time first.
@@ -110,7 +81,14 @@ func statementsCol(w *pgstat.Where, format string, v float64) string {
 
 // whereMarkdown writes where PostgreSQL's time went in the measured runs.
 func whereMarkdown(w io.Writer, rep *Report) {
-	rows := whereRows(rep)
+	var names []string
+	var rows []*pgstat.Where
+	all, runs := measured(rep)
+	for i, r := range runs {
+		if r.Where != nil {
+			names, rows = append(names, all[i]), append(rows, r.Where)
+		}
+	}
 	if len(rows) == 0 {
 		return
 	}
@@ -124,18 +102,17 @@ func whereMarkdown(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintln(w, "\n| scenario | statements | exec ms | plan ms | WAL B | server WAL B | lock µs | LWLock µs | backends | top waits (µs) |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
-	for _, r := range rows {
-		x := r.w
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.1f | %s |\n", strings.TrimSpace(r.name),
+	for i, x := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.1f | %s |\n", names[i],
 			statementsCol(x, "%.2f", x.StatementsPerRequest), statementsCol(x, "%.3f", x.ExecMsPerRequest),
 			statementsCol(x, "%.3f", x.PlanMsPerRequest), statementsCol(x, "%.0f", x.WALPerRequest), x.ClusterWALPerRequest, x.LockWaitUsPerRequest, x.LWLockWaitUsPerRequest, x.ActiveBackends, topWaits(x, 3))
 	}
-	for _, r := range rows {
-		if len(r.w.Statements) == 0 {
+	for n, x := range rows {
+		if len(x.Statements) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s, statements with most execution time:\n\n| calls/req | mean ms | WAL B/call | rows/call | blocks/call | statement |\n|--:|--:|--:|--:|--:|---|\n", strings.TrimSpace(r.name))
-		for i, s := range r.w.Statements {
+		fmt.Fprintf(w, "\n%s, statements with most execution time:\n\n| calls/req | mean ms | WAL B/call | rows/call | blocks/call | statement |\n|--:|--:|--:|--:|--:|---|\n", names[n])
+		for i, s := range x.Statements {
 			if i == whereStatementsShown {
 				break
 			}

@@ -157,7 +157,7 @@ func (r *Runner) Scenarios() []Scenario {
 // wrapPage is a page read counted as one row per request, like the service's list scenarios.
 func (r *Runner) wrapPage(page int, status string, withCount bool) load.Op {
 	return r.wrap(func(ctx context.Context) (int, error) {
-		_, err := r.Page(ctx, page, status, withCount)
+		_, _, err := r.Page(ctx, page, status, withCount)
 		return 1, err
 	})
 }
@@ -249,14 +249,8 @@ func (r *Runner) Insert100(ctx context.Context) (int, error) {
 
 // Page reads page page (of PageSize, newest first) of the newsletter, of one status when status
 // is not empty, followed by the COUNT(*) of the same filter when withCount is set. It returns
-// the rows read.
-func (r *Runner) Page(ctx context.Context, page int, status string, withCount bool) (int, error) {
-	rows, _, err := r.PageRows(ctx, page, status, withCount)
-	return len(rows), err
-}
-
-// PageRows is Page returning the rows and the total (-1 without a count).
-func (r *Runner) PageRows(ctx context.Context, page int, status string, withCount bool) ([]Subscriber, int, error) {
+// the rows and the total (-1 without a count).
+func (r *Runner) Page(ctx context.Context, page int, status string, withCount bool) ([]Subscriber, int, error) {
 	var rows []Subscriber
 	q := r.DB.NewSelect().Model(&rows).Column("id", "email", "first_name", "last_name", "status", "created_at").
 		Where("newsletter_id = ?", r.Newsletter)

@@ -132,7 +132,7 @@ func TestPagesAreNewestFirstWithinTheNewsletter(t *testing.T) {
 		t.Fatalf("%d rows, want 301", len(want))
 	}
 
-	first, total, err := r.PageRows(ctx, 1, "", true)
+	first, total, err := r.Page(ctx, 1, "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,23 +147,23 @@ func TestPagesAreNewestFirstWithinTheNewsletter(t *testing.T) {
 	}
 
 	// Page 13 of 25 holds rows 300 and 301; no count was asked for.
-	last, total, err := r.PageRows(ctx, 13, "", false)
+	last, total, err := r.Page(ctx, 13, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if total != -1 || !slices.Equal(ids(last), want[300:]) {
 		t.Errorf("page 13: %d rows, total %d; want the last 1 and no count", len(last), total)
 	}
-	if n, err := r.Page(ctx, DeepPage, "", true); err != nil || n != 0 {
-		t.Errorf("page %d = %d rows, %v; want none past the end", DeepPage, n, err)
+	if rows, _, err := r.Page(ctx, DeepPage, "", true); err != nil || len(rows) != 0 {
+		t.Errorf("page %d = %d rows, %v; want none past the end", DeepPage, len(rows), err)
 	}
 
-	pend, total, err := r.PageRows(ctx, 1, "pending", true)
+	pend, total, err := r.Page(ctx, 1, "pending", true)
 	if err != nil || len(pend) != 1 || total != 1 || pend[0].ID != want[0] {
 		t.Errorf("pending filter: %d rows, total %d, %v; want the one pending subscriber", len(pend), total, err)
 	}
-	if n, err := r.Page(ctx, 1, StatusFiltered, false); err != nil || n != PageSize {
-		t.Errorf("active filter: %d rows, %v; want a full page", n, err)
+	if rows, _, err := r.Page(ctx, 1, StatusFiltered, false); err != nil || len(rows) != PageSize {
+		t.Errorf("active filter: %d rows, %v; want a full page", len(rows), err)
 	}
 }
 

@@ -1,12 +1,18 @@
-// Package load runs one operation from N concurrent workers for a bounded time and a bounded
-// number of operations, and collects a Sample for every operation of the measured window.
+// Package load runs operations from N concurrent workers for a bounded time and a bounded
+// number of operations, and sums up the measured window: throughput, latency percentiles (in an
+// HDR histogram), errors by kind and the longest stretch without a completion.
 package load
 
 import (
 	"context"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // Result is what one operation reports: rows written or read on success, or the kind of its
@@ -14,8 +20,7 @@ import (
 type Result struct {
 	Rows int
 	Err  string
-	// Detail is a short description of a failure (a response body, an error text), kept for the
-	// first failure of each kind to help explain it.
+	// Detail describes a failure (a response body, an error text); the first of each kind is kept.
 	Detail string
 }
 
@@ -25,12 +30,10 @@ type Op func(ctx context.Context, worker int, seq int64) Result
 
 // Options bounds a run.
 type Options struct {
-	Clients int // concurrent workers, ≥ 1
-	// Warmup is run first and not measured.
-	Warmup time.Duration
-	// Duration is the measured window: no operation starts after it.
-	Duration time.Duration
-	// MaxRequests caps the measured operations (0 = no cap beyond Duration).
+	Clients  int           // concurrent workers, ≥ 1
+	Warmup   time.Duration // run first, not measured
+	Duration time.Duration // the measured window: no operation starts after it
+	// MaxRequests caps the measured operations (0 = DefaultMaxRequests).
 	MaxRequests int64
 	// OnMeasure, when set, is called as the measured window starts (to start a profile).
 	OnMeasure func()
@@ -47,77 +50,134 @@ type Outcome struct {
 // count as well as in time.
 const DefaultMaxRequests = 5_000_000
 
+// Summary is what a run reports.
+type Summary struct {
+	Requests int64            // operations finished in the window
+	OK       int64            // of which succeeded
+	Errors   map[string]int64 // failures by kind
+	Rows     int64            // rows of the successful operations
+	// Elapsed is the window, extended to the last completion, so that a rate never counts
+	// work done outside the time it is divided by.
+	Elapsed        time.Duration
+	RequestsPerSec float64 // successful operations per second
+	RowsPerSec     float64
+
+	// Latency of every finished operation, successful or not.
+	Mean, P50, P90, P99, Max time.Duration
+
+	// LongestGap is the longest interval of the window in which no operation finished: a
+	// stalled service shows a gap close to the whole window or the request timeout.
+	LongestGap time.Duration
+}
+
+// ErrorCount is the number of failed operations.
+func (s Summary) ErrorCount() int64 {
+	var n int64
+	for _, c := range s.Errors {
+		n += c
+	}
+	return n
+}
+
+// ErrorKinds returns the error kinds in a stable order.
+func (s Summary) ErrorKinds() []string {
+	return slices.Sorted(maps.Keys(s.Errors))
+}
+
 // Run runs op from opts.Clients workers: for opts.Warmup unmeasured, then for opts.Duration (or
 // until opts.MaxRequests operations have started) measured. It waits for the operations in
 // flight to finish; ops must therefore bound their own time (a request timeout). Cancelling
 // ctx stops the workers early; ctx is also what the operations receive.
 func Run(ctx context.Context, opts Options, op Op) Outcome {
-	if opts.Clients < 1 {
-		opts.Clients = 1
+	return run(ctx, opts, opts.Duration, []Op{op})[0]
+}
+
+// RunAlternating runs two operations in turns, for a comparison that the machine's drift must
+// not decide: after a warm-up of each, the measured window, opts.Duration for each, is cut
+// into slices of about slice that go to ops[0] and ops[1] in the order 0 1 1 0, 0 1 1 0, …, so
+// that a steady change of speed costs both the same and a slow spell falls on both. A worker
+// runs the operation of the slice in which it starts a call. Each outcome is over its own
+// slices put end to end; opts.MaxRequests caps each operation.
+func RunAlternating(ctx context.Context, opts Options, slice time.Duration, ops [2]Op) [2]Outcome {
+	out := run(ctx, opts, slice, ops[:])
+	return [2]Outcome{out[0], out[1]}
+}
+
+// AlternatingTurn is the operation RunAlternating gives slice k: 0 1 1 0, 0 1 1 0, …
+func AlternatingTurn(k int) int {
+	if k%4 == 1 || k%4 == 2 {
+		return 1
 	}
+	return 0
+}
+
+// run is Run for one operation (its one slice the whole window) and RunAlternating for two.
+func run(ctx context.Context, opts Options, slice time.Duration, ops []Op) []Outcome {
+	clients := max(opts.Clients, 1)
 	limit := opts.MaxRequests
 	if limit <= 0 {
 		limit = DefaultMaxRequests
 	}
+	m := len(ops)
+	n := max(1, int((opts.Duration+slice/2)/max(slice, 1))) // slices per operation
+	slice = max(opts.Duration/time.Duration(n), 1)          // 1 ns when there is no window at all
 	var seq atomic.Int64
-	var started atomic.Int64 // measured operations started
-
-	warmUp(ctx, opts, op, &seq)
+	started := make([]atomic.Int64, m)
+	recs := make([]recorder, m)
+	for _, op := range ops {
+		warmUp(ctx, opts.Warmup, clients, op, &seq)
+	}
 
 	if opts.OnMeasure != nil {
 		opts.OnMeasure()
 	}
 	t0 := time.Now()
-	deadline := t0.Add(opts.Duration)
-	per := make([]recorder, opts.Clients)
 	var wg sync.WaitGroup
-	for w := range opts.Clients {
+	for w := range clients {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				s := time.Now()
-				if !s.Before(deadline) || started.Add(1) > limit {
+				k := int(s.Sub(t0) / slice) // the slice the call starts in
+				if k >= m*n {
 					break
 				}
-				r := op(ctx, w, seq.Add(1))
-				per[w].add(s.Sub(t0), time.Since(s), r)
+				i := 0
+				if m == 2 {
+					i = AlternatingTurn(k)
+				}
+				if started[i].Add(1) > limit {
+					if m == 1 || started[1-i].Load() >= limit {
+						break
+					}
+					sleep(ctx, t0.Add(time.Duration(k+1)*slice).Sub(s)) // to the next slice
+					continue
+				}
+				r := ops[i](ctx, w, seq.Add(1))
+				// Slice k is the operation's own slice k/m, which starts at (k/m)·slice of
+				// its own time.
+				recs[i].add(time.Duration(k/m)*slice+s.Sub(t0)-time.Duration(k)*slice, time.Since(s), r)
 			}
 		})
 	}
 	wg.Wait()
-	// The window is the planned duration unless the count cap or ctx ended it sooner;
-	// Summarize extends it to the last completion.
-	return outcome(per, min(time.Since(t0), opts.Duration), started.Load() > limit)
+	// The window is the planned duration unless the count cap or ctx ended it sooner.
+	window := min(time.Since(t0)/time.Duration(m), opts.Duration)
+	out := make([]Outcome, m)
+	for i := range recs {
+		if started[i].Load() > limit && len(recs[i].ends) > 0 {
+			out[i] = recs[i].outcome(0) // ended by the count cap: up to its last completion
+		} else {
+			out[i] = recs[i].outcome(window)
+		}
+	}
+	return out
 }
 
-// recorder is what one worker measured: a sample per call and the first detail of each kind
-// of error.
-type recorder struct {
-	samples []Sample
-	details map[string]string
-}
-
-// add records a call that started at start (in the run's time) and took d.
-func (r *recorder) add(start, d time.Duration, res Result) {
-	r.samples = append(r.samples, Sample{Start: start, End: start + d, Rows: res.Rows, Err: res.Err})
-	if res.Err == "" {
-		return
-	}
-	if r.details == nil {
-		r.details = map[string]string{}
-	}
-	if _, ok := r.details[res.Err]; !ok {
-		r.details[res.Err] = res.Detail
-	}
-}
-
-// warmUp runs op from opts.Clients workers for opts.Warmup, recording nothing.
-func warmUp(ctx context.Context, opts Options, op Op, seq *atomic.Int64) {
-	if opts.Warmup <= 0 {
-		return
-	}
-	end := time.Now().Add(opts.Warmup)
+// warmUp runs op from clients workers for d, recording nothing.
+func warmUp(ctx context.Context, d time.Duration, clients int, op Op, seq *atomic.Int64) {
+	end := time.Now().Add(d)
 	var wg sync.WaitGroup
-	for w := range opts.Clients {
+	for w := range clients {
 		wg.Go(func() {
 			for ctx.Err() == nil && time.Now().Before(end) {
 				op(ctx, w, seq.Add(1))
@@ -125,90 +185,6 @@ func warmUp(ctx context.Context, opts Options, op Op, seq *atomic.Int64) {
 		})
 	}
 	wg.Wait()
-}
-
-// outcome summarizes the workers' samples over window. A run ended by the count cap is
-// measured up to its last completion only.
-func outcome(per []recorder, window time.Duration, capped bool) Outcome {
-	n := 0
-	for _, r := range per {
-		n += len(r.samples)
-	}
-	all := make([]Sample, 0, n)
-	out := Outcome{Details: map[string]string{}}
-	for _, r := range per {
-		all = append(all, r.samples...)
-		for k, v := range r.details {
-			if _, ok := out.Details[k]; !ok {
-				out.Details[k] = v
-			}
-		}
-	}
-	if n > 0 && capped {
-		window = 0
-	}
-	out.Summary = Summarize(all, window)
-	return out
-}
-
-// RunAlternating runs two operations in turns, for a comparison of two services that the
-// machine's drift must not decide. After a warm-up of each (opts.Warmup apiece), the measured
-// window, opts.Duration for each operation, is cut into slices of about slice, which go to
-// ops[0] and ops[1] in the order 0 1 1 0, 0 1 1 0, …: a change of the machine's speed that is
-// steady over four slices costs both the same, and a slow spell of a few seconds falls on
-// both instead of on whichever ran then. The same opts.Clients workers run both: each takes
-// the operation of the slice in which it starts a call.
-//
-// Each outcome is over its own slices, put end to end: a sample's times are shifted back by
-// the other operation's slices before it, so the rate, latencies and longest gap mean what
-// Run's do. opts.MaxRequests caps each operation: one that reached it sits out its slices
-// until the other has too. OnMeasure is called once.
-func RunAlternating(ctx context.Context, opts Options, slice time.Duration, ops [2]Op) [2]Outcome {
-	opts.Clients = max(opts.Clients, 1)
-	limit := opts.MaxRequests
-	if limit <= 0 {
-		limit = DefaultMaxRequests
-	}
-	n := max(1, int((opts.Duration+slice/2)/max(slice, 1))) // slices per operation
-	slice = max(opts.Duration/time.Duration(n), 1)          // 1 ns when there is no window at all
-	var seq atomic.Int64
-	var started [2]atomic.Int64
-	for _, op := range ops {
-		warmUp(ctx, opts, op, &seq)
-	}
-
-	if opts.OnMeasure != nil {
-		opts.OnMeasure()
-	}
-	t0 := time.Now()
-	per := [2][]recorder{make([]recorder, opts.Clients), make([]recorder, opts.Clients)}
-	var wg sync.WaitGroup
-	for w := range opts.Clients {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				s := time.Now()
-				k := int(s.Sub(t0) / slice) // the slice the call starts in
-				if k >= 2*n {
-					break
-				}
-				i := AlternatingTurn(k)
-				if started[i].Add(1) > limit {
-					if started[1-i].Load() >= limit {
-						break
-					}
-					sleep(ctx, t0.Add(time.Duration(k+1)*slice).Sub(s)) // to the next slice
-					continue
-				}
-				r := ops[i](ctx, w, seq.Add(1))
-				// Slices 2m and 2m+1 hold one of each operation: this is the operation's
-				// slice m, which starts at m·slice of its own time.
-				per[i][w].add(time.Duration(k/2)*slice+s.Sub(t0)-time.Duration(k)*slice, time.Since(s), r)
-			}
-		})
-	}
-	wg.Wait()
-	window := min(time.Since(t0)/2, opts.Duration)
-	return [2]Outcome{outcome(per[0], window, started[0].Load() > limit), outcome(per[1], window, started[1].Load() > limit)}
 }
 
 // sleep waits for d or until ctx is done.
@@ -221,10 +197,88 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// AlternatingTurn is the operation RunAlternating gives slice k: 0 1 1 0, 0 1 1 0, …
-func AlternatingTurn(k int) int {
-	if k%4 == 1 || k%4 == 2 {
-		return 1
+// recorder is what the workers measured of one operation: latencies in µs, with 3
+// significant digits (0.1 %), from 1 µs to an hour; completion times; counts.
+type recorder struct {
+	mu      sync.Mutex
+	lat     *hdrhistogram.Histogram
+	ends    []time.Duration
+	ok      int64
+	rows    int64
+	errors  map[string]int64
+	details map[string]string
+}
+
+// add records a call that started at start (in the window's time) and took d.
+func (r *recorder) add(start, d time.Duration, res Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lat == nil {
+		r.lat = hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+		r.errors, r.details = map[string]int64{}, map[string]string{}
 	}
-	return 0
+	_ = r.lat.RecordValue(max(1, d.Microseconds())) // beyond an hour: not recorded, still counted
+	r.ends = append(r.ends, start+d)
+	switch {
+	case res.Err == "":
+		r.ok++
+		r.rows += int64(res.Rows)
+	case r.errors[res.Err] == 0:
+		r.details[res.Err] = res.Detail
+		fallthrough
+	default:
+		r.errors[res.Err]++
+	}
+}
+
+// outcome sums up what r recorded over window (extended to the last completion).
+func (r *recorder) outcome(window time.Duration) Outcome {
+	s := Summary{Elapsed: window, Requests: int64(len(r.ends)), OK: r.ok, Rows: r.rows}
+	out := Outcome{Summary: s, Details: r.details}
+	if len(r.ends) == 0 {
+		out.Summary.LongestGap = window
+		return out
+	}
+	if len(r.errors) > 0 {
+		s.Errors = r.errors
+	}
+	slices.Sort(r.ends)
+	s.Elapsed = max(window, r.ends[len(r.ends)-1])
+	us := func(v float64) time.Duration { return time.Duration(math.Round(v * float64(time.Microsecond))) }
+	s.Mean, s.Max = us(r.lat.Mean()), us(float64(r.lat.Max()))
+	s.P50, s.P90, s.P99 = us(float64(r.lat.ValueAtPercentile(50))), us(float64(r.lat.ValueAtPercentile(90))),
+		us(float64(r.lat.ValueAtPercentile(99)))
+	s.RequestsPerSec, s.RowsPerSec = Rate(s.OK, s.Elapsed), Rate(s.Rows, s.Elapsed)
+	s.LongestGap = LongestGap(r.ends, s.Elapsed)
+	out.Summary = s
+	return out
+}
+
+// Rate is n events per second over d; 0 when d is not positive.
+func Rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// LongestGap returns the longest interval of [0, window] containing no completion, given the
+// completion offsets in ascending order.
+func LongestGap(sortedEnds []time.Duration, window time.Duration) time.Duration {
+	prev := time.Duration(0)
+	var gap time.Duration
+	for _, e := range sortedEnds {
+		e = max(e, prev)
+		gap = max(gap, e-prev)
+		prev = e
+	}
+	return max(gap, window-prev)
+}
+
+// Ratio is a/b, or NaN when b is zero (no baseline to compare with).
+func Ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
 }

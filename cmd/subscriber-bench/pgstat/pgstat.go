@@ -32,13 +32,10 @@ const DefaultInterval = 20 * time.Millisecond
 
 // Probe reads the statistics of one database.
 type Probe struct {
-	db *bun.DB
-	// Statements tells whether pg_stat_statements can be read on this server.
-	Statements bool
-	// Note says what is not measured, and why; empty when everything is.
-	Note string
-	// Interval is the sampling period of pg_stat_activity.
-	Interval time.Duration
+	db         *bun.DB
+	Statements bool          // pg_stat_statements can be read on this server
+	Note       string        // what is not measured, and why; empty when everything is
+	Interval   time.Duration // the sampling period of pg_stat_activity
 }
 
 // Open connects to the database at dsn (a PostgreSQL URL) with one connection of its own and
@@ -76,7 +73,6 @@ func open(ctx context.Context, dsn, app string) (*bun.DB, error) {
 	return db, nil
 }
 
-// Close closes the probe's connections.
 func (p *Probe) Close() error { return p.db.Close() }
 
 // StatementStat is one statement's cumulative counters in pg_stat_statements.
@@ -267,8 +263,8 @@ type Where struct {
 	ClusterWALBytes      int64   `json:"cluster_wal_bytes"`
 	ClusterWALPerRequest float64 `json:"cluster_wal_bytes_per_request"`
 
-	// Samples of pg_stat_activity taken; Waits, the watched backends' time per request on
-	// each wait event, worked out from them; ActiveBackends, how many were active on average.
+	// Samples of pg_stat_activity taken, and worked out from them: how many backends were
+	// active on average, and their time per request on each wait event.
 	Samples        int     `json:"samples"`
 	SampleErrors   int     `json:"sample_errors,omitempty"`
 	ActiveBackends float64 `json:"active_backends"`

@@ -1,7 +1,6 @@
 package svc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -63,16 +62,12 @@ const tagsPath = "/api/v1/tags"
 
 // checkTags validates a page of GET /tags: a full page of tags, each held by someone.
 func checkTags(status int, body []byte) error {
-	env, err := decode(status, 200, body)
-	if err != nil {
-		return err
-	}
-	var tags []struct {
+	tags, _, err := decodeData[[]struct {
 		Tag         string `json:"tag"`
 		Subscribers int64  `json:"subscribers"`
-	}
-	if err := json.Unmarshal(env.Data, &tags); err != nil {
-		return fmt.Errorf("data is not a list of tags: %v", err)
+	}](status, 200, body)
+	if err != nil {
+		return err
 	}
 	if len(tags) != TagsPage {
 		return fmt.Errorf("%d tags on the page, want %d", len(tags), TagsPage)

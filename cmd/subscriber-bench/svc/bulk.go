@@ -36,18 +36,14 @@ func (c *Client) segmentScenarios() []Scenario {
 
 // checkSegment validates GET /segments/{id}: a segment with members.
 func checkSegment(status int, body []byte) error {
-	env, err := decode(status, 200, body)
-	if err != nil {
-		return err
-	}
-	var seg struct {
+	seg, _, err := decodeData[struct {
 		ID          string `json:"id"`
 		Subscribers *int64 `json:"subscribers"`
+	}](status, 200, body)
+	if err == nil && (seg.ID == "" || seg.Subscribers == nil || *seg.Subscribers <= 0) {
+		err = fmt.Errorf("not a segment with members: %.300s", body)
 	}
-	if err := json.Unmarshal(env.Data, &seg); err != nil || seg.ID == "" || seg.Subscribers == nil || *seg.Subscribers <= 0 {
-		return fmt.Errorf("not a segment with members (%v): %.300s", err, body)
-	}
-	return nil
+	return err
 }
 
 // post sends body as JSON to path and returns the data's id, the answer having to be want.
@@ -60,15 +56,14 @@ func (c *Client) post(ctx context.Context, path string, body any, want int) (str
 	if r.err != nil {
 		return "", r.err
 	}
-	env, err := decode(r.status, want, r.body)
+	out, _, err := decodeData[struct {
+		ID string `json:"id"`
+	}](r.status, want, r.body)
+	if err == nil && out.ID == "" {
+		err = fmt.Errorf("no id in %.300s", r.body)
+	}
 	if err != nil {
 		return "", fmt.Errorf("POST %s: %w", path, err)
-	}
-	var out struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(env.Data, &out); err != nil || out.ID == "" {
-		return "", fmt.Errorf("POST %s: no id in %.300s", path, r.body)
 	}
 	return out.ID, nil
 }
@@ -102,13 +97,9 @@ type BulkAction struct {
 
 // GetBulkAction reads bulk action id.
 func (c *Client) GetBulkAction(ctx context.Context, id string) (BulkAction, error) {
-	var a BulkAction
-	env, err := c.get(ctx, bulkActionsPath+"/"+id)
-	if err != nil {
-		return a, err
+	a, _, err := get[BulkAction](ctx, c, bulkActionsPath+"/"+id)
+	if err == nil && a.State == "" {
+		err = errors.New("GET /bulk-actions/{id}: not a bulk action")
 	}
-	if err := json.Unmarshal(env.Data, &a); err != nil || a.State == "" {
-		return a, errors.New("GET /bulk-actions/{id}: not a bulk action")
-	}
-	return a, nil
+	return a, err
 }

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/subscriberd/subscriberd/cmd/subscriber-bench/load"
 )
 
@@ -80,10 +82,9 @@ type Client struct {
 	IDs []string
 }
 
-// NewClient returns a client of the service at base (such as "http://127.0.0.1:8080") using
-// key. conns is the most connections kept alive to the service: at least the largest number of
-// concurrent workers, or connections would be closed and reopened under load. timeout bounds
-// every request. Emails it creates are unique to runID.
+// NewClient returns a client of the service at base using key, keeping up to conns connections
+// alive (at least the most concurrent workers, or they would be reopened under load); timeout
+// bounds every request. Emails it creates are unique to runID.
 func NewClient(base, key, runID string, conns int, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 20 * time.Second
@@ -160,26 +161,19 @@ func (c *Client) do(ctx context.Context, q request, keep bool) response {
 	return r
 }
 
-// get reads path and decodes its envelope, which must answer 200.
-func (c *Client) get(ctx context.Context, path string) (envelope, error) {
+// get reads path, which must answer 200, and decodes its data.
+func get[T any](ctx context.Context, c *Client, path string) (T, envelope, error) {
 	r := c.do(ctx, request{method: http.MethodGet, path: path}, true)
 	if r.err != nil {
-		return envelope{}, r.err
+		var zero T
+		return zero, envelope{}, r.err
 	}
-	return decode(r.status, 200, r.body)
+	return decodeData[T](r.status, 200, r.body)
 }
 
 // page lists one page of subscribers, newest first.
 func (c *Client) page(ctx context.Context, page, limit int) ([]Subscriber, envelope, error) {
-	env, err := c.get(ctx, fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, limit))
-	if err != nil {
-		return nil, env, err
-	}
-	var subs []Subscriber
-	if err := json.Unmarshal(env.Data, &subs); err != nil {
-		return nil, env, fmt.Errorf("data is not a list of subscribers: %v", err)
-	}
-	return subs, env, nil
+	return get[[]Subscriber](ctx, c, fmt.Sprintf("%s?page=%d&limit=%d", subscribersPath, page, limit))
 }
 
 // result classifies a response as a load.Result: a 2xx is a success of rows rows.
@@ -301,8 +295,7 @@ func (c *Client) Probe(ctx context.Context, sc Scenario) error {
 	return sc.Check(r.status, r.body)
 }
 
-// findEmails collects known addresses for lookup_email, from the middle of the seeded table
-// (the newest when it is small).
+// findEmails collects known addresses for lookup_email, from the middle of the seeded table.
 func (c *Client) findEmails(ctx context.Context) error {
 	var subs []Subscriber
 	for _, page := range []int{CursorDepth / 100 / 2, 1} {
@@ -326,8 +319,8 @@ func (c *Client) findEmails(ctx context.Context) error {
 	return nil
 }
 
-// findCursor finds the cursor after CursorDepth subscribers (after the first page on a
-// smaller table) for list_cursor_deep.
+// findCursor finds the cursor after CursorDepth subscribers (or the first page) for
+// list_cursor_deep.
 func (c *Client) findCursor(ctx context.Context) error {
 	for _, page := range []int{CursorDepth / PageSize, 1} {
 		_, env, err := c.page(ctx, page, PageSize)
@@ -346,13 +339,9 @@ func (c *Client) findCursor(ctx context.Context) error {
 
 // checkLookup validates a lookup: one subscriber, total 1.
 func checkLookup(status int, body []byte) error {
-	env, err := decode(status, 200, body)
+	subs, env, err := decodeData[[]Subscriber](status, 200, body)
 	if err != nil {
 		return err
-	}
-	var subs []Subscriber
-	if err := json.Unmarshal(env.Data, &subs); err != nil {
-		return fmt.Errorf("data is not a list of subscribers: %v", err)
 	}
 	if len(subs) != 1 || env.Pagination == nil || env.Pagination.Total != 1 {
 		return fmt.Errorf("lookup found %d subscribers: %.300s", len(subs), body)
@@ -426,6 +415,16 @@ func decode(status, want int, body []byte) (envelope, error) {
 	return env, nil
 }
 
+// decodeData decodes the envelope of an answer that must be want, and its data as a T.
+func decodeData[T any](status, want int, body []byte) (T, envelope, error) {
+	var v T
+	env, err := decode(status, want, body)
+	if err == nil && json.Unmarshal(env.Data, &v) != nil {
+		err = fmt.Errorf("data is not a %T: %.300s", v, body)
+	}
+	return v, env, err
+}
+
 func (s Subscriber) check() error {
 	if s.ID == "" || s.Email == "" || s.Status == "" || s.CreatedAt == "" {
 		return fmt.Errorf("subscriber lacks id, email, status or created_at: %+v", s)
@@ -435,13 +434,9 @@ func (s Subscriber) check() error {
 
 func checkOne(want int) func(int, []byte) error {
 	return func(status int, body []byte) error {
-		env, err := decode(status, want, body)
+		s, _, err := decodeData[Subscriber](status, want, body)
 		if err != nil {
 			return err
-		}
-		var s Subscriber
-		if err := json.Unmarshal(env.Data, &s); err != nil {
-			return fmt.Errorf("data is not a subscriber: %v", err)
 		}
 		return s.check()
 	}
@@ -449,13 +444,9 @@ func checkOne(want int) func(int, []byte) error {
 
 // checkList validates a list page; full asks for a full page of PageSize.
 func checkList(status int, body []byte, full bool) error {
-	env, err := decode(status, 200, body)
+	subs, env, err := decodeData[[]Subscriber](status, 200, body)
 	if err != nil {
 		return err
-	}
-	var subs []Subscriber
-	if err := json.Unmarshal(env.Data, &subs); err != nil {
-		return fmt.Errorf("data is not a list of subscribers: %v", err)
 	}
 	if env.Pagination == nil {
 		return errors.New("no pagination")
@@ -484,15 +475,11 @@ func checkBulk(status int, body []byte) error {
 
 // bulkCreated returns the ids a bulk create answered with, checking there are n.
 func bulkCreated(status int, body []byte, n int) ([]string, error) {
-	env, err := decode(status, 201, body)
+	data, _, err := decodeData[struct {
+		Created []Subscriber `json:"created"`
+	}](status, 201, body)
 	if err != nil {
 		return nil, err
-	}
-	var data struct {
-		Created []Subscriber `json:"created"`
-	}
-	if err := json.Unmarshal(env.Data, &data); err != nil {
-		return nil, fmt.Errorf("data is not {created: [...]}: %v", err)
 	}
 	if len(data.Created) != n {
 		return nil, fmt.Errorf("%d created, want %d", len(data.Created), n)
@@ -510,58 +497,39 @@ func bulkCreated(status int, body []byte, n int) ([]string, error) {
 // Seed creates n active subscribers with bulk requests of up to 100 from parallel workers and
 // returns their ids. progress, when not nil, is called with the running total after each bulk.
 func (c *Client) Seed(ctx context.Context, n, parallel int, progress func(done int)) ([]string, error) {
-	if parallel < 1 {
-		parallel = 1
-	}
-	batches := (n + BulkSize - 1) / BulkSize
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan int)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(parallel, 1))
 	var mu sync.Mutex
 	ids := make([]string, 0, n)
-	var wg sync.WaitGroup
-	for range parallel {
-		wg.Go(func() {
-			for size := range next {
-				r := c.do(ctx, request{method: http.MethodPost, path: bulkPath, body: c.bulkBody("seed", size)}, true)
-				if r.err != nil {
-					cancel(fmt.Errorf("seed bulk: %w", r.err))
-					return
-				}
-				got, err := bulkCreated(r.status, r.body, size)
-				if err != nil {
-					cancel(fmt.Errorf("seed bulk: %w", err))
-					return
-				}
-				mu.Lock()
-				ids = append(ids, got...)
-				done := len(ids)
-				mu.Unlock()
-				if progress != nil {
-					progress(done)
-				}
+	for done := 0; done < n && gctx.Err() == nil; done += BulkSize {
+		size := min(BulkSize, n-done)
+		g.Go(func() error {
+			r := c.do(gctx, request{method: http.MethodPost, path: bulkPath, body: c.bulkBody("seed", size)}, true)
+			if r.err != nil {
+				return fmt.Errorf("seed bulk: %w", r.err)
 			}
+			got, err := bulkCreated(r.status, r.body, size)
+			if err != nil {
+				return fmt.Errorf("seed bulk: %w", err)
+			}
+			mu.Lock()
+			ids = append(ids, got...)
+			done := len(ids)
+			mu.Unlock()
+			if progress != nil {
+				progress(done)
+			}
+			return nil
 		})
 	}
-feed:
-	for b := range batches {
-		size := min(BulkSize, n-b*BulkSize)
-		select {
-		case next <- size:
-		case <-ctx.Done():
-			break feed
-		}
+	err := g.Wait()
+	if err == nil {
+		err = ctx.Err() // cancelled between two bulks
 	}
-	close(next)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return ids, err
-	}
-	return ids, nil
+	return ids, err
 }
 
-// ListIDs returns up to n subscriber ids of the newsletter, newest first, read with the list
-// operation (for runs on a newsletter seeded earlier).
+// ListIDs returns up to n subscriber ids of the newsletter, newest first.
 func (c *Client) ListIDs(ctx context.Context, n int) ([]string, error) {
 	var ids []string
 	for page := 1; len(ids) < n; page++ {
@@ -576,9 +544,9 @@ func (c *Client) ListIDs(ctx context.Context, n int) ([]string, error) {
 	return ids[:n], nil
 }
 
-// Total returns the newsletter's subscriber total as the list operation reports it.
+// Total returns the newsletter's subscriber total.
 func (c *Client) Total(ctx context.Context) (int64, error) {
-	env, err := c.get(ctx, subscribersPath+"?page=1&limit=1")
+	_, env, err := get[json.RawMessage](ctx, c, subscribersPath+"?page=1&limit=1")
 	if err != nil {
 		return 0, err
 	}
@@ -586,6 +554,20 @@ func (c *Client) Total(ctx context.Context) (int64, error) {
 		return 0, errors.New("list without pagination")
 	}
 	return env.Pagination.Total, nil
+}
+
+// Import is an import's state and counts (docs/api-contract.md §15).
+type Import struct {
+	State  string `json:"state"`
+	Counts struct {
+		Created int64 `json:"created"`
+	} `json:"counts"`
+}
+
+// GetImport reads import id.
+func (c *Client) GetImport(ctx context.Context, id string) (Import, error) {
+	imp, _, err := get[Import](ctx, c, "/api/v1/imports/"+id)
+	return imp, err
 }
 
 // CreateWebhook makes a webhook endpoint for url subscribed to every event type and returns
