@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -54,7 +55,9 @@ func (l *statementSpans) take() []string {
 // suppression check of docs/api-contract.md §13, the subscriber, its event with its deliveries
 // and, when pending, its confirmation email, in one statement: see createStmt); an idempotent
 // create five after the key's lookup (BEGIN, the key's lock, the create, its stored response,
-// COMMIT); a change of tags one, changed or not (the row lock, the change, its event with its
+// COMMIT); a bulk create of 100 one, whether it goes in or an email is taken (the addresses'
+// locks, the suppression and taken-address checks, the subscribers, their events with their
+// deliveries and the pending ones' emails: see createManyStmt); a change of tags one, changed or not (the row lock, the change, its event with its
 // deliveries: see changeTagsStmt); a status change seven (the row lock, and the
 // confirmations it retires).
 func TestStatementsPerRequest(t *testing.T) {
@@ -121,6 +124,19 @@ func TestStatementsPerRequest(t *testing.T) {
 		{"create, idempotent (after lookup)", func() error {
 			return createKeyed(ctx, idem, nl.ID, "create-key", []byte(`{}`))
 		}, 5},
+		{"bulk create, 100", func() error {
+			_, err := subs.CreateMany(ctx, nl.ID, bulkOf(100, "b"))
+			return err
+		}, 1},
+		{"bulk create, an email taken", func() error {
+			in := bulkOf(100, "t")
+			in[50].Email = "pa@example.com"
+			var taken *model.EmailTakenError
+			if _, err := subs.CreateMany(ctx, nl.ID, in); !errors.As(err, &taken) || len(taken.Indexes) != 1 || taken.Indexes[0] != 50 {
+				t.Errorf("a bulk with a taken email: %v; want position 50 named", err)
+			}
+			return nil
+		}, 1},
 		{"update, name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
 			return err
@@ -153,6 +169,18 @@ func TestStatementsPerRequest(t *testing.T) {
 			t.Errorf("%s: %d statements %q, want %d", c.name, len(got), got, c.want)
 		}
 	}
+}
+
+// bulkOf is a bulk create of n subscribers <prefix><i>@example.com, every third one pending.
+func bulkOf(n int, prefix string) []model.NewSubscriber {
+	in := make([]model.NewSubscriber, n)
+	for i := range in {
+		in[i] = model.NewSubscriber{Email: fmt.Sprintf("%s%d@example.com", prefix, i), FirstName: "Bulk", Status: model.StatusActive}
+		if i%3 == 0 {
+			in[i].Status = model.StatusPending
+		}
+	}
+	return in
 }
 
 // BenchmarkGetPaths reads one subscriber by id several ways, against the test PostgreSQL: as
