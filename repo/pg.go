@@ -414,24 +414,7 @@ SELECT (SELECT reason FROM chk) AS reason, (SELECT count(*) FROM s) AS created`)
 // emails. One round trip instead of a transaction's eight, and no event JSON built in Go.
 // Whether it queued a delivery is not asked: the workers poll.
 func (e *pgEngine) createMany(ctx context.Context, db bun.IDB, b bulkCreation) (bool, error) {
-	n := len(b.Subscribers)
-	var (
-		locks, ids, emails, keys, firsts = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		lasts, statuses, attrs, tags     = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		hashes, legacy, mails            = make([]string, n), make([]string, n), make([]string, n)
-	)
-	nl := b.NewsletterID.String()
-	for i, sub := range b.Subscribers {
-		keys[i] = model.EmailKey(sub.Email)
-		locks[i] = nl + "/" + keys[i]
-		ids[i], emails[i], firsts[i], lasts[i], statuses[i] = sub.ID.String(), sub.Email, sub.FirstName, sub.LastName, string(sub.Status)
-		attrs[i], tags[i] = string(sub.Attributes.JSON()), pgTextArray(sub.Tags)
-		h := model.EmailHashes(sub.Email)
-		hashes[i], legacy[i] = `\x`+hex.EncodeToString(h[0]), `\x`+hex.EncodeToString(h[len(h)-1])
-		if b.MailIDs[i] != uuid.Nil {
-			mails[i] = b.MailIDs[i].String()
-		}
-	}
+	args := createManyArgs(b)
 	var found []struct {
 		Pos    int     `bun:"pos"`
 		Reason *string `bun:"reason"`
@@ -439,10 +422,7 @@ func (e *pgEngine) createMany(ctx context.Context, db bun.IDB, b bulkCreation) (
 	}
 	err := runAtomic(ctx, db, func(ctx context.Context) error {
 		found = found[:0]
-		return e.queryRows(ctx, db, createManyStmt, &found, b.NewsletterID, pgTextArray(locks), pgTextArray(ids),
-			pgTextArray(emails), pgTextArray(keys), pgTextArray(firsts), pgTextArray(lasts), pgTextArray(statuses),
-			pgTextArray(attrs), pgTextArray(tags), pgTextArray(hashes), pgTextArray(legacy), pgTextArray(mails),
-			b.Now, model.FormatTime(b.Now), string(model.EventCreated), b.Traceparent, b.SourceJSON)
+		return e.queryRows(ctx, db, createManyStmt, &found, args...)
 	})
 	if err != nil {
 		return false, err
@@ -464,6 +444,32 @@ func (e *pgEngine) createMany(ctx context.Context, db bun.IDB, b bulkCreation) (
 		return false, taken
 	}
 	return false, nil
+}
+
+// createManyArgs are createManyStmt's arguments for b.
+func createManyArgs(b bulkCreation) []any {
+	n := len(b.Subscribers)
+	var (
+		locks, ids, emails, keys, firsts = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		lasts, statuses, attrs, tags     = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		hashes, legacy, mails            = make([]string, n), make([]string, n), make([]string, n)
+	)
+	nl := b.NewsletterID.String()
+	for i, sub := range b.Subscribers {
+		keys[i] = model.EmailKey(sub.Email)
+		locks[i] = nl + "/" + keys[i]
+		ids[i], emails[i], firsts[i], lasts[i], statuses[i] = sub.ID.String(), sub.Email, sub.FirstName, sub.LastName, string(sub.Status)
+		attrs[i], tags[i] = string(sub.Attributes.JSON()), pgTextArray(sub.Tags)
+		h := model.EmailHashes(sub.Email)
+		hashes[i], legacy[i] = `\x`+hex.EncodeToString(h[0]), `\x`+hex.EncodeToString(h[len(h)-1])
+		if b.MailIDs[i] != uuid.Nil {
+			mails[i] = b.MailIDs[i].String()
+		}
+	}
+	return []any{b.NewsletterID, pgTextArray(locks), pgTextArray(ids), pgTextArray(emails), pgTextArray(keys),
+		pgTextArray(firsts), pgTextArray(lasts), pgTextArray(statuses), pgTextArray(attrs), pgTextArray(tags),
+		pgTextArray(hashes), pgTextArray(legacy), pgTextArray(mails), b.Now, model.FormatTime(b.Now),
+		string(model.EventCreated), b.Traceparent, b.SourceJSON}
 }
 
 // createManyStmt is pgEngine.createMany's statement, prepared (see statement): $1 the newsletter;

@@ -336,6 +336,68 @@ func createKeyed(ctx context.Context, idem *repo.Idempotency, nl uuid.UUID, key 
 	return err
 }
 
+// BenchmarkBulkCreate creates bulks of 100 active subscribers (the bench's bulk_100) through
+// Subscribers.CreateMany, one client after another, against the test PostgreSQL. Besides the
+// client's time and allocations it reports, from pg_stat_statements (when the server loads
+// it), the server's execution time and the statements per bulk, and logs the statements that
+// took most of it.
+// Run with: go test ./repo -run '^$' -bench BulkCreate -benchmem
+func BenchmarkBulkCreate(b *testing.B) {
+	if testdb.Store() != testdb.Postgres {
+		b.Skip("PostgreSQL only")
+	}
+	db, subs, nl, _ := benchSubscriber(b)
+	ctx := context.Background()
+	stats := `SELECT coalesce(sum(total_exec_time), 0) AS ms, coalesce(sum(calls), 0) AS calls FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	type total struct {
+		MS    float64 `bun:"ms"`
+		Calls int64   `bun:"calls"`
+	}
+	_, err := db.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	measured := err == nil
+	var before, after total
+	if measured {
+		if err := db.NewRaw(stats).Scan(ctx, &before); err != nil {
+			measured = false
+		}
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		in := make([]model.NewSubscriber, 100)
+		for i := range in {
+			in[i] = model.NewSubscriber{Email: fmt.Sprintf("b%d-%d@example.com", n, i), FirstName: "Bench", LastName: "Bulk",
+				Status: model.StatusActive}
+		}
+		if _, err := subs.CreateMany(ctx, nl.ID, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if !measured {
+		return
+	}
+	if err := db.NewRaw(stats).Scan(ctx, &after); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric((after.MS-before.MS)*1000/float64(n), "server-µs/op")
+	b.ReportMetric(float64(after.Calls-before.Calls-1)/float64(n), "statements/op")
+	var top []struct {
+		Calls int64   `bun:"calls"`
+		MS    float64 `bun:"ms"`
+		Query string  `bun:"query"`
+	}
+	if err := db.NewRaw(`SELECT calls, total_exec_time AS ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 8`).Scan(ctx, &top); err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range top {
+		b.Logf("%8d calls %10.1f µs/call  %s", s.Calls, s.MS*1000/float64(s.Calls), s.Query)
+	}
+}
+
 // BenchmarkListPage reads a page of 25 subscribers with its exact total through
 // Subscribers.List, as the list operation does, against the test PostgreSQL: the first page,
 // and the page after a cursor's position (keyset).
