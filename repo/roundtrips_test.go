@@ -1,10 +1,14 @@
 package repo_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,6 +366,7 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
 			measured = false
 		}
 	}
+	cpuBefore, local := backendsCPU(ctx, db)
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
@@ -374,6 +379,9 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
 		if _, err := subs.CreateMany(ctx, nl.ID, in); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if cpuAfter, ok := backendsCPU(ctx, db); ok && local {
+		b.ReportMetric(float64((cpuAfter-cpuBefore)*time.Second/ticksPerSecond)/float64(time.Microsecond)/float64(n), "server-cpu-µs/op")
 	}
 	if !measured {
 		return
@@ -396,6 +404,35 @@ ORDER BY total_exec_time DESC LIMIT 8`).Scan(ctx, &top); err != nil {
 	for _, s := range top {
 		b.Logf("%8d calls %10.1f µs/call  %s", s.Calls, s.MS*1000/float64(s.Calls), s.Query)
 	}
+}
+
+// ticksPerSecond is the unit of the CPU times of /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const ticksPerSecond = 100
+
+// backendsCPU sums the CPU time (user and system, in ticksPerSecond) the server's processes
+// serving db's database have used so far, when the server runs on this machine (Linux's
+// /proc): what parsing, planning and executing cost, where pg_stat_statements counts only the
+// execution.
+func backendsCPU(ctx context.Context, db *repo.DB) (time.Duration, bool) {
+	var pids []int
+	if err := db.NewRaw("SELECT pid FROM pg_stat_activity WHERE datname = current_database()").Scan(ctx, &pids); err != nil {
+		return 0, false
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, false
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])) // after the command's name
+		if len(f) < 13 {
+			return 0, false
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		sum += time.Duration(utime + stime)
+	}
+	return sum, len(pids) > 0
 }
 
 // BenchmarkListPage reads a page of 25 subscribers with its exact total through

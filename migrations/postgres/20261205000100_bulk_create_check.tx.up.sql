@@ -9,23 +9,29 @@
 -- element again when the two are the same), and whether the newsletter has a subscriber with its
 -- key. It returns only the addresses with one or the other, none when the bulk may go in.
 --
--- PL/pgSQL, unlike an SQL function, keeps its statements' plans for the session: the check is
--- planned once per connection, not at each bulk.
+-- The check is planned at each call (EXECUTE), with the arguments' values and the tables' sizes
+-- as they are then: a plan kept for the session (plan_cache_mode is force_generic_plan) made
+-- while a table was small probed each address through another index of the newsletter's
+-- subscribers, reading all of them, and kept doing so as the table grew, until it was analyzed.
+-- Each probe is a scalar subquery: an EXISTS could become a hash of every subscriber of the
+-- newsletter. OFFSET 0 keeps the probes from being run again by the outer filter.
 CREATE FUNCTION bulk_create_check(newsletter uuid, lock_keys text[], email_keys text[], hashes bytea[], legacy bytea[])
 RETURNS TABLE (pos bigint, reason text, taken boolean)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
     PERFORM lock_email_keys(newsletter, lock_keys);
     PERFORM lock_timeout_rest();
-    RETURN QUERY
+    RETURN QUERY EXECUTE $q$
     SELECT c.pos, c.reason, c.taken FROM (
         SELECT a.pos,
             (SELECT x.reason FROM suppressions AS x
-             WHERE x.newsletter_id = newsletter AND x.email_hash IN (a.hash, a.legacy)
+             WHERE x.newsletter_id = $1 AND x.email_hash IN (a.hash, a.legacy)
              ORDER BY x.email_hash = a.hash DESC LIMIT 1) AS reason,
-            EXISTS (SELECT 1 FROM subscribers AS s WHERE s.newsletter_id = newsletter AND s.email_key = a.key) AS taken
-        FROM unnest(email_keys, hashes, legacy) WITH ORDINALITY AS a (key, hash, legacy, pos)
+            (SELECT true FROM subscribers AS s WHERE s.newsletter_id = $1 AND s.email_key = a.key) IS NOT NULL AS taken
+        FROM unnest($2, $3, $4) WITH ORDINALITY AS a (key, hash, legacy, pos)
+        OFFSET 0
     ) AS c
-    WHERE c.reason IS NOT NULL OR c.taken;
+    WHERE c.reason IS NOT NULL OR c.taken$q$
+    USING newsletter, email_keys, hashes, legacy;
 END
-$$;
+$fn$;
