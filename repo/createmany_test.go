@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/subscriberd/subscriberd/internal/testdb"
 	"github.com/subscriberd/subscriberd/model"
 	"github.com/subscriberd/subscriberd/repo"
 )
@@ -186,4 +187,61 @@ func TestBulkCreateEventsAreNewEvents(t *testing.T) {
 		}
 	}
 	checkTagCounts(t, db, nl)
+}
+
+// TestBulkCreateMeetsALockFreeWriter: a writer that takes no address lock (an instance of an
+// older version during a roll-out) inserts an address of a bulk after the bulk's check: the
+// bulk's insert waits for it and fails on the unique key, and the bulk, run again, names the
+// address. Nothing of the bulk is stored.
+func TestBulkCreateMeetsALockFreeWriter(t *testing.T) {
+	if testdb.Store() != testdb.Postgres {
+		t.Skip("PostgreSQL only: SQLite's writes hold the database's lock")
+	}
+	db, nl := attributesDB(t)
+	ctx := context.Background()
+	subs := repo.NewSubscribers(db)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.ExecContext(ctx, `INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name, last_name,
+    status, created_at, updated_at) VALUES (?, ?, 'race@example.com', 'race@example.com', '', '', 'active', now(), now())`,
+		uuid.Must(uuid.NewV7()), nl); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := subs.CreateMany(ctx, nl, []model.NewSubscriber{
+			{Email: "first@example.com", Status: model.StatusPending}, {Email: "Race@example.com", Status: model.StatusActive}})
+		done <- err
+	}()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		if err := db.NewRaw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+AND wait_event_type = 'Lock' AND wait_event = 'transactionid'`).Scan(ctx, &waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("the bulk never waited for the other writer's row")
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var taken *model.EmailTakenError
+	if err := <-done; !errors.As(err, &taken) || !cmp.Equal(taken.Indexes, []int{1}) {
+		t.Fatalf("bulk: %v; want position 1 taken", err)
+	}
+	var n int
+	if err := db.NewRaw("SELECT (SELECT count(*) FROM subscribers) + (SELECT count(*) FROM subscriber_events) + "+
+		"(SELECT count(*) FROM email_outbox)").Scan(ctx, &n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d rows; want the other writer's subscriber alone", n)
+	}
 }

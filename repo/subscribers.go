@@ -159,12 +159,14 @@ func (s *Subscribers) CreateMany(ctx context.Context, nl uuid.UUID, in []model.N
 	b := bulkCreation{NewsletterID: nl, Now: now, Subscribers: out, MailIDs: mails, Traceparent: traceparent(ctx),
 		Source: src, SourceJSON: eventSourceJSON(src)}
 	delivering, err := s.db.eng.createMany(ctx, s.idb, b)
+	err = translate(err)
 	var named *model.EmailTakenError
 	if errors.Is(err, model.ErrEmailTaken) && !errors.As(err, &named) && s.unit == nil {
 		delivering, err = s.db.eng.createMany(ctx, s.idb, b)
+		err = translate(err)
 	}
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
 	if pending {
 		s.queued(emailQueue)
