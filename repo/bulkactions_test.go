@@ -184,7 +184,17 @@ func TestBulkEventsAreNewEvents(t *testing.T) {
 // paragraph separators (U+2028, U+2029), which Go escapes and the rules now refuse.
 func createEscapingSubscribers(t *testing.T, subs *repo.Subscribers, nl uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
+	for _, ns := range escapingSubscribers(t) {
+		if _, err := subs.Create(context.Background(), nl, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// escapingSubscribers are the subscribers createEscapingSubscribers stores, as a create or a
+// bulk create is given them.
+func escapingSubscribers(t *testing.T) []model.NewSubscriber {
+	t.Helper()
 	inputs := []string{
 		`{"email":"plain@example.com","name":"Ann Lee"}`,
 		`{"email":"o'brien&co+x@example.com","name":"<b>Tom</b> & \"Jerry\" \\ back/slash","status":"pending"}`,
@@ -206,6 +216,7 @@ func createEscapingSubscribers(t *testing.T, subs *repo.Subscribers, nl uuid.UUI
 		js, _ := json.Marshal(map[string]any{"email": fmt.Sprintf("limit%d@example.com", len(attrs)), "attributes": attrs})
 		inputs = append(inputs, string(js))
 	}
+	var out []model.NewSubscriber
 	for _, in := range inputs {
 		var obj map[string]any
 		dec := json.NewDecoder(strings.NewReader(in))
@@ -217,13 +228,9 @@ func createEscapingSubscribers(t *testing.T, subs *repo.Subscribers, nl uuid.UUI
 		if verr != nil {
 			t.Fatalf("%s: %v", in, verr.Fields)
 		}
-		if _, err := subs.Create(ctx, nl, ns); err != nil {
-			t.Fatal(err)
-		}
+		out = append(out, ns)
 	}
 	// Not through model.ParseCreate, which refuses the separators.
-	if _, err := subs.Create(ctx, nl, model.NewSubscriber{Email: "sep@example.com", FirstName: "Line\u2028Sep",
-		LastName: "Para\u2029Sep <&>", Status: model.StatusActive, Tags: []string{"x"}}); err != nil {
-		t.Fatal(err)
-	}
+	return append(out, model.NewSubscriber{Email: "sep@example.com", FirstName: "Line\u2028Sep",
+		LastName: "Para\u2029Sep <&>", Status: model.StatusActive, Tags: []string{"x"}})
 }
