@@ -46,16 +46,11 @@ BEGIN
 END
 $$;
 
--- The three-argument form, for 1.2 instances still serving during a roll-out.
+-- The three-argument form, for 1.2 instances still serving during a roll-out: the
+-- four-argument form with the one hash in both places looks up the same entry.
 CREATE OR REPLACE FUNCTION suppression_after_lock(lock_key text, newsletter uuid, hash bytea) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    found_reason text;
 BEGIN
-    PERFORM lock_email_keys(newsletter, ARRAY[lock_key]);
-    PERFORM lock_timeout_rest();
-    SELECT s.reason INTO found_reason FROM suppressions AS s
-    WHERE s.newsletter_id = newsletter AND s.email_hash = hash;
-    RETURN found_reason;
+    RETURN suppression_after_lock(lock_key, newsletter, hash, hash);
 END
 $$;
