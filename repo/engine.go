@@ -61,17 +61,6 @@ type engine interface {
 	// model.ErrEmailTaken, and nothing is stored. It reports whether it queued a webhook
 	// delivery, when the engine knows (its workers need waking).
 	create(ctx context.Context, db bun.IDB, c creation) (delivering bool, err error)
-	// createMany stores b's subscribers all or nothing (Subscribers.CreateMany), each with its
-	// created event (the JSON model.NewEvent writes, its id made once the addresses' locks are
-	// held), the events' deliveries and, for each pending one, its confirmation email, both in
-	// the interactive lane; the rows go in in email-key order. It first takes the locks of
-	// the addresses (lockEmailKeys' order: two bulks sharing addresses wait, never deadlock)
-	// and, under them, makes the suppression check of docs/api-contract.md §13: suppressed
-	// addresses fail it with a *model.SuppressedError naming their positions (Bulk set);
-	// else addresses the newsletter has fail it with a *model.EmailTakenError naming theirs;
-	// either way nothing is stored. It reports whether it queued a webhook delivery, when the
-	// engine knows.
-	createMany(ctx context.Context, db bun.IDB, b bulkCreation) (delivering bool, err error)
 	// rename sets the names of r's subscriber, with its updated event and the event's
 	// deliveries, all or nothing, only while the row still holds every value r read
 	// (Subscribers.rename): renamed is false, and nothing changed, when it did not. It reports
@@ -179,22 +168,6 @@ type creation struct {
 	MailTraceparent             string
 	Attributes                  string   // model.Attributes.JSON
 	Tags                        []string // sorted, without duplicates
-}
-
-// bulkCreation is a bulk create (engine.createMany): Subscribers, of newsletter NewsletterID,
-// in the client's order, with their ids, values and times (CreatedAt and UpdatedAt are Now), no
-// two with one email key (model.ParseBulk refuses such a bulk); MailIDs, at the same positions,
-// the id of each pending one's confirmation email (uuid.Nil for the others), due at Now; and
-// the events' (and emails') traceparent and source, and that source as the JSON object
-// model.NewEvent writes.
-type bulkCreation struct {
-	NewsletterID uuid.UUID
-	Now          time.Time
-	Subscribers  []model.Subscriber
-	MailIDs      []uuid.UUID
-	Traceparent  string
-	Source       model.EventSource
-	SourceJSON   string
 }
 
 // renaming is a change of a subscriber's names (engine.rename): the subscriber, the values

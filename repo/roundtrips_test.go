@@ -1,14 +1,9 @@
 package repo_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,9 +54,7 @@ func (l *statementSpans) take() []string {
 // suppression check of docs/api-contract.md §13, the subscriber, its event with its deliveries
 // and, when pending, its confirmation email, in one statement: see createStmt); an idempotent
 // create five after the key's lookup (BEGIN, the key's lock, the create, its stored response,
-// COMMIT); a bulk create of 100 one, whether it goes in or an email is taken (the addresses'
-// locks, the suppression and taken-address checks, the subscribers, their events with their
-// deliveries and the pending ones' emails: see createManyStmt); a change of tags one, changed or not (the row lock, the change, its event with its
+// COMMIT); a change of tags one, changed or not (the row lock, the change, its event with its
 // deliveries: see changeTagsStmt); a status change seven (the row lock, and the
 // confirmations it retires).
 func TestStatementsPerRequest(t *testing.T) {
@@ -128,19 +121,6 @@ func TestStatementsPerRequest(t *testing.T) {
 		{"create, idempotent (after lookup)", func() error {
 			return createKeyed(ctx, idem, nl.ID, "create-key", []byte(`{}`))
 		}, 5},
-		{"bulk create, 100", func() error {
-			_, err := subs.CreateMany(ctx, nl.ID, bulkOf(100, "b"))
-			return err
-		}, 1},
-		{"bulk create, an email taken", func() error {
-			in := bulkOf(100, "t")
-			in[50].Email = "pa@example.com"
-			var taken *model.EmailTakenError
-			if _, err := subs.CreateMany(ctx, nl.ID, in); !errors.As(err, &taken) || len(taken.Indexes) != 1 || taken.Indexes[0] != 50 {
-				t.Errorf("a bulk with a taken email: %v; want position 50 named", err)
-			}
-			return nil
-		}, 1},
 		{"update, name", func() error {
 			_, err := subs.Update(ctx, nl.ID, created.ID, model.SubscriberPatch{Name: &name})
 			return err
@@ -173,18 +153,6 @@ func TestStatementsPerRequest(t *testing.T) {
 			t.Errorf("%s: %d statements %q, want %d", c.name, len(got), got, c.want)
 		}
 	}
-}
-
-// bulkOf is a bulk create of n subscribers <prefix><i>@example.com, every third one pending.
-func bulkOf(n int, prefix string) []model.NewSubscriber {
-	in := make([]model.NewSubscriber, n)
-	for i := range in {
-		in[i] = model.NewSubscriber{Email: fmt.Sprintf("%s%d@example.com", prefix, i), FirstName: "Bulk", Status: model.StatusActive}
-		if i%3 == 0 {
-			in[i].Status = model.StatusPending
-		}
-	}
-	return in
 }
 
 // BenchmarkGetPaths reads one subscriber by id several ways, against the test PostgreSQL: as
@@ -338,101 +306,6 @@ func createKeyed(ctx context.Context, idem *repo.Idempotency, nl uuid.UUID, key 
 		return &model.StoredResponse{Fingerprint: []byte("fp"), Status: 201, Body: body}, nil
 	})
 	return err
-}
-
-// BenchmarkBulkCreate creates bulks of 100 active subscribers (the bench's bulk_100) through
-// Subscribers.CreateMany, one client after another, against the test PostgreSQL. Besides the
-// client's time and allocations it reports, from pg_stat_statements (when the server loads
-// it), the server's execution time and the statements per bulk, and logs the statements that
-// took most of it.
-// Run with: go test ./repo -run '^$' -bench BulkCreate -benchmem
-func BenchmarkBulkCreate(b *testing.B) {
-	if testdb.Store() != testdb.Postgres {
-		b.Skip("PostgreSQL only")
-	}
-	db, subs, nl, _ := benchSubscriber(b)
-	ctx := context.Background()
-	stats := `SELECT coalesce(sum(total_exec_time), 0) AS ms, coalesce(sum(calls), 0) AS calls FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	type total struct {
-		MS    float64 `bun:"ms"`
-		Calls int64   `bun:"calls"`
-	}
-	_, err := db.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-	measured := err == nil
-	var before, after total
-	if measured {
-		if err := db.NewRaw(stats).Scan(ctx, &before); err != nil {
-			measured = false
-		}
-	}
-	cpuBefore, local := backendsCPU(ctx, db)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		n++
-		in := make([]model.NewSubscriber, 100)
-		for i := range in {
-			in[i] = model.NewSubscriber{Email: fmt.Sprintf("b%d-%d@example.com", n, i), FirstName: "Bench", LastName: "Bulk",
-				Status: model.StatusActive}
-		}
-		if _, err := subs.CreateMany(ctx, nl.ID, in); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if cpuAfter, ok := backendsCPU(ctx, db); ok && local {
-		b.ReportMetric(float64((cpuAfter-cpuBefore)*time.Second/ticksPerSecond)/float64(time.Microsecond)/float64(n), "server-cpu-µs/op")
-	}
-	if !measured {
-		return
-	}
-	if err := db.NewRaw(stats).Scan(ctx, &after); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric((after.MS-before.MS)*1000/float64(n), "server-µs/op")
-	b.ReportMetric(float64(after.Calls-before.Calls-1)/float64(n), "statements/op")
-	var top []struct {
-		Calls int64   `bun:"calls"`
-		MS    float64 `bun:"ms"`
-		Query string  `bun:"query"`
-	}
-	if err := db.NewRaw(`SELECT calls, total_exec_time AS ms, left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS query
-FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-ORDER BY total_exec_time DESC LIMIT 8`).Scan(ctx, &top); err != nil {
-		b.Fatal(err)
-	}
-	for _, s := range top {
-		b.Logf("%8d calls %10.1f µs/call  %s", s.Calls, s.MS*1000/float64(s.Calls), s.Query)
-	}
-}
-
-// ticksPerSecond is the unit of the CPU times of /proc/<pid>/stat (USER_HZ, 100 on Linux).
-const ticksPerSecond = 100
-
-// backendsCPU sums the CPU time (user and system, in ticksPerSecond) the server's processes
-// serving db's database have used so far, when the server runs on this machine (Linux's
-// /proc): what parsing, planning and executing cost, where pg_stat_statements counts only the
-// execution.
-func backendsCPU(ctx context.Context, db *repo.DB) (time.Duration, bool) {
-	var pids []int
-	if err := db.NewRaw("SELECT pid FROM pg_stat_activity WHERE datname = current_database()").Scan(ctx, &pids); err != nil {
-		return 0, false
-	}
-	var sum time.Duration
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return 0, false
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])) // after the command's name
-		if len(f) < 13 {
-			return 0, false
-		}
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		sum += time.Duration(utime + stime)
-	}
-	return sum, len(pids) > 0
 }
 
 // BenchmarkListPage reads a page of 25 subscribers with its exact total through

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,118 +323,6 @@ ON CONFLICT (newsletter_id, email_key) DO NOTHING`)
     traceparent, created_at, updated_at)
 VALUES ($1, $2, $3, '`+model.EmailKindConfirmation+`', 'pending', 0, $4, '', $5, $4, $4)`)
 )
-
-// createMany makes the checks and the writes of PostgreSQL's one statement as statements of one
-// immediate transaction, which holds the write lock from its start (so no suppression and no
-// subscriber can commit between the checks and the inserts): the suppressions of the
-// addresses, the subscribers' multi-row insert in email-key order (a taken address skipped,
-// and named by what the insert returns), their events with the events' deliveries, and the
-// pending ones' confirmation emails.
-func (e *sqliteEngine) createMany(ctx context.Context, db bun.IDB, b bulkCreation) (bool, error) {
-	subs := b.Subscribers
-	keys := make([]string, len(subs))
-	hashes := make([][]byte, 0, 2*len(subs))
-	for i, sub := range subs {
-		keys[i] = model.EmailKey(sub.Email)
-		hashes = append(hashes, model.EmailHashes(sub.Email)...)
-	}
-	order := make([]int, len(subs)) // positions in email-key order
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, c int) int { return strings.Compare(keys[a], keys[c]) })
-	var delivering bool
-	err := runInTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
-		delivering = false
-		// docs/api-contract.md §13: suppressed addresses, before the uniqueness rule; an
-		// address's entry under its own key's hash before one under its 1.2 key's.
-		var entries []struct {
-			Hash   []byte `bun:"email_hash"`
-			Reason string `bun:"reason"`
-		}
-		if err := e.queryRows(ctx, tx, suppressionsOfSQLite, &entries, b.NewsletterID, bun.List(hashes)); err != nil {
-			return err
-		}
-		if len(entries) > 0 {
-			reasons := make(map[string]string, len(entries))
-			for _, x := range entries {
-				reasons[string(x.Hash)] = x.Reason
-			}
-			suppressed := map[int]model.SuppressionReason{}
-			for i, sub := range subs {
-				for _, h := range model.EmailHashes(sub.Email) {
-					if r, ok := reasons[string(h)]; ok {
-						suppressed[i] = model.SuppressionReason(r)
-						break
-					}
-				}
-			}
-			if len(suppressed) > 0 {
-				return &model.SuppressedError{Reasons: suppressed, Bulk: true}
-			}
-		}
-		rows := make([]string, 0, len(subs))
-		args := make([]any, 0, 11*len(subs))
-		for _, i := range order {
-			sub := subs[i]
-			rows = append(rows, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, sub.ID, b.NewsletterID, sub.Email, keys[i], sub.FirstName, sub.LastName, string(sub.Status),
-				b.Now, b.Now, string(sub.Attributes.JSON()), tagsJSON(sub.Tags))
-		}
-		var inserted []string
-		ins := newStatement("INSERT", "subscribers", `INSERT INTO subscribers (id, newsletter_id, email, email_key, first_name,
-    last_name, status, created_at, updated_at, attributes, tags)
-VALUES `+strings.Join(rows, ", ")+`
-ON CONFLICT (newsletter_id, email_key) DO NOTHING RETURNING email_key`)
-		if err := e.queryRows(ctx, tx, ins, &inserted, args...); err != nil {
-			return err
-		}
-		if len(inserted) < len(subs) {
-			got := make(map[string]bool, len(inserted))
-			for _, k := range inserted {
-				got[k] = true
-			}
-			taken := &model.EmailTakenError{}
-			for i := range subs {
-				if !got[keys[i]] {
-					taken.Indexes = append(taken.Indexes, i)
-				}
-			}
-			return taken
-		}
-		evs := make([]eventRow, len(subs))
-		for i, sub := range subs {
-			ev := model.NewEvent(model.EventCreated, sub, nil, b.Source, b.Now)
-			evs[i] = eventRow{ID: ev.ID, NewsletterID: ev.NewsletterID, SubscriberID: ev.SubscriberID, Type: string(ev.Type),
-				Payload: string(ev.Payload), Traceparent: b.Traceparent, CreatedAt: ev.Timestamp}
-		}
-		var err error
-		if delivering, err = e.insertEvents(ctx, tx, evs, outbox.Interactive); err != nil {
-			return err
-		}
-		rows, args = rows[:0], args[:0]
-		for i, sub := range subs {
-			if b.MailIDs[i] == uuid.Nil {
-				continue
-			}
-			rows = append(rows, "(?, ?, ?, '"+model.EmailKindConfirmation+"', 'pending', 0, ?, '', ?, ?, ?)")
-			args = append(args, b.MailIDs[i], b.NewsletterID, sub.ID, b.Now, b.Traceparent, b.Now, b.Now)
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		_, err = e.exec(ctx, tx, newStatement("INSERT", "email_outbox", `INSERT INTO email_outbox (id, newsletter_id,
-    subscriber_id, kind, state, attempts, next_attempt_at, last_error, traceparent, created_at, updated_at)
-VALUES `+strings.Join(rows, ", ")), args...)
-		return err
-	})
-	return delivering, err
-}
-
-// suppressionsOfSQLite reads the entries of newsletter $1's list under the hashes $2 (a
-// bun.List) for createMany; its inserts' statements are made for each bulk, for their spans.
-var suppressionsOfSQLite = newStatement("SELECT", "suppressions",
-	`SELECT email_hash, reason FROM suppressions WHERE newsletter_id = $1 AND email_hash IN ($2)`)
 
 // exec runs st, which returns no row, through bun, its span named as st's (see queryRow).
 func (*sqliteEngine) exec(ctx context.Context, db bun.IDB, st *statement, args ...any) (sql.Result, error) {
