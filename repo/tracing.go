@@ -29,7 +29,8 @@ import (
 // db.query.text never holds a bound value: bun formats arguments into the statement, so the
 // text is the statement with every literal replaced by "?" (redactSQL), or the template of a
 // raw query. Emails, names and key hashes are literals, so none reaches a trace. A prepared
-// statement (see statement, engine.go) has its values apart from its text, which is then its db.query.text.
+// statement (see statement, engine.go) has its values apart from its text, which is then its
+// db.query.text.
 //
 // It replaces bunotel, which cost about twice as much per query: it walked the stack for
 // code.* attributes on every query and recorded a histogram nobody reads.
@@ -96,9 +97,9 @@ func withStatement(ctx context.Context, st *statement) context.Context {
 func traced(ctx context.Context) bool { return trace.SpanContextFromContext(ctx).IsSampled() }
 
 // startSpan starts the span of one statement, bun's (BeforeQuery) or a prepared one
-// (pgEngine.runPrepared), in a traced ctx: named "{op} {table}", or op alone without a table, with the
-// hook's attributes, db.operation.name, db.query.text (text, which holds no value) and
-// db.collection.name when there is a table.
+// (pgEngine.runPrepared), in a traced ctx: named "{op} {table}", or op alone without a table,
+// with the hook's attributes, db.operation.name, db.query.text (text, which holds no value)
+// and db.collection.name when there is a table.
 func (h *queryHook) startSpan(ctx context.Context, op, table, text string) (context.Context, trace.Span) {
 	name := op
 	if table != "" { // "SELECT subscribers": a few dozen names, made once each
